@@ -1,0 +1,48 @@
+# Two commands: `make run` sets everything up and starts the app; `make test` sets everything up
+# and runs the whole suite. Both create .venv on first use and reinstall only when a
+# requirements file changes.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+HOST   ?= 127.0.0.1
+PORT   ?= 8501
+
+.PHONY: run test lint format browser clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+
+$(VENV)/.installed: requirements.txt | $(BIN)/python
+	$(BIN)/python -m pip install -r requirements.txt
+	touch $@
+
+$(VENV)/.installed-dev: requirements-dev.txt $(VENV)/.installed
+	$(BIN)/python -m pip install -r requirements-dev.txt
+	touch $@
+
+run: $(VENV)/.installed
+	$(BIN)/python -m streamlit run app.py --server.address $(HOST) --server.port $(PORT)
+
+# The real-browser test drives Debian's Chromium; install it when we may (root with apt-get).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-noto-cjk fonts-noto-color-emoji >/dev/null; \
+	  else echo "chromium is not installed: the browser test will be skipped (apt-get install chromium)"; fi; }
+
+test: $(VENV)/.installed-dev browser
+	$(BIN)/ruff check app.py crag tests
+	$(BIN)/python -m pytest
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check app.py crag tests
+	$(BIN)/ruff format --check app.py crag tests
+
+format: $(VENV)/.installed-dev
+	$(BIN)/ruff format app.py crag tests
+	$(BIN)/ruff check --fix app.py crag tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache test-output

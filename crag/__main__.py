@@ -1,0 +1,5 @@
+import sys
+
+from crag.cli import main
+
+sys.exit(main())

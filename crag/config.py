@@ -1,0 +1,121 @@
+"""Settings, read from the environment (prefix ``CRAG_``) and an optional ``.env`` file.
+
+Settings are read when ``load_settings()`` is called, never at import, so tests and the UI can
+change the environment first. Relative paths are relative to the working directory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from crag.errors import ConfigError
+
+DEFAULT_OLLAMA_URL = "http://127.0.0.1:11434"
+
+
+def normalize_ollama_url(value: str) -> str:
+    """Accept what ``OLLAMA_HOST`` accepts (``host``, ``host:port``, ``0.0.0.0``) and return a URL."""
+    value = value.strip().rstrip("/")
+    if not value:
+        return DEFAULT_OLLAMA_URL
+    if "://" not in value:
+        value = "http://" + value
+    parts = urlsplit(value)
+    host = parts.hostname or "127.0.0.1"
+    # 0.0.0.0 is where a server listens, not an address to connect to.
+    if host in ("0.0.0.0", "::"):
+        host = "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    port = parts.port or (443 if parts.scheme == "https" else 11434)
+    return f"{parts.scheme}://{host}:{port}{parts.path}"
+
+
+class Settings(BaseSettings):
+    """Every setting of the app. README.md documents each one with its env var."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CRAG_", env_file=".env", env_file_encoding="utf-8", extra="ignore", validate_by_name=True
+    )
+
+    # Paths
+    files_dir: Path = Field(Path("Files"), description="Folder of PDFs that make the knowledge base.")
+    chroma_dir: Path = Field(Path("chroma_db"), description="Folder of the persisted index.")
+
+    # Backends
+    llm_backend: Literal["auto", "ollama", "openai", "embedded"] = Field(
+        "auto", description="Chat model backend. auto: Ollama when it answers and has the model, else embedded."
+    )
+    embed_backend: Literal["auto", "ollama", "local"] = Field(
+        "auto", description="Embedding backend. auto: Ollama when it answers and has the model, else local MiniLM."
+    )
+    ollama_url: str = Field(
+        DEFAULT_OLLAMA_URL,
+        validation_alias=AliasChoices("CRAG_OLLAMA_URL", "OLLAMA_HOST"),
+        description="Ollama server. OLLAMA_HOST is honoured when CRAG_OLLAMA_URL is unset.",
+    )
+    chat_model: str = Field("qwen3:4b", description="Chat model on Ollama or the OpenAI-compatible server.")
+    embed_model: str = Field("bge-m3", description="Embedding model on Ollama (multilingual).")
+    openai_base_url: str | None = Field(
+        None,
+        description="Base URL of an OpenAI-compatible server (vLLM, LM Studio, DashScope), e.g. http://127.0.0.1:8000/v1.",
+    )
+    openai_api_key: SecretStr | None = Field(None, description="API key for that server. Never logged or shown.")
+    embedded_gguf: Path | None = Field(
+        None,
+        description="An instruction-tuned GGUF for the embedded backend; unset uses the packaged SmolLM2 135M.",
+    )
+    embedded_context: int = Field(8192, ge=512, description="Context window (tokens) of the embedded model.")
+    embedded_threads: int = Field(0, ge=0, description="CPU threads for the embedded model; 0 uses every core.")
+    request_timeout: float = Field(120.0, gt=0, description="Seconds before a model request is abandoned.")
+    max_answer_tokens: int = Field(512, ge=16, description="Upper bound on the tokens of one answer.")
+
+    # Ingestion
+    parser: Literal["auto", "mineru", "pymupdf"] = Field(
+        "auto", description="PDF parser. auto: MinerU when configured and reachable, else PyMuPDF."
+    )
+    mineru_url: str | None = Field(None, description="MinerU server URL (http-client backend).")
+    mineru_model_path: Path | None = Field(None, description="Local MinerU model folder (transformers backend).")
+
+    # Retrieval and CRAG
+    top_k: int = Field(5, ge=1, le=50, description="Chunks retrieved per question.")
+    upper_threshold: float = Field(0.5, ge=-1, le=1, description="A score at or above this makes the action Correct.")
+    lower_threshold: float = Field(-0.5, ge=-1, le=1, description="All scores below this make the action Incorrect.")
+    evaluator: Literal["auto", "llm", "similarity"] = Field("auto", description="Retrieval evaluator.")
+    web_search: bool = Field(True, description="Search the web when local knowledge falls short (on|off).")
+
+    @field_validator("ollama_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return normalize_ollama_url(value)
+
+    @model_validator(mode="after")
+    def _thresholds(self) -> Settings:
+        if self.lower_threshold > self.upper_threshold:
+            raise ValueError(
+                f"lower_threshold ({self.lower_threshold}) is above upper_threshold ({self.upper_threshold})"
+            )
+        return self
+
+    @property
+    def threads(self) -> int:
+        return self.embedded_threads or os.cpu_count() or 1
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read the settings now. Invalid values become a ``ConfigError`` that names the variable."""
+    from pydantic import ValidationError
+
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"CRAG_{'_'.join(str(p) for p in err['loc']).upper() or 'SETTINGS'}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"Invalid setting: {problems}. Fix it in the environment or in .env.") from None

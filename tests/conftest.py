@@ -1,0 +1,126 @@
+"""Shared fixtures. No test reaches the internet; servers run on loopback, started here."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from pydantic_ai import models
+
+from crag.config import Settings, load_settings
+from tests.helpers import free_port
+
+# Unit tests use FunctionModel/TestModel; any real model request must opt in (see `real_models`).
+models.ALLOW_MODEL_REQUESTS = False
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Tests start from defaults: no CRAG_* or OLLAMA_HOST from the developer's shell or .env."""
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("CRAG_") or name == "OLLAMA_HOST":
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)  # so a developer's .env is not read
+
+
+@pytest.fixture
+def real_models() -> Iterator[None]:
+    with models.override_allow_model_requests(True):
+        yield
+
+
+@pytest.fixture
+def closed_port_url() -> str:
+    """A loopback URL where nothing listens: connections are refused at once."""
+    return f"http://127.0.0.1:{free_port()}"
+
+
+@pytest.fixture
+def settings(tmp_path: Path, closed_port_url: str) -> Settings:
+    return load_settings(
+        files_dir=tmp_path / "Files",
+        chroma_dir=tmp_path / "chroma_db",
+        ollama_url=closed_port_url,
+        llm_backend="embedded",
+        embed_backend="local",
+    )
+
+
+@dataclass
+class FakeOllama:
+    """A loopback server that answers like Ollama: its native ``/api/*`` and OpenAI ``/v1`` routes."""
+
+    url: str
+    models: list[str] = field(default_factory=list)
+    chat_reply: str = "{}"
+    requests: list[dict] = field(default_factory=list)
+
+
+@pytest.fixture
+def fake_ollama() -> Iterator[FakeOllama]:
+    state = FakeOllama(url="")
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _send(self, payload: dict) -> None:
+            body = json.dumps(payload).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            if self.path == "/api/tags":
+                self._send({"models": [{"model": m, "name": m} for m in state.models]})
+            else:
+                self.send_error(404)
+
+        def do_POST(self) -> None:  # noqa: N802
+            length = int(self.headers.get("Content-Length", 0))
+            request = json.loads(self.rfile.read(length) or b"{}")
+            state.requests.append({"path": self.path, "body": request})
+            if self.path == "/v1/chat/completions":
+                self._send(
+                    {
+                        "id": "chatcmpl-1",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": request.get("model"),
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": state.chat_reply},
+                                "finish_reason": "stop",
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+                    }
+                )
+            elif self.path == "/api/embed":
+                inputs = request.get("input")
+                inputs = [inputs] if isinstance(inputs, str) else inputs
+                self._send({"model": request.get("model"), "embeddings": [[0.6, 0.8, 0.0] for _ in inputs]})
+            else:
+                self.send_error(404)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    state.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,65 @@
+"""The embedded stack for real: llama.cpp with the packaged GGUF, and the packaged MiniLM."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from pydantic import BaseModel
+from pydantic_ai import Agent, NativeOutput
+
+from crag.models import LocalEmbedder, embedded_chat_model
+
+pytestmark = pytest.mark.integration
+
+
+class Grade(BaseModel):
+    # No numeric bounds: llama.cpp's grammar cannot enforce them (DESIGN.md), the CRAG grader clamps.
+    relevant: bool
+    reason: str
+
+
+def test_structured_call_parses(settings, real_models) -> None:
+    model = embedded_chat_model(settings)
+    agent = Agent(model, output_type=NativeOutput(Grade), instructions="Grade whether the text answers the question.")
+    result = agent.run_sync("Question: What is the capital of France?\nText: Paris is the capital of France.")
+    assert isinstance(result.output, Grade)
+    assert result.usage.requests == 1 and result.usage.input_tokens > 0
+
+
+def test_generation_streams_token_by_token(settings, real_models) -> None:
+    agent = Agent(embedded_chat_model(settings), instructions="Answer briefly.")
+    result = agent.run_stream_sync("Name three colours.", model_settings={"max_tokens": 40})
+    deltas = list(result.stream_text(delta=True, debounce_by=None))
+    assert len(deltas) >= 3, deltas
+    assert "".join(deltas).strip()
+
+
+def test_unit_tests_cannot_reach_the_real_model(settings) -> None:
+    """Without the `real_models` opt-in the embedded model refuses, like every real model."""
+    with pytest.raises(RuntimeError, match="ALLOW_MODEL_REQUESTS"):
+        Agent(embedded_chat_model(settings)).run_sync("hi")
+
+
+@pytest.fixture(scope="module")
+def embedder() -> LocalEmbedder:
+    return LocalEmbedder()
+
+
+def _cos(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+def test_embeddings_of_english_and_chinese(embedder: LocalEmbedder) -> None:
+    vectors = embedder.embed(["The cat sits on the mat.", "猫坐在垫子上。"])
+    assert embedder.dimension == 384
+    assert [len(v) for v in vectors] == [384, 384]
+    assert all(math.isclose(_cos(v, v), 1.0, abs_tol=1e-4) for v in vectors)
+    assert vectors[0] != vectors[1]
+
+
+def test_embeddings_rank_meaning(embedder: LocalEmbedder) -> None:
+    query, near, far = embedder.embed(
+        ["How do I install the package?", "Installation: run pip install to set up the package.", "Bananas are yellow."]
+    )
+    assert _cos(query, near) > _cos(query, far)
