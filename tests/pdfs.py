@@ -1,0 +1,77 @@
+"""Real PDFs made by the tests, good and bad, with PyMuPDF."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pymupdf
+
+A4 = (595, 842)
+
+
+def _chinese_font(page: pymupdf.Page) -> str:
+    page.insert_font(fontname="china", fontbuffer=pymupdf.Font("china-s").buffer)
+    return "china"
+
+
+def manual_pdf(path: Path, topic: str = "widget", pages: int = 2, chinese: bool = False) -> Path:
+    """A small manual: a running header, numbered sections, paragraphs, a table with a caption, a footer."""
+    doc = pymupdf.open()
+    for n in range(1, pages + 1):
+        page = doc.new_page(width=A4[0], height=A4[1])
+        font = _chinese_font(page) if chinese else "helv"
+        page.insert_text((72, 40), f"The {topic} manual", fontsize=8)
+        if chinese:
+            title = f"{n} 第{n}章 {topic}"
+            body = (f"本章介绍{topic}的第{n}项功能。它需要两个处理器核心和八百兆内存。请先安装依赖再运行。") * 3
+        else:
+            title = f"{n} Chapter {n}: {topic}"
+            body = (
+                f"This chapter describes feature number {n} of the {topic}. It needs two processor cores "
+                f"and eight hundred megabytes of memory. Install the dependencies before you run it. "
+            ) * 3
+        page.insert_text((72, 100), title, fontsize=20, fontname=font)
+        page.insert_textbox(pymupdf.Rect(72, 120, 520, 300), body, fontsize=11, fontname=font)
+        if n == 1 and not chinese:
+            page.insert_text((72, 330), f"Table 1: Limits of the {topic}", fontsize=10)
+            rows = [["Setting", "Default", "Maximum"], ["cores", "2", "64"], ["memory", "800 MB", "64 GB"]]
+            for i, row in enumerate(rows):
+                for j, cell in enumerate(row):
+                    rect = pymupdf.Rect(72 + j * 120, 340 + i * 20, 72 + (j + 1) * 120, 340 + (i + 1) * 20)
+                    page.draw_rect(rect, color=(0, 0, 0), width=0.5)
+                    page.insert_text((rect.x0 + 4, rect.y1 - 6), cell, fontsize=10)
+        page.insert_text((290, 810), f"Page {n}", fontsize=8)
+    doc.save(path)
+    return path
+
+
+def encrypted_pdf(path: Path) -> Path:
+    manual_pdf(path.with_suffix(".plain.pdf"))
+    doc = pymupdf.open(path.with_suffix(".plain.pdf"))
+    doc.save(path, encryption=pymupdf.PDF_ENCRYPT_AES_256, owner_pw="owner", user_pw="secret")
+    path.with_suffix(".plain.pdf").unlink()
+    return path
+
+
+def truncated_pdf(path: Path) -> Path:
+    source = manual_pdf(path.with_suffix(".full.pdf"))
+    data = source.read_bytes()
+    source.unlink()
+    path.write_bytes(data[: len(data) // 3])
+    return path
+
+
+def corrupt_pdf(path: Path) -> Path:
+    path.write_bytes(b"%PDF-1.7\n" + bytes(range(256)) * 40)
+    return path
+
+
+def image_only_pdf(path: Path) -> Path:
+    """A 'scanned' page: a picture of text, no text layer."""
+    doc = pymupdf.open()
+    page = doc.new_page(width=A4[0], height=A4[1])
+    pix = pymupdf.Pixmap(pymupdf.csRGB, pymupdf.IRect(0, 0, 200, 100), False)
+    pix.set_rect(pix.irect, (200, 200, 200))
+    page.insert_image(pymupdf.Rect(72, 72, 472, 272), pixmap=pix)
+    doc.save(path)
+    return path

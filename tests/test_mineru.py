@@ -1,0 +1,238 @@
+"""The MinerU parser, driving the real ``mineru_vl_utils.MinerUClient`` against a loopback stub server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from importlib.metadata import version
+from pathlib import Path
+
+import pymupdf
+import pytest
+
+from crag.errors import ConfigError
+from crag.ingest.base import PDFError
+from crag.ingest.mineru import MinerUParser, _models_url, mineru_reachable, to_blocks
+from crag.ingest.pymupdf import PyMuPDFParser
+from tests.conftest import FakeOllama
+from tests.mineru_stub import EQUATION, MODEL_ID, PAGE_SIZE, PAGES, MinerUStub
+
+pytestmark = pytest.mark.integration  # real PDFs and the real client: about 8 s in all
+
+DPI = 200
+TABLE_HTML = (
+    "<table><tr><td>Region</td><td>Revenue</td></tr><tr><td>North</td><td>120</td></tr>"
+    "<tr><td>South</td><td>95</td></tr></table>"
+)
+
+
+def points(box: tuple[int, int, int, int]) -> tuple[float, float, float, float]:
+    """A stub box (thousandths of the page) in PDF points."""
+    width, height = PAGE_SIZE
+    return (box[0] / 1000 * width, box[1] / 1000 * height, box[2] / 1000 * width, box[3] / 1000 * height)
+
+
+@pytest.fixture
+def pdf(tmp_path: Path) -> Path:
+    """Two A4 pages of English text laid out as the stub's pages, each box filled with its colour."""
+    path = tmp_path / "report.pdf"
+    doc = pymupdf.open()
+    for blocks in PAGES:
+        page = doc.new_page(width=PAGE_SIZE[0], height=PAGE_SIZE[1])
+        for block in blocks:
+            if block.color is None:
+                continue
+            rect = pymupdf.Rect(points(block.box))
+            page.draw_rect(rect, color=None, fill=[c / 255 for c in block.color])
+            assert page.insert_textbox(rect, block.printed, fontsize=9, fontname="helv") >= 0, block
+    doc.save(path)
+    doc.close()
+    return path
+
+
+@pytest.fixture
+def stub() -> Iterator[MinerUStub]:
+    with MinerUStub() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def fallback() -> PyMuPDFParser:
+    return PyMuPDFParser()
+
+
+def test_parse_through_the_real_client(stub: MinerUStub, pdf: Path, fallback: PyMuPDFParser) -> None:
+    progress: list[tuple[int, int]] = []
+    parser = MinerUParser(server_url=stub.url, fallback=fallback, dpi=DPI)
+    result = parser.parse(pdf, on_page=lambda done, total: progress.append((done, total)))
+
+    assert (result.parser, result.pages, result.warnings) == ("mineru", 2, ())
+    assert result.parser_version == f"mineru-vl-utils {version('mineru-vl-utils')} + MinerU2.5"
+    assert progress == [(1, 2), (2, 2)]
+
+    page1 = [b for b in result.blocks if b.page == 1]
+    assert [b.type for b in page1] == ["header", "title", "text", "table", "caption", "equation", "footer"]
+    assert [b.order for b in page1] == list(range(7))
+    assert [b.text for b in page1[:3]] == [b.answer for b in PAGES[0][:3]]
+    assert page1[1].level == 1 and {b.level for b in page1 if b.type != "title"} == {0}
+    assert page1[3].text == TABLE_HTML  # the client's OTSL-to-HTML table, kept verbatim
+    assert page1[4].text == "Table 1: Revenue by region."
+    assert page1[5].text == "\\[\n" + EQUATION + "\n\\]"  # LaTeX, in the display delimiters MinerU adds
+    for block, expected in zip(page1, PAGES[0], strict=True):
+        assert block.bbox == pytest.approx(points(expected.box))
+        x0, y0, x1, y1 = block.bbox
+        assert 0 <= x0 < x1 <= PAGE_SIZE[0] and 0 <= y0 < y1 <= PAGE_SIZE[1]
+
+    page2 = [b for b in result.blocks if b.page == 2]
+    assert [(b.type, b.text) for b in page2] == [
+        ("header", "CRAG test report"),
+        ("title", "Method"),
+        ("text", PAGES[1][2].answer),
+        ("list", "First, export the invoices."),
+        ("list", "Second, sum the totals."),
+        ("footer", "2"),
+    ]
+    assert page2[1].level == 2  # a paragraph title sits under the document's titles
+    assert [b.order for b in page2] == list(range(6))
+    assert page2[3].bbox == pytest.approx(points(PAGES[1][4].box))
+
+
+def test_the_stub_saw_the_real_client_protocol(stub: MinerUStub, pdf: Path, fallback: PyMuPDFParser) -> None:
+    MinerUParser(server_url=stub.url, fallback=fallback, dpi=DPI).parse(pdf)
+
+    assert stub.requests[0].method == "GET" and stub.requests[0].path == "/v1/models"
+    assert all(r.status == 200 for r in stub.requests)
+    layout = stub.chat_requests("layout")
+    assert [r.page for r in layout] == [1, 2]
+    assert all(r.images == ((1036, 1036),) for r in layout)  # the whole page, resized for layout detection
+    body = layout[0].body
+    assert body["model"] == MODEL_ID and body["temperature"] == 0.0 and body["skip_special_tokens"] is False
+    assert body["messages"][0] == {"role": "system", "content": "You are a helpful assistant."}
+    assert body["messages"][1]["content"] == [
+        {"type": "image_url", "image_url": {"url": "<png 1036x1036>"}},
+        {"type": "text", "text": "\nLayout Detection:"},
+    ]
+
+    # One recognition request per box, with the prompt its type needs and a crop of that box.
+    recognised = [r for r in stub.chat_requests() if r.kind != "layout"]
+    boxes = [b for page in PAGES for b in page if b.color]
+    assert sorted(boxes, key=repr) == sorted((r.block for r in recognised), key=repr)
+    assert {r.block.type: r.kind for r in recognised if r.block.type in ("table", "equation")} == {
+        "table": "table",
+        "equation": "equation",
+    }
+    scale = DPI / 72
+    for r in recognised:
+        x0, y0, x1, y1 = points(r.block.box)
+        ((width, height),) = r.images
+        assert width == pytest.approx((x1 - x0) * scale, abs=2) and height == pytest.approx((y1 - y0) * scale, abs=2)
+
+
+def test_a_failing_page_falls_back_to_pymupdf(stub: MinerUStub, pdf: Path, fallback: PyMuPDFParser) -> None:
+    stub.fail_pages = {2}
+    result = MinerUParser(server_url=stub.url, fallback=fallback, dpi=DPI).parse(pdf)
+
+    assert result.parser == "mineru"
+    assert result.warnings[0].startswith("page 2: MinerU failed (Unexpected status code: [500]")
+    assert result.warnings[0].endswith("; parsed with PyMuPDF")
+    assert [b.type for b in result.blocks if b.page == 1][3] == "table"  # page 1 still came from MinerU
+    page2 = " ".join(b.text for b in result.blocks if b.page == 2)
+    assert "Method" in page2 and "checked each total twice" in page2 and "<table>" not in page2
+    assert [r.status for r in stub.chat_requests("layout")] == [200, 500]
+
+
+def test_garbled_layout_output_falls_back(stub: MinerUStub, pdf: Path, fallback: PyMuPDFParser) -> None:
+    stub.garbled_pages = {1}
+    result = MinerUParser(server_url=stub.url, fallback=fallback, dpi=DPI).parse(pdf)
+
+    assert result.warnings == ("page 1: MinerU recognised no text; parsed with PyMuPDF",)
+    assert "Quarterly Results" in " ".join(b.text for b in result.blocks if b.page == 1)
+    assert [b.type for b in result.blocks if b.page == 2][1] == "title"
+
+
+def test_a_slow_page_times_out_and_falls_back(stub: MinerUStub, pdf: Path, fallback: PyMuPDFParser) -> None:
+    stub.delays = {1: 30.0}
+    result = MinerUParser(server_url=stub.url, fallback=fallback, dpi=DPI, timeout=1.0).parse(pdf)
+
+    assert result.warnings == ("page 1: MinerU failed (timed out); parsed with PyMuPDF",)
+    assert "Quarterly Results" in " ".join(b.text for b in result.blocks if b.page == 1)
+    assert [b.type for b in result.blocks if b.page == 2][3] == "list"
+
+
+def test_some_pages_only(stub: MinerUStub, pdf: Path, fallback: PyMuPDFParser) -> None:
+    result = MinerUParser(server_url=stub.url, fallback=fallback, dpi=DPI).parse(pdf, pages=[2])
+    assert result.pages == 1 and {b.page for b in result.blocks} == {2}
+    assert [r.page for r in stub.chat_requests("layout")] == [2]
+    with pytest.raises(PDFError, match="has 2 pages, so page 3"):
+        MinerUParser(server_url=stub.url, fallback=fallback).parse(pdf, pages=[3])
+
+
+def test_server_down_parses_everything_with_the_fallback(
+    closed_port_url: str, pdf: Path, fallback: PyMuPDFParser
+) -> None:
+    result = MinerUParser(server_url=closed_port_url, fallback=fallback).parse(pdf)
+    assert result.parser == "pymupdf" and result.pages == 2
+    assert result.warnings[0].startswith(f"MinerU unavailable at {closed_port_url} (Failed to connect")
+    assert result.warnings[0].endswith("; parsed with PyMuPDF")
+    assert "Quarterly Results" in " ".join(b.text for b in result.blocks)
+
+
+def test_unreadable_file_is_a_pdf_error(tmp_path: Path, stub: MinerUStub) -> None:
+    bad = tmp_path / "bad.pdf"
+    bad.write_text("not a pdf")
+    with pytest.raises(PDFError, match="not a PDF"):
+        MinerUParser(server_url=stub.url).parse(bad)
+    assert stub.requests == []
+
+
+def test_mineru_reachable(stub: MinerUStub, closed_port_url: str, fake_ollama: FakeOllama) -> None:
+    assert mineru_reachable(stub.url)
+    assert mineru_reachable(stub.url + "/v1/")
+    assert not mineru_reachable(closed_port_url)
+    assert not mineru_reachable(fake_ollama.url)  # answers, but has no /v1/models
+    assert not mineru_reachable("not a url") and not mineru_reachable("file:///etc")
+
+
+def test_models_url_follows_the_client_rules() -> None:
+    assert _models_url("http://h:30000") == "http://h:30000/v1/models"
+    assert _models_url("http://h:30000/v1") == "http://h:30000/v1/models"
+    assert _models_url("http://h/proxy/v1/") == "http://h/proxy/v1/models"
+    assert _models_url("http://h/proxy/") == "http://h/proxy/v1/models"
+    assert _models_url("http://h/proxy") == "http://h/v1/models"  # the client drops a path without a slash
+
+
+def test_to_blocks_maps_types_and_boxes() -> None:
+    raw = [
+        {"type": "doc_title", "bbox": [0.1, 0.1, 0.9, 0.2], "angle": 0, "content": "Report"},
+        {"type": "list", "bbox": [0.1, 0.3, 0.9, 0.6], "angle": 0, "content": None},
+        {"type": "text", "bbox": [0.12, 0.31, 0.88, 0.4], "angle": 0, "content": "one", "merge_prev": False},
+        {"type": "image", "bbox": [0.1, 0.6, 0.5, 0.8], "angle": 0, "content": None},
+        {"type": "image_caption", "bbox": [0.1, 0.8, 0.5, 0.85], "angle": 0, "content": "Figure 1"},
+        {"type": "aside_text", "bbox": [0.0, 0.2, 0.05, 0.8], "angle": 270, "content": "arXiv:2509.22186"},
+        {"type": "something_new", "bbox": [0.1, 0.86, 0.5, 0.9], "angle": 0, "content": " later "},
+        {"type": "text", "bbox": [0.1, 0.9, 0.5, 0.95], "angle": 0, "content": ""},
+        {"type": "page_number", "bbox": [0.45, 0.96, 0.55, 0.99], "angle": 0, "content": "7"},
+    ]
+    blocks = to_blocks(raw, page=3, size=(600.0, 800.0))
+    assert [(b.type, b.text, b.level) for b in blocks] == [
+        ("title", "Report", 1),
+        ("list", "one", 0),
+        ("image", "", 0),
+        ("caption", "Figure 1", 0),
+        ("header", "arXiv:2509.22186", 0),
+        ("text", "later", 0),
+        ("footer", "7", 0),
+    ]
+    assert [b.order for b in blocks] == list(range(7)) and {b.page for b in blocks} == {3}
+    assert blocks[0].bbox == pytest.approx((60.0, 80.0, 540.0, 160.0))
+
+
+def test_configuration_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match="CRAG_MINERU_URL"):
+        MinerUParser()
+    both = MinerUParser(server_url="http://127.0.0.1:1", model_path=tmp_path / "missing")
+    assert (both.server_url, both.model_path) == ("http://127.0.0.1:1", None)  # the server wins
+    with pytest.raises(ConfigError, match="is not a folder"):
+        MinerUParser(model_path=tmp_path / "missing")
+    monkeypatch.setattr("crag.ingest.mineru.importlib.util.find_spec", lambda name: None)
+    with pytest.raises(ConfigError, match=r'pip install "mineru-vl-utils\[transformers\]"'):
+        MinerUParser(model_path=tmp_path)

@@ -1,0 +1,95 @@
+"""The PyMuPDF layout parser on real PDFs made here, good and bad."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from crag.ingest.base import PDFError
+from crag.ingest.pymupdf import PyMuPDFParser, _join_lines, page_sizes, render_page
+from tests.pdfs import corrupt_pdf, encrypted_pdf, image_only_pdf, manual_pdf, truncated_pdf
+
+
+@pytest.fixture(scope="module")
+def parser() -> PyMuPDFParser:
+    return PyMuPDFParser()
+
+
+def test_layout_blocks_of_a_manual(tmp_path: Path, parser: PyMuPDFParser) -> None:
+    pages_seen = []
+    parsed = parser.parse(manual_pdf(tmp_path / "m.pdf"), on_page=lambda done, total: pages_seen.append((done, total)))
+    assert parsed.pages == 2 and pages_seen == [(1, 2), (2, 2)]
+    assert parsed.parser == "pymupdf" and "pymupdf4llm" in parsed.parser_version
+    first = [b for b in parsed.blocks if b.page == 1]
+    types = [b.type for b in first]
+    assert types[0] == "header" and types[-1] == "footer"
+    title = next(b for b in first if b.type == "title")
+    assert title.text == "1 Chapter 1: widget" and title.level >= 1
+    table = next(b for b in first if b.type == "table")
+    assert "|Setting|Default|Maximum|" in table.text.replace(" ", "") and "800 MB" in table.text
+    assert any(b.type == "caption" and "Table 1" in b.text for b in first)
+    text = next(b for b in first if b.type == "text")
+    assert "two processor cores" in text.text and "\n" not in text.text
+    assert [b.order for b in first] == sorted(b.order for b in first)
+    width, height = page_sizes(tmp_path / "m.pdf")[0]
+    assert all(0 <= b.bbox[0] < b.bbox[2] <= width and 0 <= b.bbox[1] < b.bbox[3] <= height for b in first)
+
+
+def test_chinese_text(tmp_path: Path, parser: PyMuPDFParser) -> None:
+    parsed = parser.parse(manual_pdf(tmp_path / "zh.pdf", topic="小部件", chinese=True))
+    body = " ".join(b.text for b in parsed.blocks if b.type == "text")
+    assert "它需要两个处理器核心和八百兆内存。" in body
+
+
+def test_render_page(tmp_path: Path) -> None:
+    image = render_page(manual_pdf(tmp_path / "m.pdf"), 1, dpi=72)
+    assert image.size == (595, 842) and image.mode == "RGB"
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: _write(p, b""), "empty \\(0 bytes\\)"),
+        (lambda p: _write(p, b"just some notes\n"), "not a PDF"),
+        (encrypted_pdf, "password-protected"),
+        (corrupt_pdf, "corrupt or truncated"),
+        (image_only_pdf, "no text layer"),
+    ],
+    ids=["empty", "renamed-text", "encrypted", "corrupt", "scanned"],
+)
+def test_bad_files_are_refused_with_the_reason(tmp_path: Path, parser: PyMuPDFParser, make, message: str) -> None:
+    path = make(tmp_path / "bad.pdf")
+    with pytest.raises(PDFError, match=message) as err:
+        parser.parse(path)
+    assert "bad.pdf" in str(err.value)
+
+
+def test_truncated_pdf_is_refused_or_repaired(tmp_path: Path, parser: PyMuPDFParser) -> None:
+    """MuPDF repairs what it can of a truncated file; what it cannot is refused, never a crash."""
+    path = truncated_pdf(tmp_path / "cut.pdf")
+    try:
+        parsed = parser.parse(path)
+    except PDFError as exc:
+        assert "cut.pdf" in str(exc)
+    else:
+        assert parsed.pages >= 1
+
+
+def test_join_lines() -> None:
+    assert _join_lines(["install-", "ation of the", "package"]) == "installation of the package"
+    assert _join_lines(["本手册介绍如何", "安装小部件。"]) == "本手册介绍如何安装小部件。"
+    assert _join_lines(["运行 make run", "启动它"]) == "运行 make run 启动它"
+    assert _join_lines(["see R-", "project"], dehyphenate=False) == "see R- project"
+
+
+def test_clean_folds_ligatures_and_drops_control_characters() -> None:
+    from crag.ingest.pymupdf import clean
+
+    assert clean("\x87 indent\ufb01rst and pd\ufb02atex") == " indentfirst and pdflatex"
+    assert clean("是吗？对！") == "是吗？对！"
