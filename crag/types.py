@@ -67,3 +67,13 @@ class Chunk:
 class ScoredChunk:
     chunk: Chunk
     score: float
+
+
+@dataclass(frozen=True)
+class WebResult:
+    """One web search hit; ``text`` is the page's main text when it was fetched, else empty."""
+
+    title: str
+    url: str
+    snippet: str
+    text: str = ""

@@ -47,3 +47,38 @@ def test_invalid_setting_exits_with_one_line() -> None:
     proc = run_cli("ask", "hi", env={"CRAG_TOP_K": "many"})
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "CRAG_TOP_K" in proc.stderr
+
+
+@pytest.mark.integration
+def test_index_and_retrieve_json_contract(tmp_path: Path) -> None:
+    from tests.pdfs import manual_pdf
+
+    files, db = tmp_path / "Files", tmp_path / "db"
+    files.mkdir()
+    manual_pdf(files / "widget.pdf")
+    (files / "broken.pdf").write_bytes(b"")
+    proc = run_cli("index", "--files", str(files), "--db", str(db), "--parser", "pymupdf", "--json", env={})
+    assert proc.returncode == 0, proc.stderr  # usable index, even though one file failed
+    out = json.loads(proc.stdout)
+    assert set(out) == {"files", "total_chunks", "pages_per_second"}
+    by_file = {f["file"]: f for f in out["files"]}
+    assert set(by_file["widget.pdf"]) == {"file", "status", "pages", "chunks", "seconds", "error"}
+    assert by_file["widget.pdf"]["status"] == "indexed" and by_file["widget.pdf"]["pages"] == 2
+    assert by_file["broken.pdf"]["status"] == "failed" and "empty" in by_file["broken.pdf"]["error"]
+    assert out["total_chunks"] == by_file["widget.pdf"]["chunks"] > 0
+
+    proc = run_cli("retrieve", "How much memory is needed?", "-k", "2", "--db", str(db), "--json", env={})
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout)["results"]
+    assert 1 <= len(results) <= 2
+    assert set(results[0]) == {"file", "pages", "section", "text", "score"}
+    assert results[0]["file"] == "widget.pdf" and all(isinstance(p, int) for p in results[0]["pages"])
+
+
+def test_index_while_another_build_runs_is_refused(tmp_path: Path) -> None:
+    from crag.store import Store
+
+    with Store(tmp_path / "db").build_lock():
+        proc = run_cli("index", "--files", str(tmp_path), "--db", str(tmp_path / "db"), "--json", env={})
+    assert proc.returncode == 2
+    assert "already running" in proc.stderr

@@ -96,6 +96,24 @@ def test_parse_through_the_real_client(stub: MinerUStub, pdf: Path, fallback: Py
     assert page2[3].bbox == pytest.approx(points(PAGES[1][4].box))
 
 
+def test_mineru_blocks_become_chunks(stub: MinerUStub, pdf: Path, fallback: PyMuPDFParser) -> None:
+    """End to end: the real client's output, converted to blocks, chunked along the layout."""
+    from crag.ingest.chunking import chunk_blocks
+    from crag.models import count_tokens
+
+    result = MinerUParser(server_url=stub.url, fallback=fallback, dpi=DPI).parse(pdf)
+    chunks = chunk_blocks(result, "report.pdf", "ab" * 32, count_tokens, chunk_tokens=60, overlap=0)
+    text = "\n".join(c.text for c in chunks)
+    assert "CRAG test report" not in text, "page headers and footers are dropped"
+    table = [c for c in chunks if TABLE_HTML in c.text]
+    assert len(table) == 1 and "Table 1: Revenue by region." in table[0].text
+    assert set(table[0].block_types) == {"table", "caption"}
+    assert any(EQUATION in c.text for c in chunks)
+    assert {c.parser for c in chunks} == {"mineru"}
+    assert chunks[-1].section.endswith("Method") and chunks[-1].pages == (2,)
+    assert "First, export the invoices." in chunks[-1].text
+
+
 def test_the_stub_saw_the_real_client_protocol(stub: MinerUStub, pdf: Path, fallback: PyMuPDFParser) -> None:
     MinerUParser(server_url=stub.url, fallback=fallback, dpi=DPI).parse(pdf)
 
