@@ -234,9 +234,9 @@ class GenerationWriter:
         self.embedder, self.dimension, self.chunking = embedder, dimension, chunking
         self.folder = store.generations / self.id
         self.folder.mkdir(parents=True)
-        self.collection = store.client.create_collection(
-            self.id, metadata={"hnsw:space": "cosine", "embedder": embedder}, embedding_function=None
-        )
+        # The collection describes itself too, so it can be checked without ACTIVE.json.
+        metadata = {"hnsw:space": "cosine", "embedder": embedder, **{k: str(v) for k, v in chunking.items()}}
+        self.collection = store.client.create_collection(self.id, metadata=metadata, embedding_function=None)
         self.chunks: list[Chunk] = []
 
     def add(self, chunks: Sequence[Chunk], embeddings: Sequence[Sequence[float]]) -> None:

@@ -60,6 +60,7 @@ class Chunk:
     bboxes: tuple[tuple[int, float, float, float, float], ...] = ()  # (page, x0, y0, x1, y1)
     block_types: tuple[str, ...] = ()
     parser: str = ""
+    parser_version: str = ""
     file_hash: str = ""
 
 

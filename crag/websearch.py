@@ -62,7 +62,12 @@ class WebSearchUnavailable(CragError):
 
     def __init__(self, reason: str, advice: str = "Answers use your documents only until it works again.") -> None:
         self.reason = reason
+        self.advice = advice
         super().__init__(f"Web search is unavailable: {reason}. {advice}")
+
+    def __reduce__(self) -> tuple[type[WebSearchUnavailable], tuple[str, str]]:
+        # Exception pickling replays ``args`` (the full message) into ``reason``; keep the parts instead.
+        return type(self), (self.reason, self.advice)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -87,6 +92,7 @@ class DisabledSearcher(Searcher):
         raise WebSearchUnavailable(OFF_REASON, "Set CRAG_WEB_SEARCH=on to let answers use the web.")
 
 
+_URL = re.compile(r"https?://[^\s)'\"]+")
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 
 # Substrings of the errors ddgs wraps (it keeps primp's error name and message in the text, and drops
@@ -132,6 +138,12 @@ class DDGSearcher(Searcher):
     ``proxy`` (or the ``DDGS_PROXY`` environment variable, which ddgs reads) routes every request.
     Rate limits and timeouts are retried ``attempts`` times in all, sleeping ``backoff``, then twice that,
     and so on, never more than ``max_wait`` seconds in total; ``sleep`` is injectable for tests.
+
+    ddgs 9.16 swallows each engine's errors and raises only when no engine returned anything: the last
+    engine's error, as ``TimeoutException`` when it mentions "timed out", else as ``DDGSException`` (primp's
+    connection errors flattened into the message), or ``DDGSException("No results found.")`` when the
+    engines answered with nothing or with a non-200 page, which is how their rate limits look. That last
+    case returns ``[]``: it cannot be told apart from a query that matches nothing.
     """
 
     def __init__(
@@ -194,10 +206,11 @@ class DDGSearcher(Searcher):
 
     def _classify(self, exc: BaseException) -> tuple[str, bool] | None:
         """(reason, retryable) for a failure, or None when ddgs only found nothing."""
-        text = f"{type(exc).__name__}: {exc}"
-        lowered = text.lower()
+        # URLs in ddgs's messages carry the query, whose words must not pass for an error's.
+        lowered = _URL.sub("<url>", f"{type(exc).__name__}: {exc}").lower()
         if isinstance(exc, RatelimitException) or "ratelimit" in lowered or " 429" in lowered:
-            return "rate-limited by the search engines", True
+            engine = "DuckDuckGo" if self.backend == "duckduckgo" else "the search engines"
+            return f"rate-limited by {engine}", True
         # Checked before timeouts: a DNS lookup that times out means no network, and retrying will not help.
         if any(marker in lowered for marker in _OFFLINE_MARKERS):
             return self._offline_reason(), False

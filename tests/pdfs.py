@@ -75,3 +75,31 @@ def image_only_pdf(path: Path) -> Path:
     page.insert_image(pymupdf.Rect(72, 72, 472, 272), pixmap=pix)
     doc.save(path)
     return path
+
+
+def zero_page_pdf(path: Path) -> Path:
+    """A well-formed PDF whose page tree is empty (PyMuPDF refuses to save one, so it is written by hand)."""
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [] /Count 0 >>"]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    path.write_bytes(bytes(out))
+    return path
+
+
+def mixed_pdf(path: Path) -> Path:
+    """A text page followed by a scanned (image-only) page."""
+    manual_pdf(path.with_suffix(".text.pdf"), pages=1)
+    image_only_pdf(path.with_suffix(".scan.pdf"))
+    doc = pymupdf.open(path.with_suffix(".text.pdf"))
+    doc.insert_pdf(pymupdf.open(path.with_suffix(".scan.pdf")))
+    doc.save(path)
+    path.with_suffix(".text.pdf").unlink()
+    path.with_suffix(".scan.pdf").unlink()
+    return path

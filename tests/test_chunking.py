@@ -129,3 +129,4 @@ def test_ids_are_stable_and_carry_metadata() -> None:
     chunk = first[0]
     assert chunk.id.startswith("f00d") and chunk.file == "dir/a.pdf" and chunk.parser == "test"
     assert chunk.file_hash == "f00d" * 16 and chunk.section == "Intro"
+    assert chunk.parser_version == "1"

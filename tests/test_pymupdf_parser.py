@@ -8,7 +8,15 @@ import pytest
 
 from crag.ingest.base import PDFError
 from crag.ingest.pymupdf import PyMuPDFParser, _join_lines, page_sizes, render_page
-from tests.pdfs import corrupt_pdf, encrypted_pdf, image_only_pdf, manual_pdf, truncated_pdf
+from tests.pdfs import (
+    corrupt_pdf,
+    encrypted_pdf,
+    image_only_pdf,
+    manual_pdf,
+    mixed_pdf,
+    truncated_pdf,
+    zero_page_pdf,
+)
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +68,9 @@ def _write(path: Path, data: bytes) -> Path:
         (encrypted_pdf, "password-protected"),
         (corrupt_pdf, "corrupt or truncated"),
         (image_only_pdf, "no text layer"),
+        (zero_page_pdf, "no pages"),
     ],
-    ids=["empty", "renamed-text", "encrypted", "corrupt", "scanned"],
+    ids=["empty", "renamed-text", "encrypted", "corrupt", "scanned", "zero-pages"],
 )
 def test_bad_files_are_refused_with_the_reason(tmp_path: Path, parser: PyMuPDFParser, make, message: str) -> None:
     path = make(tmp_path / "bad.pdf")
@@ -93,3 +102,10 @@ def test_clean_folds_ligatures_and_drops_control_characters() -> None:
 
     assert clean("\x87 indent\ufb01rst and pd\ufb02atex") == " indentfirst and pdflatex"
     assert clean("是吗？对！") == "是吗？对！"
+
+
+def test_a_scanned_page_among_text_pages_is_a_warning(tmp_path: Path, parser: PyMuPDFParser) -> None:
+    parsed = parser.parse(mixed_pdf(tmp_path / "mixed.pdf"))
+    assert parsed.pages == 2
+    assert any(b.page == 1 and "processor cores" in b.text for b in parsed.blocks)
+    assert parsed.warnings == ("page 2: no text layer (scanned or image-only); run OCR to index it",)

@@ -254,6 +254,32 @@ def test_rate_limit_is_retried_with_backoff_then_reported(monkeypatch: pytest.Mo
     assert sleeps == [1.0, 2.0]
 
 
+def test_rate_limit_names_duckduckgo_when_it_is_the_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    scripted(monkeypatch, RatelimitException("202 Ratelimit"))
+    with pytest.raises(WebSearchUnavailable) as info:
+        searcher_with([], backend="duckduckgo").search("tea", 5)
+    assert info.value.reason == "rate-limited by DuckDuckGo"
+
+
+def test_query_words_in_error_urls_are_not_taken_for_the_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    message = "StatusError: StatusError('bad status for url (https://www.mojeek.com/search?q=ratelimit+timeout)')"
+    fake = scripted(monkeypatch, DDGSException(message))
+    with pytest.raises(WebSearchUnavailable) as info:
+        searcher_with([]).search("ratelimit timeout", 5)
+    assert info.value.reason.startswith("search failed: StatusError")
+    assert len(fake.calls) == 1
+
+
+def test_the_error_survives_pickling() -> None:
+    import pickle
+
+    error = pickle.loads(pickle.dumps(WebSearchUnavailable("offline: no network", "Connect.")))
+    assert (error.reason, str(error)) == (
+        "offline: no network",
+        "Web search is unavailable: offline: no network. Connect.",
+    )
+
+
 def test_success_after_one_rate_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = scripted(monkeypatch, RatelimitException("429"), RAW)
     sleeps: list[float] = []

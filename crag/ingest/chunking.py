@@ -121,6 +121,7 @@ def chunk_blocks(
                 bboxes=tuple(dict.fromkeys((b.page, *b.bbox) for b in blocks)),
                 block_types=tuple(dict.fromkeys(b.type for b in blocks)),
                 parser=parsed.parser,
+                parser_version=parsed.parser_version,
                 file_hash=file_hash,
             )
         )
