@@ -6,7 +6,6 @@ Errors meant for the user (``CragError``) become one line on stderr and exit sta
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -36,7 +35,13 @@ def _parser() -> argparse.ArgumentParser:
 
     ask = commands.add_parser("ask", help="answer a question")
     ask.add_argument("question")
+    ask.add_argument("--db", type=Path, help="index folder (default: CRAG_CHROMA_DIR)")
+    ask.add_argument("--no-web", action="store_true", help="never search the web for this question")
     ask.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+
+    serve = commands.add_parser("serve", help="serve the HTTP API (FastAPI; docs at /docs)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine)")
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
     return parser
 
 
@@ -108,30 +113,81 @@ def _retrieve(args: argparse.Namespace) -> int:
     return 0
 
 
+def answer_json(answer, backend) -> dict:
+    """The ``ask --json`` contract (also the HTTP API's answer)."""
+    trace = answer.trace
+    return {
+        "answer": answer.text,
+        "action": trace.action.value if trace.action else None,
+        "backend": answer.backend,
+        "model": answer.model,
+        "backend_reason": backend.reason,
+        "scores": [
+            {"file": g.chunk.file, "pages": list(g.chunk.pages), "score": round(g.score, 4), "method": g.method}
+            for g in trace.retrieved
+        ],
+        "refined_context": trace.refined_context,
+        "sources": [
+            {
+                "n": s.n,
+                "kind": s.kind,
+                "file": s.file or None,
+                "pages": list(s.pages),
+                "url": s.url or None,
+                "title": s.title or None,
+                "snippet": s.snippet,
+            }
+            for s in answer.sources
+        ],
+        "web_query": trace.web_query or None,
+        "web_error": trace.web_error or None,
+        "llm_calls": trace.llm_calls,
+        "llm_calls_before_answer": trace.llm_calls_before_answer,
+        "tokens": {"input": trace.input_tokens, "output": trace.output_tokens},
+        "timings": trace.timings,
+        "notes": list(trace.notes),
+        "complete": answer.complete,
+        "error": answer.error or None,
+    }
+
+
 def _ask(args: argparse.Namespace) -> int:
     from crag.pipeline import Pipeline
 
-    pipeline = Pipeline.from_settings(load_settings())
-    stream = pipeline.stream(args.question)
+    settings = _settings(args)
+    pipeline = Pipeline.from_settings(settings)
+    stages: list[str] = []
+    stream = pipeline.stream(args.question, on_step=stages.append, web=False if args.no_web else None)
     if args.json:
         for _ in stream:
             pass
-        answer = dataclasses.asdict(stream.answer)
-        answer["answer"] = answer.pop("text")
-        answer["backend_reason"] = pipeline.backend.reason
-        print(json.dumps(answer, ensure_ascii=False))
+        print(json.dumps(answer_json(stream.answer, pipeline.backend), ensure_ascii=False))
         return 0
     print(f"[{pipeline.backend.name}: {pipeline.backend.model} — {pipeline.backend.reason}]", file=sys.stderr)
     for delta in stream:
         print(delta, end="", flush=True)
     print()
+    answer = stream.answer
+    print(f"\n[{answer.action.value}] " + "  ".join(_source_line(s) for s in answer.sources), file=sys.stderr)
+    return 0
+
+
+def _source_line(source) -> str:
+    where = f"{source.file} p.{','.join(map(str, source.pages))}" if source.kind == "local" else source.url
+    return f"[{source.n}] {where}"
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from crag.api import serve
+
+    serve(_settings(args), args.host, args.port)
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"index": _index, "retrieve": _retrieve, "ask": _ask}[args.command](args)
+        return {"index": _index, "retrieve": _retrieve, "ask": _ask, "serve": _serve}[args.command](args)
     except CragError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -80,6 +80,9 @@ class Settings(BaseSettings):
     parser: Literal["auto", "mineru", "pymupdf"] = Field(
         "auto", description="PDF parser. auto: MinerU when configured and reachable, else PyMuPDF."
     )
+    max_pages: int = Field(
+        500, ge=1, description="PDFs with more pages are refused (parsing runs at a few pages per second)."
+    )
     mineru_url: str | None = Field(None, description="MinerU server URL (http-client backend).")
     mineru_model_path: Path | None = Field(None, description="Local MinerU model folder (transformers backend).")
 
@@ -94,9 +97,15 @@ class Settings(BaseSettings):
     )
     top_k: int = Field(5, ge=1, le=50, description="Chunks retrieved per question.")
     upper_threshold: float = Field(0.5, ge=-1, le=1, description="A score at or above this makes the action Correct.")
-    lower_threshold: float = Field(-0.5, ge=-1, le=1, description="All scores below this make the action Incorrect.")
+    lower_threshold: float = Field(-0.75, ge=-1, le=1, description="All scores below this make the action Incorrect.")
     evaluator: Literal["auto", "llm", "similarity"] = Field("auto", description="Retrieval evaluator.")
     web_search: bool = Field(True, description="Search the web when local knowledge falls short (on|off).")
+
+    # HTTP API
+    api_token: SecretStr | None = Field(
+        None,
+        description="Bearer token that `python -m crag serve` requires on every route when set. Never logged or shown.",
+    )
 
     @field_validator("ollama_url")
     @classmethod

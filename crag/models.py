@@ -84,6 +84,44 @@ def ollama_unreachable_message(health: OllamaHealth, offline_choice: str = "CRAG
     )
 
 
+@dataclass(frozen=True)
+class PullProgress:
+    """One line of Ollama's streamed pull: a status, and bytes done of a layer while it downloads."""
+
+    status: str
+    completed: int = 0
+    total: int = 0
+
+    @property
+    def fraction(self) -> float | None:
+        """Share of the current layer downloaded; None while Ollama reports no sizes."""
+        return min(1.0, self.completed / self.total) if self.total else None
+
+
+def pull_model(url: str, name: str, stall_timeout: float = 300.0) -> Iterator[PullProgress]:
+    """Pull a model into Ollama, yielding its progress. Errors become ``BackendUnavailable`` with the fix.
+
+    ``stall_timeout`` bounds the wait between two progress lines, not the whole download: a big model
+    takes as long as it takes, a silent server does not.
+    """
+    import ollama
+
+    client = ollama.Client(host=url, timeout=httpx.Timeout(10.0, read=stall_timeout))
+    try:
+        for part in client.pull(name, stream=True):
+            yield PullProgress(status=part.status or "", completed=part.completed or 0, total=part.total or 0)
+    except ollama.ResponseError as exc:
+        raise BackendUnavailable(
+            f"Ollama at {url} could not pull `{name}` ({exc.error}): check the name on https://ollama.com/library "
+            f"and that the Ollama server can reach the internet, or run `ollama pull {name}` where it can."
+        ) from None
+    except (httpx.HTTPError, ConnectionError, OSError) as exc:
+        raise BackendUnavailable(
+            f"Ollama is not reachable at {url} ({exc or type(exc).__name__}): start it with `ollama serve`, "
+            f"or set CRAG_OLLAMA_URL to where it runs, then pull `{name}` again."
+        ) from None
+
+
 # ---------------------------------------------------------------------------------------------
 # Backend choice
 
@@ -179,6 +217,8 @@ class LlamaCppChat:
 
         self.name = gguf.stem
         self.max_tokens = max_tokens
+        # Exact counts from llama.cpp, cumulative, for benchmarks: PydanticAI can only estimate a stream's.
+        self.calls = self.prompt_tokens = self.completion_tokens = 0
         self._lock = threading.Lock()
         self._llm = Llama(model_path=str(gguf), n_ctx=n_ctx, n_threads=n_threads, n_batch=512, verbose=False)
 
@@ -190,18 +230,27 @@ class LlamaCppChat:
             out = self._llm.create_chat_completion(messages=messages, **kwargs)
         usage = out.get("usage") or {}
         text = out["choices"][0]["message"].get("content") or ""
+        self.calls += 1
+        self.prompt_tokens += usage.get("prompt_tokens", 0)
+        self.completion_tokens += usage.get("completion_tokens", 0)
         return text, RequestUsage(
             input_tokens=usage.get("prompt_tokens", 0), output_tokens=usage.get("completion_tokens", 0)
         )
 
     def stream(self, messages: list[dict[str, str]]) -> Iterator[str]:
         with self._lock:
+            self.calls += 1
+            generated = 0
+            # Small models loop on repeated context without a repetition penalty above llama.cpp's 1.1.
             for chunk in self._llm.create_chat_completion(
-                messages=messages, temperature=0.2, max_tokens=self.max_tokens, stream=True
+                messages=messages, temperature=0.2, repeat_penalty=1.2, max_tokens=self.max_tokens, stream=True
             ):
                 delta = chunk["choices"][0].get("delta", {}).get("content")
                 if delta:
+                    generated += 1  # llama.cpp streams one token per chunk
                     yield delta
+            self.completion_tokens += generated
+            self.prompt_tokens += max(self._llm.n_tokens - generated, 0)  # the context holds prompt + output
 
 
 def to_chat_messages(messages: Sequence[ModelMessage], instructions: str | None) -> list[dict[str, str]]:
@@ -290,14 +339,19 @@ _embedded_cache: dict[tuple[Path, int, int, int], LlamaCppChat] = {}
 _embedded_lock = threading.Lock()
 
 
-def embedded_chat_model(settings: Settings) -> Model:
-    """The embedded model; the weights load once per process, whatever asks for them."""
+def embedded_chat(settings: Settings) -> LlamaCppChat:
+    """The llama.cpp model; the weights load once per process, whatever asks for them."""
     gguf = embedded_gguf_path(settings)
     key = (gguf, settings.embedded_context, settings.threads, settings.max_answer_tokens)
     with _embedded_lock:
         if key not in _embedded_cache:
             _embedded_cache[key] = LlamaCppChat(gguf, *key[1:])
-    return llama_cpp_model(_embedded_cache[key], gguf.stem)
+        return _embedded_cache[key]
+
+
+def embedded_chat_model(settings: Settings) -> Model:
+    chat = embedded_chat(settings)
+    return llama_cpp_model(chat, chat.name)
 
 
 # ---------------------------------------------------------------------------------------------

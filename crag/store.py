@@ -154,10 +154,26 @@ class Store:
     def client(self) -> Any:
         if self._client is None:
             self.root.mkdir(parents=True, exist_ok=True)
-            self._client = chromadb.PersistentClient(
-                path=str(self.root / "chroma"), settings=chromadb.Settings(anonymized_telemetry=False)
-            )
+            try:
+                self._client = chromadb.PersistentClient(
+                    path=str(self.root / "chroma"), settings=chromadb.Settings(anonymized_telemetry=False)
+                )
+            except Exception as exc:  # noqa: BLE001 - chromadb raises its own types for a damaged database
+                raise RebuildNeeded(
+                    f"The index in {self.root} is damaged ({exc}): rebuild the knowledge base."
+                ) from None
         return self._client
+
+    def discard(self) -> None:
+        """Drop a damaged index so the next build starts clean. The index is derived data: the PDFs
+        are never touched, and a rebuild recreates everything."""
+        from chromadb.api.client import SharedSystemClient
+
+        self._client = None
+        SharedSystemClient.clear_system_cache()  # chromadb keeps one client per path per process
+        for path in (self.root / "chroma", self.generations):
+            shutil.rmtree(path, ignore_errors=True)
+        self.active_path.unlink(missing_ok=True)
 
     def active(self) -> Generation | None:
         try:
@@ -303,6 +319,16 @@ class IndexReader:
             raise RebuildNeeded(f"The index in {store.root} is damaged ({exc}): rebuild the knowledge base.") from None
         except Exception as exc:  # noqa: BLE001 - chromadb raises its own types for a missing collection
             raise RebuildNeeded(f"The index in {store.root} is damaged ({exc}): rebuild the knowledge base.") from None
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        expected = {m["file"]: m["chunks"] for m in manifest if m["status"] in ("indexed", "unchanged")}
+        actual: dict[str, int] = {}
+        for chunk in self.chunks:
+            actual[chunk.file] = actual.get(chunk.file, 0) + 1
+        if expected != actual or generation.chunks != len(self.chunks):
+            raise RebuildNeeded(
+                f"The index in {store.root} disagrees with its manifest (files or chunk counts differ): "
+                "rebuild the knowledge base."
+            )
         if self.collection.count() != len(self.chunks):
             raise RebuildNeeded(
                 f"The index in {store.root} is inconsistent ({self.collection.count()} vectors for "

@@ -30,6 +30,9 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         if name.startswith("CRAG_") or name == "OLLAMA_HOST":
             monkeypatch.delenv(name)
     monkeypatch.chdir(tmp_path)  # so a developer's .env is not read
+    # A safety net, inherited by subprocesses: ddgs sends every request through DDGS_PROXY, where
+    # nothing listens, so a test that forgot to fake web search fails instead of reaching the internet.
+    monkeypatch.setenv("DDGS_PROXY", f"socks5h://127.0.0.1:{free_port()}")
 
 
 @pytest.fixture
@@ -63,6 +66,8 @@ class FakeOllama:
     models: list[str] = field(default_factory=list)
     chat_reply: str = "{}"
     requests: list[dict] = field(default_factory=list)
+    # Models that /api/pull can fetch; pulling one streams progress and adds it to ``models``.
+    pullable: list[str] = field(default_factory=list)
 
 
 @pytest.fixture
@@ -80,6 +85,25 @@ def fake_ollama() -> Iterator[FakeOllama]:
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+
+        def _pull(self, name: str) -> None:
+            """Ollama's streamed pull: NDJSON progress lines, or an error line for an unknown model."""
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-ndjson")
+            self.end_headers()
+            if name in state.pullable:
+                lines = [{"status": "pulling manifest"}]
+                lines += [
+                    {"status": "pulling 1a2b3c", "digest": "sha256:1a2b3c", "total": 1000, "completed": c}
+                    for c in (0, 400, 1000)
+                ]
+                lines += [{"status": "verifying sha256 digest"}, {"status": "writing manifest"}, {"status": "success"}]
+                state.models.append(name if ":" in name else f"{name}:latest")
+            else:
+                lines = [{"status": "pulling manifest"}, {"error": "pull model manifest: file does not exist"}]
+            for line in lines:
+                self.wfile.write(json.dumps(line).encode() + b"\n")
+                self.wfile.flush()
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             if self.path == "/api/tags":
@@ -108,6 +132,8 @@ def fake_ollama() -> Iterator[FakeOllama]:
                         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
                     }
                 )
+            elif self.path == "/api/pull":
+                self._pull(request.get("model") or request.get("name") or "")
             elif self.path == "/api/embed":
                 inputs = request.get("input")
                 inputs = [inputs] if isinstance(inputs, str) else inputs

@@ -103,3 +103,16 @@ def mixed_pdf(path: Path) -> Path:
     path.with_suffix(".text.pdf").unlink()
     path.with_suffix(".scan.pdf").unlink()
     return path
+
+
+def text_pdf(path: Path, paragraphs: list[str]) -> Path:
+    """One page of plain paragraphs."""
+    doc = pymupdf.open()
+    page = doc.new_page(width=A4[0], height=A4[1])
+    y = 72
+    for text in paragraphs:
+        rect = pymupdf.Rect(72, y, 520, y + 120)
+        page.insert_textbox(rect, text, fontsize=11)
+        y += 130
+    doc.save(path)
+    return path

@@ -27,9 +27,49 @@ def test_ask_json_answers_from_the_embedded_model(closed_port_url: str) -> None:
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["backend"] == "embedded"
-    assert out["answer"].strip()
     assert closed_port_url in out["backend_reason"]
-    assert out["llm_calls"] == 1
+    # No knowledge base and no web: the answer says so instead of inventing, without a model call.
+    assert out["answer"].startswith("I could not find this in your documents; web search unavailable: offline")
+    assert out["action"] == "incorrect" and out["sources"] == [] and out["llm_calls"] <= 1
+
+
+@pytest.mark.integration
+def test_ask_json_contract_with_a_knowledge_base(tmp_path: Path, closed_port_url: str) -> None:
+    from tests.pdfs import manual_pdf
+
+    files, db = tmp_path / "Files", tmp_path / "db"
+    files.mkdir()
+    manual_pdf(files / "widget.pdf")
+    assert run_cli("index", "--files", str(files), "--db", str(db), "--json", env={}).returncode == 0
+    env = {"CRAG_OLLAMA_URL": closed_port_url}
+    proc = run_cli("ask", "How much memory does the widget need?", "--db", str(db), "--no-web", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert {
+        "answer",
+        "action",
+        "backend",
+        "scores",
+        "refined_context",
+        "sources",
+        "web_query",
+        "llm_calls",
+        "timings",
+    } <= set(out)
+    assert out["action"] in ("correct", "ambiguous") and out["backend"] == "embedded"
+    assert out["scores"][0]["file"] == "widget.pdf" and -1 <= out["scores"][0]["score"] <= 1
+    assert out["sources"][0] | {"snippet": ""} == {
+        "n": 1,
+        "kind": "local",
+        "file": "widget.pdf",
+        "pages": out["sources"][0]["pages"],
+        "url": None,
+        "title": None,
+        "snippet": "",
+    }
+    assert "eight hundred megabytes" in out["refined_context"]
+    assert out["web_query"] is None and out["llm_calls"] == 1
+    assert {"retrieve", "grade", "generate", "first_token", "total"} <= set(out["timings"])
 
 
 def test_ollama_backend_that_is_down_exits_with_one_line(closed_port_url: str) -> None:

@@ -91,7 +91,7 @@ def choose_parser(settings: Settings, name: str | None = None) -> Parser:
     from crag.ingest.pymupdf import PyMuPDFParser
 
     choice = name or settings.parser
-    fallback = PyMuPDFParser()
+    fallback = PyMuPDFParser(settings.max_pages)
     if choice == "pymupdf":
         return fallback
     configured = settings.mineru_url or settings.mineru_model_path
@@ -147,7 +147,11 @@ def sync(
     parser = parser or choose_parser(settings)
     chunking = chunking_settings(settings)
     with store.build_lock():
-        store.collect_garbage()
+        try:
+            store.collect_garbage()
+        except RebuildNeeded:
+            store.discard()  # damaged beyond use: this build starts from scratch
+            store.collect_garbage()
         report(Progress("scanning"))
         previous = _previous(store, embedder, parser, chunking, rebuild)
         old_by_file = {m["file"]: m for m in previous[1]} if previous else {}

@@ -42,7 +42,7 @@ CJK = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uf900-\ufaff\uff00-\uffef]")
 
 
 @contextmanager
-def open_pdf(path: Path) -> Iterator[pymupdf.Document]:
+def open_pdf(path: Path, max_pages: int | None = None) -> Iterator[pymupdf.Document]:
     """Open a PDF or raise ``PDFError`` with the reason and the fix."""
     try:
         size = path.stat().st_size
@@ -65,6 +65,11 @@ def open_pdf(path: Path) -> Iterator[pymupdf.Document]:
             )
         if doc.page_count == 0:
             raise PDFError(f"{path.name}: the PDF has no pages.")
+        if max_pages is not None and doc.page_count > max_pages:
+            raise PDFError(
+                f"{path.name}: {doc.page_count} pages, over the limit of {max_pages} (CRAG_MAX_PAGES). "
+                "Split it into parts, or raise CRAG_MAX_PAGES and allow for the time it takes."
+            )
         yield doc
     finally:
         doc.close()
@@ -83,6 +88,36 @@ def render_page(path: Path, page: int, dpi: int = 144):  # -> PIL.Image.Image
     with open_pdf(path) as doc:
         pix = doc[page - 1].get_pixmap(dpi=dpi, alpha=False)
         return Image.frombytes("RGB", (pix.width, pix.height), pix.samples)
+
+
+HIGHLIGHT_FILL = (1.0, 0.84, 0.0)  # a marker-pen yellow
+HIGHLIGHT_EDGE = (0.93, 0.55, 0.0)
+
+
+def render_highlight(
+    path: Path, page: int, bboxes: Sequence[Sequence[float]], dpi: int = 110, pad: float = 2.0
+) -> bytes:
+    """A page (1-based) as PNG bytes, with translucent highlights over the given regions.
+
+    ``bboxes`` are ``(page, x0, y0, x1, y1)`` in PDF points, as ``Chunk.bboxes`` and ``Source.bboxes``
+    hold them; boxes of other pages are ignored. They are in the page's unrotated coordinates, the
+    space text extraction reports, which is also the space PyMuPDF draws in, so rotated pages need
+    no conversion. The drawing changes the document in memory only; the file is never written.
+    """
+    with open_pdf(path) as doc:
+        if not 1 <= page <= doc.page_count:
+            raise PDFError(f"{path.name}: has no page {page} (it has {doc.page_count}). Rebuild the knowledge base.")
+        pdf_page = doc[page - 1]
+        for box in bboxes:
+            if len(box) != 5 or int(box[0]) != page:
+                continue
+            rect = pymupdf.Rect(*box[1:]) + (-pad, -pad, pad, pad)
+            if rect.is_empty or rect.is_infinite:
+                continue
+            pdf_page.draw_rect(
+                rect, color=HIGHLIGHT_EDGE, fill=HIGHLIGHT_FILL, width=0.8, fill_opacity=0.3, stroke_opacity=0.9
+            )
+        return pdf_page.get_pixmap(dpi=dpi, alpha=False).tobytes("png")
 
 
 def _join_lines(lines: Sequence[str], dehyphenate: bool = True) -> str:
@@ -126,10 +161,13 @@ class PyMuPDFParser(Parser):
     name = "pymupdf"
     version = f"pymupdf {pymupdf.__version__} + pymupdf4llm {pymupdf4llm.__version__} layout"
 
+    def __init__(self, max_pages: int | None = None) -> None:
+        self.max_pages = max_pages
+
     def parse(self, path: Path, pages: Sequence[int] | None = None, on_page: PageProgress | None = None) -> ParsedPDF:
         blocks: list[Block] = []
         warnings: list[str] = []
-        with open_pdf(path) as doc:
+        with open_pdf(path, self.max_pages) as doc:
             page_count = doc.page_count
             wanted = list(pages) if pages is not None else list(range(1, page_count + 1))
             blank = 0

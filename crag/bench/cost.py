@@ -1,0 +1,176 @@
+"""CRAG cost, side by side in one run: our pipeline against a faithful seed-style baseline.
+
+Both use the same retriever, the same index and the same embedded model (llama.cpp in-process).
+The baseline does what the usual CRAG implementations do:
+
+- it grades the k chunks one after another, one LLM call each;
+- it scores every strip of the kept knowledge with its own LLM call;
+- it rewrites the question for the web (one call), then generates.
+
+Ours grades with the cheap similarity evaluator (or one LLM call for all k), scores strips without
+the LLM, and rewrites only when the action needs the web. Web search is replaced by an offline
+searcher that returns nothing, in both, so the run needs no network and compares model work only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from pydantic import BaseModel
+from pydantic_ai import Agent, NativeOutput
+
+from crag.evaluator import LLMEvaluator, SimilarityEvaluator
+from crag.models import LlamaCppChat
+from crag.pipeline import ANSWER_INSTRUCTIONS, Pipeline, answer_prompt, decide_action, number_sources
+from crag.refine import local_strips
+from crag.types import WebResult
+from crag.websearch import Searcher
+
+
+class OfflineSearcher(Searcher):
+    """Searches nothing, instantly: the benchmark measures model work, not the network."""
+
+    def search(self, query: str, max_results: int = 5) -> list[WebResult]:
+        return []
+
+
+class OneScore(BaseModel):
+    score: float
+
+
+class Query(BaseModel):
+    query: str
+
+
+SEED_GRADER = "Score from -1 to 1 how well the document answers the question. 1 = answers it, -1 = unrelated."
+
+
+@dataclass(frozen=True)
+class Run:
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    first_token_s: float
+    total_s: float
+    action: str
+
+
+def _measure(chat: LlamaCppChat, fn) -> Run:
+    before = (chat.calls, chat.prompt_tokens, chat.completion_tokens)
+    start = time.perf_counter()
+    first, action = fn(start)
+    total = time.perf_counter() - start
+    return Run(
+        chat.calls - before[0],
+        chat.prompt_tokens - before[1],
+        chat.completion_tokens - before[2],
+        round(first, 3),
+        round(total, 3),
+        action,
+    )
+
+
+def ours(pipeline: Pipeline, chat: LlamaCppChat, question: str) -> Run:
+    def run(start: float) -> tuple[float, str]:
+        first = None
+        stream = pipeline.stream(question)
+        for _ in stream:
+            first = first if first is not None else time.perf_counter() - start
+        return first or 0.0, stream.answer.action.value
+
+    return _measure(chat, run)
+
+
+def seed_style(pipeline: Pipeline, chat: LlamaCppChat, question: str) -> Run:
+    s = pipeline.settings
+    grader = Agent(pipeline.model, output_type=NativeOutput(OneScore), instructions=SEED_GRADER, retries=1)
+
+    def score(text: str) -> float:
+        try:
+            out = grader.run_sync(f"Question: {question}\n\nDocument:\n{text[:1200]}").output.score
+        except Exception:  # noqa: BLE001 - the baseline's junk counts as irrelevant, as in its code
+            return -1.0
+        return max(-1.0, min(1.0, out))
+
+    def run(start: float) -> tuple[float, str]:
+        hits = pipeline.retriever.retrieve(question, s.top_k, s.retrieval_mode)
+        scores = [score(h.chunk.text) for h in hits]  # one call per chunk, one after another
+        action = decide_action(scores, s.upper_threshold, s.lower_threshold)
+        kept = [h for h, sc in zip(hits, scores, strict=True) if sc >= s.lower_threshold]
+        strips = local_strips(kept)
+        strip_scores = [score(st.text) for st in strips]  # one call per strip
+        ranked = sorted(range(len(strips)), key=lambda i: -strip_scores[i])[:8]
+        chosen = [replace(strips[i], kept=True) for i in sorted(ranked)]
+        with contextlib.suppress(Exception):  # a failed rewrite does not stop the baseline
+            Agent(pipeline.model, output_type=NativeOutput(Query), retries=1).run_sync(
+                f"Rewrite as a short web search query: {question}"
+            )
+        sources = number_sources(chosen, [])
+        agent = Agent(pipeline.model, instructions=ANSWER_INSTRUCTIONS)
+        result = agent.run_stream_sync(
+            answer_prompt(question, sources), model_settings={"max_tokens": s.max_answer_tokens}
+        )
+        first = None
+        for _ in result.stream_text(delta=True, debounce_by=None):
+            first = first if first is not None else time.perf_counter() - start
+        return first or 0.0, action.value
+
+    return _measure(chat, run)
+
+
+def compare(pipeline: Pipeline, chat: LlamaCppChat, questions: Sequence[str], llm_grader: bool = True) -> dict:
+    """Per question and in sum: ours (similarity grader), ours (one-call LLM grader), seed-style."""
+    variants = {"ours": pipeline}
+    if llm_grader:
+        scorer = pipeline.scorer
+        variants["ours-llm-grader"] = Pipeline(
+            pipeline.settings,
+            pipeline.model,
+            pipeline.backend,
+            pipeline.retriever,
+            LLMEvaluator(pipeline.model, scorer, timeout=pipeline.settings.request_timeout),
+            scorer,
+            OfflineSearcher(),
+            fetch=lambda results, n, timeout: list(results),
+        )
+    rows = []
+    for q in questions:
+        row = {"question": q}
+        for name, p in variants.items():
+            row[name] = ours(p, chat, q).__dict__
+        row["seed-style"] = seed_style(pipeline, chat, q).__dict__
+        rows.append(row)
+    summary = {}
+    for name in [*variants, "seed-style"]:
+        runs = [r[name] for r in rows]
+        summary[name] = {
+            key: round(statistics.mean(r[key] for r in runs), 3)
+            for key in ("calls", "prompt_tokens", "completion_tokens", "first_token_s", "total_s")
+        }
+    base = summary["seed-style"]
+    ratios = {
+        name: {
+            key: round(base[key] / summary[name][key], 2) if summary[name][key] else None
+            for key in ("calls", "prompt_tokens", "first_token_s", "total_s")
+        }
+        for name in variants
+    }
+    return {"rows": rows, "summary": summary, "baseline_over_ours": ratios}
+
+
+def offline_pipeline(pipeline: Pipeline) -> Pipeline:
+    """The same pipeline with the offline searcher and the similarity grader."""
+    return Pipeline(
+        pipeline.settings,
+        pipeline.model,
+        pipeline.backend,
+        pipeline.retriever,
+        SimilarityEvaluator(pipeline.retriever.embedder),
+        pipeline.scorer,
+        OfflineSearcher(),
+        fetch=lambda results, n, timeout: list(results),
+    )

@@ -1,0 +1,130 @@
+"""Deterministic stand-ins for crag's pieces: an embedder, a retriever, evaluators, a searcher, models."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from crag.config import Settings
+from crag.evaluator import Evaluator, Grade, Grading, SimilarityEvaluator, Usage
+from crag.models import BackendInfo, Embedder
+from crag.pipeline import Pipeline
+from crag.store import lexical_tokens
+from crag.types import Chunk, ScoredChunk, WebResult
+from crag.websearch import Searcher, WebSearchUnavailable
+
+
+class HashEmbedder(Embedder):
+    """Bag of words hashed into 64 dimensions: texts sharing words are close. Deterministic and instant."""
+
+    name = "fake:hash"
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        out = []
+        for text in texts:
+            v = [0.0] * 64
+            for token in lexical_tokens(text):
+                v[int(hashlib.md5(token.encode()).hexdigest(), 16) % 64] += 1.0
+            norm = math.sqrt(sum(x * x for x in v)) or 1.0
+            out.append([x / norm for x in v])
+        return out
+
+
+def chunk(text: str, file: str = "manual.pdf", page: int = 1, n: int = 0) -> Chunk:
+    return Chunk(id=f"c{n}", text=text, file=file, pages=(page,), section="Intro", bboxes=((page, 0, 0, 100, 20),))
+
+
+@dataclass
+class FakeRetriever:
+    chunks: list[Chunk]
+    asked: list[str] = field(default_factory=list)
+    embedder: Embedder = field(default_factory=HashEmbedder)
+
+    def retrieve(self, question: str, k: int, mode: str = "hybrid") -> list[ScoredChunk]:
+        self.asked.append(question)
+        return [ScoredChunk(c, 1.0 / (i + 1)) for i, c in enumerate(self.chunks[:k])]
+
+
+@dataclass
+class FixedEvaluator(Evaluator):
+    """Scores given in advance; records what it graded."""
+
+    scores: list[float]
+    name: str = "fixed"
+    graded: list[str] = field(default_factory=list)
+
+    def grade(self, question: str, texts: Sequence[str], usage: Usage | None = None) -> Grading:
+        self.graded.append(question)
+        return Grading([Grade(s, self.name) for s in self.scores[: len(texts)]])
+
+
+@dataclass
+class FakeSearcher(Searcher):
+    results: list[WebResult] = field(default_factory=list)
+    error: str = ""
+    queries: list[str] = field(default_factory=list)
+
+    def search(self, query: str, max_results: int) -> list[WebResult]:
+        self.queries.append(query)
+        if self.error:
+            raise WebSearchUnavailable(self.error)
+        return self.results[:max_results]
+
+
+@dataclass
+class ScriptedModel:
+    """A FunctionModel that answers structured requests from ``structured`` (by schema title) and
+    streams ``answer`` for the final generation; it records every prompt and the instructions."""
+
+    answer: str = "The widget needs two cores [1]."
+    structured: dict[str, dict] = field(default_factory=dict)
+    prompts: list[str] = field(default_factory=list)
+    instructions: list[str] = field(default_factory=list)
+
+    def model(self) -> FunctionModel:
+        return FunctionModel(self._request, stream_function=self._stream)
+
+    def _record(self, messages: list[ModelMessage], info: AgentInfo) -> None:
+        last = messages[-1]
+        assert isinstance(last, ModelRequest)
+        self.prompts.append("".join(p.content for p in last.parts if isinstance(p, UserPromptPart)))
+        self.instructions.append(info.instructions or "")
+
+    def _request(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        self._record(messages, info)
+        title = info.model_request_parameters.output_object.name if info.model_request_parameters.output_object else ""
+        return ModelResponse(parts=[TextPart(json.dumps(self.structured.get(title, {})))])
+
+    async def _stream(self, messages: list[ModelMessage], info: AgentInfo):
+        self._record(messages, info)
+        for word in self.answer.split(" "):
+            yield word + " "
+
+
+def pipeline(
+    settings: Settings,
+    chunks: list[Chunk],
+    scores: list[float],
+    model: ScriptedModel | None = None,
+    searcher: FakeSearcher | None = None,
+    evaluator: Evaluator | None = None,
+) -> Pipeline:
+    model = model or ScriptedModel()
+    retriever = FakeRetriever(chunks)
+    scorer = SimilarityEvaluator(retriever.embedder)
+    return Pipeline(
+        settings,
+        model.model(),
+        BackendInfo("embedded", "fake", "test"),
+        retriever,
+        evaluator or FixedEvaluator(scores),
+        scorer,
+        searcher or FakeSearcher(),
+        fetch=lambda results, top_n, timeout: list(results),  # never the network
+    )
