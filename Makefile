@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8501
 
-.PHONY: run test lint format browser clean
+.PHONY: run test serve bench lint format browser clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,13 @@ $(VENV)/.installed-dev: requirements-dev.txt $(VENV)/.installed
 
 run: $(VENV)/.installed
 	$(BIN)/python -m streamlit run app.py --server.address $(HOST) --server.port $(PORT)
+
+serve: $(VENV)/.installed
+	$(BIN)/python -m crag serve --host $(HOST) --port 8000
+
+# Benchmarks run on demand, never in `make test`: `make bench` (full) or `make bench ARGS=--quick`.
+bench: $(VENV)/.installed
+	$(BIN)/python -m crag bench $(ARGS)
 
 # The real-browser test drives Debian's Chromium; install it when we may (root with apt-get).
 browser:

@@ -43,11 +43,10 @@ import crag.ingest
 from crag.cli import answer_json
 from crag.config import Settings
 from crag.errors import BackendUnavailable, ConfigError, CragError
-from crag.ingest import Progress
+from crag.ingest import Progress, index_embedder
 from crag.models import (
     BackendInfo,
     Embedder,
-    build_embedder,
     embedded_gguf_path,
     ollama_health,
     resolve_backend,
@@ -495,15 +494,6 @@ class Builds:
 
 # ---------------------------------------------------------------------------------------------
 # The service behind the routes
-
-
-def index_embedder(settings: Settings, rebuild: bool) -> Embedder:
-    """An incremental build keeps the index's embedder; a rebuild chooses afresh (as ``crag index`` does)."""
-    try:
-        active = None if rebuild else Store(settings.chroma_dir).active()
-    except RebuildNeeded:
-        active = None
-    return build_embedder(settings, prefer=active.embedder if active else None)
 
 
 class Service:

@@ -33,6 +33,11 @@ def _parser() -> argparse.ArgumentParser:
     retrieve.add_argument("--mode", choices=["hybrid", "dense", "lexical"], help="default: CRAG_RETRIEVAL_MODE")
     retrieve.add_argument("--json", action="store_true", help="print one JSON object")
 
+    bench = commands.add_parser("bench", help="measure speed and quality; writes JSON, a report and plots")
+    bench.add_argument("--quick", action="store_true", help="a smaller run (a few minutes on 2 cores)")
+    bench.add_argument("--json", action="store_true", help="print the results as JSON")
+    bench.add_argument("--out", type=Path, default=Path("bench/results"), help="default: bench/results")
+
     ask = commands.add_parser("ask", help="answer a question")
     ask.add_argument("question")
     ask.add_argument("--db", type=Path, help="index folder (default: CRAG_CHROMA_DIR)")
@@ -57,13 +62,10 @@ def _settings(args: argparse.Namespace):
 
 
 def _index(args: argparse.Namespace) -> int:
-    from crag.ingest import Progress, sync
-    from crag.models import build_embedder
-    from crag.store import Store
+    from crag.ingest import Progress, index_embedder, sync
 
     settings = _settings(args)
-    previous = Store(settings.chroma_dir).active()
-    embedder = build_embedder(settings, prefer=None if args.rebuild or not previous else previous.embedder)
+    embedder = index_embedder(settings, args.rebuild)
     last = [""]
 
     def show(p: Progress) -> None:
@@ -151,6 +153,15 @@ def answer_json(answer, backend) -> dict:
     }
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from crag.bench.run import run, summary
+
+    results = run(args.out, quick=args.quick)
+    print(json.dumps(results, ensure_ascii=False) if args.json else summary(results))
+    print(f"report: {args.out / 'report.md'}", file=sys.stderr)
+    return 0
+
+
 def _ask(args: argparse.Namespace) -> int:
     from crag.pipeline import Pipeline
 
@@ -187,7 +198,9 @@ def _serve(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"index": _index, "retrieve": _retrieve, "ask": _ask, "serve": _serve}[args.command](args)
+        return {"index": _index, "retrieve": _retrieve, "ask": _ask, "bench": _bench, "serve": _serve}[args.command](
+            args
+        )
     except CragError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -25,7 +25,7 @@ from pydantic_ai.models import Model
 from crag.config import Settings
 from crag.errors import CragError
 from crag.evaluator import Evaluator, LLMEvaluator, SimilarityEvaluator, Usage
-from crag.models import BackendInfo, Embedder, build_chat_model, build_embedder, resolve_backend
+from crag.models import BackendInfo, Embedder, build_chat_model, resolve_backend
 from crag.refine import addresses_the_assistant, local_strips, refine, web_strips
 from crag.store import Mode, Store, cjk_share, lexical_tokens
 from crag.types import Action, Answer, ScoredChunk, Source, Strip, Trace, WebResult
@@ -92,8 +92,9 @@ class Retriever:
 
 
 def open_retriever(settings: Settings) -> Retriever:
-    active = Store(settings.chroma_dir).active()
-    return Retriever(settings, build_embedder(settings, prefer=active.embedder if active else None))
+    from crag.ingest import index_embedder
+
+    return Retriever(settings, index_embedder(settings))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -125,3 +125,33 @@ def test_a_1000_page_pdf_is_refused_with_the_limit(tmp_path: Path) -> None:
     doc.save(tmp_path / "huge.pdf")
     with pytest.raises(PDFError, match=r"1000 pages, over the limit of 500 \(CRAG_MAX_PAGES\)"):
         PyMuPDFParser(max_pages=500).parse(tmp_path / "huge.pdf")
+
+
+def test_secrets_never_reach_output(tmp_path: Path, fake_ollama, real_models) -> None:
+    """The OpenAI key and the API token appear in no trace, JSON answer, settings dump or error."""
+    from crag.cli import answer_json
+    from crag.models import resolve_backend
+    from tests.fakes import ScriptedModel, chunk, pipeline
+
+    secret, token = "sk-very-secret-123", "tok-very-secret-456"
+    settings = load_settings(
+        chroma_dir=tmp_path / "db",
+        llm_backend="openai",
+        openai_base_url=f"{fake_ollama.url}/v1",
+        openai_api_key=secret,
+        api_token=token,
+    )
+    backend = resolve_backend(settings)
+    p = pipeline(settings, [chunk("The widget needs two cores.")], [0.9], ScriptedModel())
+    answer = p.ask("How many cores?")
+    dumped = " ".join(
+        [
+            json.dumps(answer_json(answer, backend)),
+            repr(answer),
+            repr(settings),
+            str(settings.model_dump()),
+            settings.model_dump_json(),
+            backend.reason,
+        ]
+    )
+    assert secret not in dumped and token not in dumped

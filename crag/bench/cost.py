@@ -122,7 +122,9 @@ def seed_style(pipeline: Pipeline, chat: LlamaCppChat, question: str) -> Run:
     return _measure(chat, run)
 
 
-def compare(pipeline: Pipeline, chat: LlamaCppChat, questions: Sequence[str], llm_grader: bool = True) -> dict:
+def compare(
+    pipeline: Pipeline, chat: LlamaCppChat, questions: Sequence[tuple[str, bool]], llm_grader: bool = True
+) -> dict:
     """Per question and in sum: ours (similarity grader), ours (one-call LLM grader), seed-style."""
     variants = {"ours": pipeline}
     if llm_grader:
@@ -138,28 +140,36 @@ def compare(pipeline: Pipeline, chat: LlamaCppChat, questions: Sequence[str], ll
             fetch=lambda results, n, timeout: list(results),
         )
     rows = []
-    for q in questions:
-        row = {"question": q}
+    for q, in_kb in questions:
+        row: dict = {"question": q, "in_kb": in_kb}
         for name, p in variants.items():
             row[name] = ours(p, chat, q).__dict__
         row["seed-style"] = seed_style(pipeline, chat, q).__dict__
         rows.append(row)
-    summary = {}
-    for name in [*variants, "seed-style"]:
-        runs = [r[name] for r in rows]
-        summary[name] = {
-            key: round(statistics.mean(r[key] for r in runs), 3)
-            for key in ("calls", "prompt_tokens", "completion_tokens", "first_token_s", "total_s")
-        }
-    base = summary["seed-style"]
-    ratios = {
-        name: {
-            key: round(base[key] / summary[name][key], 2) if summary[name][key] else None
-            for key in ("calls", "prompt_tokens", "first_token_s", "total_s")
-        }
-        for name in variants
+    summary = _summary(rows, [*variants, "seed-style"])
+    in_kb = _summary([r for r in rows if r["in_kb"]], [*variants, "seed-style"])
+    return {
+        "rows": rows,
+        "summary": summary,
+        "baseline_over_ours": _ratios(summary, variants),
+        "in_kb_summary": in_kb,
+        "in_kb_baseline_over_ours": _ratios(in_kb, variants),
     }
-    return {"rows": rows, "summary": summary, "baseline_over_ours": ratios}
+
+
+def _summary(rows: list[dict], names: list[str]) -> dict:
+    keys = ("calls", "prompt_tokens", "completion_tokens", "first_token_s", "total_s")
+    return (
+        {name: {k: round(statistics.mean(r[name][k] for r in rows), 3) for k in keys} for name in names} if rows else {}
+    )
+
+
+def _ratios(summary: dict, variants) -> dict:
+    if not summary:
+        return {}
+    base = summary["seed-style"]
+    keys = ("calls", "prompt_tokens", "first_token_s", "total_s")
+    return {n: {k: round(base[k] / summary[n][k], 2) if summary[n][k] else None for k in keys} for n in variants}
 
 
 def offline_pipeline(pipeline: Pipeline) -> Pipeline:

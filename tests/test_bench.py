@@ -1,0 +1,41 @@
+"""A smoke run of `crag bench --quick` on a tiny corpus: the output's shape, not its speed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from crag.bench.retrieval import Question
+from crag.bench.run import run, summary
+from tests.pdfs import manual_pdf
+
+pytestmark = pytest.mark.integration
+
+
+def test_quick_bench_writes_results_report_and_plots(tmp_path: Path, real_models) -> None:
+    pdfs = {
+        "widget.pdf": manual_pdf(tmp_path / "widget.pdf", topic="widget"),
+        "zh.pdf": manual_pdf(tmp_path / "zh.pdf", topic="小部件", chinese=True),
+    }
+    questions = [
+        Question("en-1", "en", "en", "How much memory does the widget need?", "widget.pdf", (1,), True),
+        Question("zh-1", "zh", "zh", "小部件需要多少内存？", "zh.pdf", (1,), True),
+        Question("x-1", "en", "cross", "How much memory does the 小部件 need?", "zh.pdf", (1,), True),
+        Question("oos-1", "en", "en", "Who won the 1998 football world cup?", None, (), False),
+    ]
+    out = tmp_path / "results"
+    results = run(out, quick=True, pdfs=pdfs, questions=questions)
+    assert {p.name for p in out.iterdir()} == {"results.json", "report.md", "retrieval.png", "cost.png", "scaling.png"}
+    assert json.loads((out / "results.json").read_text())["quick"] is True
+    assert set(results["cost"]["summary"]) == {"ours", "seed-style"}
+    ours, seed = results["cost"]["summary"]["ours"], results["cost"]["summary"]["seed-style"]
+    assert seed["calls"] > ours["calls"] >= 1, "the baseline spends a call per chunk and per strip"
+    assert set(results["retrieval"]["modes"]) >= {"dense", "lexical", "hybrid", "floor-plain-bm25"}
+    assert [r["copies"] for r in results["scaling"]] == [1, 5]
+    assert results["scaling"][1]["chunks"] == 5 * results["scaling"][0]["chunks"]
+    assert "similarity" in results["decisions"]
+    report = (out / "report.md").read_text()
+    assert "seed-style" in report and "hit@5" in report and "Machine:" in report
+    assert "time to first token" in summary(results)
