@@ -40,16 +40,16 @@ browser:
 	  else echo "chromium is not installed: the browser test will be skipped (apt-get install chromium)"; fi; }
 
 test: $(VENV)/.installed-dev browser
-	$(BIN)/ruff check app.py crag tests
+	$(BIN)/ruff check app.py ui crag tests scripts
 	$(BIN)/python -m pytest
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check app.py crag tests
-	$(BIN)/ruff format --check app.py crag tests
+	$(BIN)/ruff check app.py ui crag tests scripts
+	$(BIN)/ruff format --check app.py ui crag tests scripts
 
 format: $(VENV)/.installed-dev
-	$(BIN)/ruff format app.py crag tests
-	$(BIN)/ruff check --fix app.py crag tests
+	$(BIN)/ruff format app.py ui crag tests scripts
+	$(BIN)/ruff check --fix app.py ui crag tests scripts
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache test-output

@@ -80,6 +80,7 @@ class Settings(BaseSettings):
     parser: Literal["auto", "mineru", "pymupdf"] = Field(
         "auto", description="PDF parser. auto: MinerU when configured and reachable, else PyMuPDF."
     )
+    max_upload_mb: int = Field(50, ge=1, le=4096, description="Largest PDF the sidebar accepts, in MB.")
     max_pages: int = Field(
         500, ge=1, description="PDFs with more pages are refused (parsing runs at a few pages per second)."
     )

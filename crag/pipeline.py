@@ -391,30 +391,31 @@ class AnswerStream:
 
 def number_sources(strips: Sequence[Strip], graded: Sequence[ScoredChunk]) -> list[Source]:
     """One numbered source per chunk or web page that kept a strip, numbered in context order."""
-    chunks = {(g.chunk.file, g.chunk.pages): g.chunk for g in graded}
-    groups: dict[tuple, list[Strip]] = {}
+    chunks = {g.chunk.id: g.chunk for g in graded}
+    groups: dict[tuple[str, str], list[Strip]] = {}
     for strip in strips:
         if strip.kept:
-            key = ("local", strip.file, strip.pages) if strip.kind == "local" else ("web", strip.url)
+            key = ("local", strip.chunk_id) if strip.kind == "local" else ("web", strip.url)
             groups.setdefault(key, []).append(strip)
     sources = []
-    for n, (key, members) in enumerate(groups.items(), start=1):
+    for n, ((kind, _), members) in enumerate(groups.items(), start=1):
         text = " ".join(m.text for m in members)
-        if key[0] == "local":
-            chunk = chunks.get((key[1], key[2]))
+        first = members[0]
+        if kind == "local":
+            chunk = chunks.get(first.chunk_id)
             sources.append(
                 Source(
                     n,
                     "local",
                     text,
-                    file=key[1],
-                    pages=key[2],
+                    file=first.file,
+                    pages=first.pages,
                     chunk_ids=(chunk.id,) if chunk else (),
                     bboxes=chunk.bboxes if chunk else (),
                 )
             )
         else:
-            sources.append(Source(n, "web", text, url=key[1], title=members[0].title))
+            sources.append(Source(n, "web", text, url=first.url, title=first.title))
     return sources
 
 

@@ -69,7 +69,9 @@ def _join(left: str, right: str) -> str:
 
 def local_strips(chunks: Sequence[ScoredChunk]) -> list[Strip]:
     return [
-        Strip(text, 0.0, False, "local", file=hit.chunk.file, pages=hit.chunk.pages, order=(i, j))
+        Strip(
+            text, 0.0, False, "local", file=hit.chunk.file, pages=hit.chunk.pages, order=(i, j), chunk_id=hit.chunk.id
+        )
         for i, hit in enumerate(chunks)
         for j, text in enumerate(decompose(hit.chunk.text))
     ]

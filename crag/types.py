@@ -89,6 +89,7 @@ class Strip:
     url: str = ""
     title: str = ""
     order: tuple[int, int] = (0, 0)  # (source position, strip position): document order
+    chunk_id: str = ""  # the chunk a local strip came from
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,10 @@
-"""One real-browser check: `streamlit run app.py` on loopback, driven by Debian's Chromium."""
+"""One real-browser check: `streamlit run app.py` on loopback, driven by Debian's Chromium.
+
+It walks the product's path once, for real: upload a PDF, rebuild the knowledge base, ask a question
+on the embedded model (no Ollama: it points at a closed port; no web search), open "How this answer
+was made" and the sources. Screenshots go to test-output/. The embedded model is tiny, so the test
+checks structure, not the quality of the answer.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import free_port
+from tests.pdfs import manual_pdf
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "test-output"
@@ -33,10 +40,22 @@ def streamlit_url(closed_port_url: str, tmp_path: Path):
         "CRAG_OLLAMA_URL": closed_port_url,  # no Ollama: the app must fall back to the embedded model
         "CRAG_FILES_DIR": str(tmp_path / "Files"),
         "CRAG_CHROMA_DIR": str(tmp_path / "chroma_db"),
+        "CRAG_WEB_SEARCH": "off",  # nothing may reach the internet
     }
-    log = (tmp_path / "streamlit.log").open("w")
+    log_path = tmp_path / "streamlit.log"
+    log = log_path.open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port)],
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            str(ROOT / "app.py"),
+            "--server.port",
+            str(port),
+            "--server.fileWatcherType",
+            "none",  # nothing to reload, and no inotify storm from the rest of the suite
+        ],
         cwd=ROOT,
         env=env,
         stdout=log,
@@ -51,36 +70,89 @@ def streamlit_url(closed_port_url: str, tmp_path: Path):
             except OSError:
                 time.sleep(0.5)
         else:
-            pytest.fail(f"streamlit did not start: {(tmp_path / 'streamlit.log').read_text()}")
+            pytest.fail(f"streamlit did not start: {log_path.read_text()}")
         yield url
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+        log.close()
+        OUTPUT.mkdir(exist_ok=True)
+        shutil.copy(log_path, OUTPUT / "browser-streamlit.log")
 
 
-def test_chat_in_a_real_browser(streamlit_url: str) -> None:
+def test_upload_rebuild_ask_and_inspect_in_a_real_browser(streamlit_url: str, tmp_path: Path) -> None:
     from playwright.sync_api import expect, sync_playwright
 
     OUTPUT.mkdir(exist_ok=True)
+    pdf = manual_pdf(tmp_path / "widget manual.pdf", topic="widget", pages=2)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(
             executable_path=CHROMIUM,
             args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"],
         )
-        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(streamlit_url)
-        chat = page.get_by_test_id("stChatInputTextArea")
-        expect(chat).to_be_visible(timeout=120_000)
-        expect(page.get_by_test_id("stSidebar")).to_contain_text("embedded", timeout=60_000)
-        page.screenshot(path=str(OUTPUT / "browser-start.png"))
+        main = page.get_by_test_id("stMainBlockContainer")
+        sidebar = page.get_by_test_id("stSidebar")
 
-        chat.fill("What is 2+2?")
+        # The empty knowledge base says what to do, and the model status says which backend runs.
+        expect(main).to_contain_text("Your knowledge base is empty", timeout=120_000)
+        expect(sidebar).to_contain_text("embedded", timeout=60_000)
+        expect(sidebar).to_contain_text("not reachable")
+        page.screenshot(path=str(OUTPUT / "browser-empty.png"))
+
+        # Upload: the file lands in Files/ under its own (sanitised) name.
+        sidebar.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(pdf))
+        expect(sidebar).to_contain_text("Added widget manual.pdf", timeout=60_000)
+        assert (tmp_path / "Files" / "widget manual.pdf").read_bytes() == pdf.read_bytes()
+
+        # Rebuild: the progress bar runs, then the summary replaces it and the status shows the index.
+        sidebar.get_by_role("button", name="Rebuild knowledge base").click()
+        expect(sidebar).to_contain_text("1 indexed", timeout=300_000)
+        expect(sidebar).to_contain_text("local:all-MiniLM-L6-v2")
+        expect(main).not_to_contain_text("Your knowledge base is empty")
+        page.screenshot(path=str(OUTPUT / "browser-built.png"))
+
+        # Ask: the answer streams on the embedded model and ends with its action badge and caption.
+        chat = page.get_by_test_id("stChatInputTextArea")
+        chat.fill("How many processor cores does the widget need?")
         chat.press("Enter")
         messages = page.get_by_test_id("stChatMessage")
-        expect(messages).to_have_count(2, timeout=180_000)
-        # The caption under an answer appears once the stream has ended.
-        expect(messages.nth(1).get_by_test_id("stCaptionContainer")).to_contain_text("embedded", timeout=180_000)
+        expect(messages).to_have_count(2, timeout=60_000)
+        answer = messages.nth(1)
+        expect(answer).to_contain_text("LLM call", timeout=300_000)  # the caption comes after the stream
+        expect(
+            answer.get_by_text("Correct")
+            .or_(answer.get_by_text("Ambiguous"))
+            .or_(answer.get_by_text("Incorrect"))
+            .first
+        ).to_be_visible()
+        assert answer.get_by_test_id("stMarkdownContainer").first.inner_text().strip(), "the answer is empty"
+
+        # How this answer was made: the scores chart, the retrieved passages, the timings.
+        answer.get_by_text("How this answer was made").click()
+        expect(answer).to_contain_text("Each passage was scored", timeout=30_000)
+        expect(answer.get_by_test_id("stVegaLiteChart").first).to_be_visible(timeout=30_000)
+
+        # Sources: the cited file and page, its snippet, and the page image with the passage highlighted.
+        answer.get_by_text("Sources (").click()
+        expect(answer).to_contain_text("widget manual.pdf")
+        image = answer.get_by_test_id("stImage").first
+        expect(image).to_be_visible(timeout=30_000)
+        # The conversation scrolls inside the page: make the window as tall as it to photograph all of it.
+        height = page.evaluate(
+            "() => document.querySelector('[data-testid=stAppScrollToBottomContainer]').scrollHeight"
+        )
+        page.set_viewport_size({"width": 1400, "height": height + 600})
+        page.mouse.wheel(0, -100_000)
+        expect(image).to_be_in_viewport()
+        page.wait_for_timeout(1000)  # let the chart and images settle after the resize
         page.screenshot(path=str(OUTPUT / "browser-answer.png"), full_page=True)
-        answer = messages.nth(1).get_by_test_id("stMarkdownContainer").first.inner_text()
-        assert answer.strip(), "the assistant message is empty"
+        page.set_viewport_size({"width": 1400, "height": 1000})
+
+        # The history survives a rerun (a widget interaction) and "New chat" clears it.
+        sidebar.get_by_text("Answer settings").click()
+        expect(messages).to_have_count(2)
+        sidebar.get_by_role("button", name="New chat").click()
+        expect(messages).to_have_count(0, timeout=30_000)
         browser.close()

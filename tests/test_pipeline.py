@@ -297,3 +297,16 @@ def test_control_characters_are_removed_from_questions(settings) -> None:
     p = pipeline(settings, [chunk(DOC)], [0.9])
     p.ask("How many\x00 cores\u200b does the\x1b widget\nneed?")
     assert p.retriever.asked == ["How many cores does the widget need?"]
+
+
+def test_each_source_is_one_chunk_with_its_own_boxes(settings) -> None:
+    from dataclasses import replace
+
+    first = replace(chunk(DOC, n=0), bboxes=((1, 10, 10, 100, 50),))
+    second = replace(
+        chunk("The widget also needs a fast disk for its processor cores.", n=1), bboxes=((1, 10, 300, 100, 340),)
+    )
+    answer = pipeline(settings, [first, second], [0.9, 0.8]).ask("What does the widget need for processor cores?")
+    assert [(s.file, s.pages) for s in answer.sources] == [("manual.pdf", (1,)), ("manual.pdf", (1,))]
+    assert [s.chunk_ids for s in answer.sources] == [("c0",), ("c1",)]
+    assert [s.bboxes for s in answer.sources] == [first.bboxes, second.bboxes]

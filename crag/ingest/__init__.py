@@ -24,9 +24,12 @@ from crag.store import IndexReader, RebuildNeeded, Store, index_text
 EMBED_BATCH = 64
 
 
+PARSE_SHARE = 0.8  # of a file's slot on a progress bar; embedding takes the rest
+
+
 @dataclass(frozen=True)
 class Progress:
-    """Where a build is, for progress bars: stage, file i/N, page j/M."""
+    """Where a build is, for progress bars: stage, file i/N, page j/M (chunk j/M while embedding)."""
 
     stage: str  # "scanning" | "parsing" | "embedding" | "writing" | "done"
     file: str = ""
@@ -37,12 +40,21 @@ class Progress:
 
     @property
     def fraction(self) -> float:
+        """Share of the build done, never going back: parsing fills most of a file's slot, embedding the rest."""
         if self.stage == "done":
             return 1.0
+        if self.stage == "writing":
+            return 0.99
         if not self.file_count:
             return 0.0
         within = self.page / self.page_count if self.page_count else 0.0
-        return min(1.0, (max(self.file_index - 1, 0) + within) / self.file_count)
+        if self.stage == "parsing":
+            done = PARSE_SHARE * within
+        elif self.stage == "embedding":
+            done = PARSE_SHARE + (1 - PARSE_SHARE) * within
+        else:
+            done = 0.0
+        return min(1.0, (max(self.file_index - 1, 0) + done) / self.file_count)
 
 
 OnProgress = Callable[[Progress], None]

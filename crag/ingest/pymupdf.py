@@ -95,7 +95,12 @@ HIGHLIGHT_EDGE = (0.93, 0.55, 0.0)
 
 
 def render_highlight(
-    path: Path, page: int, bboxes: Sequence[Sequence[float]], dpi: int = 110, pad: float = 2.0
+    path: Path,
+    page: int,
+    bboxes: Sequence[Sequence[float]],
+    dpi: int = 110,
+    pad: float = 2.0,
+    around: float | None = None,
 ) -> bytes:
     """A page (1-based) as PNG bytes, with translucent highlights over the given regions.
 
@@ -103,11 +108,15 @@ def render_highlight(
     hold them; boxes of other pages are ignored. They are in the page's unrotated coordinates, the
     space text extraction reports, which is also the space PyMuPDF draws in, so rotated pages need
     no conversion. The drawing changes the document in memory only; the file is never written.
+
+    ``around`` (points) crops the image to the highlights with that much margin on every side:
+    a readable close-up. Without highlights it has no effect.
     """
     with open_pdf(path) as doc:
         if not 1 <= page <= doc.page_count:
             raise PDFError(f"{path.name}: has no page {page} (it has {doc.page_count}). Rebuild the knowledge base.")
         pdf_page = doc[page - 1]
+        drawn = pymupdf.Rect()  # empty; grows to cover every highlight
         for box in bboxes:
             if len(box) != 5 or int(box[0]) != page:
                 continue
@@ -117,7 +126,13 @@ def render_highlight(
             pdf_page.draw_rect(
                 rect, color=HIGHLIGHT_EDGE, fill=HIGHLIGHT_FILL, width=0.8, fill_opacity=0.3, stroke_opacity=0.9
             )
-        return pdf_page.get_pixmap(dpi=dpi, alpha=False).tobytes("png")
+            drawn |= rect
+        clip = None
+        if around is not None and not drawn.is_empty:
+            # In the page's displayed (rotated) space, where the pixmap is made.
+            band = drawn * pdf_page.rotation_matrix
+            clip = (band + (-around, -around, around, around)) & pdf_page.rect
+        return pdf_page.get_pixmap(dpi=dpi, alpha=False, clip=clip).tobytes("png")
 
 
 def _join_lines(lines: Sequence[str], dehyphenate: bool = True) -> str:

@@ -1,0 +1,130 @@
+"""Saving uploaded PDFs into the files folder, safely.
+
+An upload's name comes from the user's browser: only its last path part is kept, reduced to safe
+characters (letters of any script, CJK included, digits and a little punctuation), and given a
+``.pdf`` suffix. The content must look like a PDF and stay under a size limit. An existing file is
+never overwritten: a different file with the same name gets `` (2)``, `` (3)``..., and a file whose
+content is already in the folder is reported as present instead of being saved twice (``sync``
+would index it only once anyway).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import secrets
+import unicodedata
+from pathlib import Path
+
+from crag.errors import CragError
+
+# The largest upload accepted, in bytes. Bigger PDFs can still be copied into the folder by hand.
+# TODO: make this a setting (CRAG_MAX_UPLOAD_MB) once the settings module grows an uploads section.
+MAX_UPLOAD_BYTES = 50 * 1024 * 1024
+
+# Bytes, not characters: Linux file names are limited to 255 bytes, and a CJK letter takes three.
+MAX_STEM_BYTES = 180
+UNSAFE = re.compile(r"[^\w\s.,()+\-（）【】《》、]", flags=re.UNICODE)
+RUNS = re.compile(r"[\s_]*_[\s_]*|\s+")
+
+
+class UploadRejected(CragError):
+    """An upload that is not saved. The message says why and what to do."""
+
+
+class AlreadyPresent(UploadRejected):
+    """The same content is already in the files folder, at ``path``."""
+
+    def __init__(self, message: str, path: Path) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+def safe_name(name: str) -> str:
+    """A file name that is safe to create in the files folder: basename only, safe characters, ``.pdf``."""
+    base = re.split(r"[/\\]", name.replace("\x00", ""))[-1]
+    base = unicodedata.normalize("NFC", re.sub(r"[\t\r\n]", " ", base))
+    base = "".join(c for c in base if unicodedata.category(c)[0] != "C")  # control and format characters
+    stem = base[:-4] if base.lower().endswith(".pdf") else base
+    stem = UNSAFE.sub("_", stem)
+    stem = RUNS.sub(lambda m: "_" if "_" in m.group() else " ", stem)
+    # No hidden files (sync skips them), no names that look like options, no trailing dots or spaces.
+    stem = stem.strip(" ._-")
+    while len(stem.encode("utf-8")) > MAX_STEM_BYTES:
+        stem = stem[:-1]
+    stem = stem.rstrip(" ._-")
+    return f"{stem or 'document'}.pdf"
+
+
+def _numbered(name: str, n: int) -> str:
+    return name if n == 1 else f"{name[:-4]} ({n}).pdf"
+
+
+def _same_content(path: Path, size: int, digest: str) -> bool:
+    try:
+        if path.stat().st_size != size:
+            return False
+        return hashlib.sha256(path.read_bytes()).hexdigest() == digest
+    except OSError:
+        return False
+
+
+def _size(n: int) -> str:
+    return f"{n / 1024 / 1024:.1f} MB" if n >= 1024 * 1024 else f"{n / 1024:.0f} KB"
+
+
+def save_upload(files_dir: Path, name: str, data: bytes, max_bytes: int = MAX_UPLOAD_BYTES) -> Path:
+    """Save one uploaded PDF into ``files_dir`` and return its path.
+
+    Raises ``UploadRejected`` for content that is not a PDF, empty or too large, and ``AlreadyPresent``
+    when the folder already holds a file with the same content.
+    """
+    target = safe_name(name)
+    shown = name.strip() or target
+    if not data:
+        raise UploadRejected(f"{shown}: the file is empty (0 bytes). Upload the real PDF.")
+    if len(data) > max_bytes:
+        raise UploadRejected(
+            f"{shown}: {_size(len(data))} is over the {_size(max_bytes)} upload limit. "
+            f"Copy it into {files_dir} by hand instead, then rebuild."
+        )
+    # The PDF header may follow a little junk; readers (and our parser) look in the first 1024 bytes.
+    if b"%PDF-" not in data[:1024]:
+        raise UploadRejected(f"{shown}: not a PDF (no PDF header). Only PDF files can be added; convert it first.")
+
+    files_dir.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(data).hexdigest()
+    for existing in sorted(files_dir.rglob("*")):
+        if existing.is_file() and _same_content(existing, len(data), digest):
+            where = existing.relative_to(files_dir).as_posix()
+            raise AlreadyPresent(f"{shown} is already in the knowledge base folder, as {where}.", existing)
+
+    # Written under a hidden name (sync ignores hidden files), then linked to its final name:
+    # the link fails if the name was taken meanwhile, so nothing is ever overwritten.
+    tmp = files_dir / f".upload-{secrets.token_hex(6)}.tmp"
+    try:
+        with tmp.open("xb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        for n in range(1, 1000):
+            final = files_dir / _numbered(target, n)
+            if final.exists():
+                continue
+            try:
+                os.link(tmp, final)
+            except FileExistsError:
+                continue
+            except OSError:  # a filesystem without hard links: exclusive creation never overwrites either
+                try:
+                    with final.open("xb") as fh:
+                        fh.write(data)
+                except FileExistsError:
+                    continue
+            return final
+        raise UploadRejected(f"{shown}: too many files named {target} already; rename it and upload again.")
+    except OSError as exc:
+        raise UploadRejected(f"{shown}: could not be saved into {files_dir} ({exc.strerror or exc}).") from None
+    finally:
+        tmp.unlink(missing_ok=True)

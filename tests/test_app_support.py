@@ -1,0 +1,223 @@
+"""The pieces of crag the app uses and nothing else does: uploads, Ollama pulls, highlighted pages, the sample."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+from pathlib import Path
+
+import pymupdf
+import pytest
+from PIL import Image
+
+from crag.errors import BackendUnavailable, CragError
+from crag.ingest.base import PDFError
+from crag.ingest.pymupdf import PyMuPDFParser, render_highlight
+from crag.ingest.uploads import AlreadyPresent, UploadRejected, safe_name, save_upload
+from crag.models import PullProgress, ollama_health, pull_model
+from tests.pdfs import manual_pdf
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "Files" / "crag-user-guide.pdf"
+
+# ---------------------------------------------------------------------------------------------
+# Uploads
+
+
+@pytest.mark.parametrize(
+    ("name", "safe"),
+    [
+        ("report.pdf", "report.pdf"),
+        ("../../etc/passwd", "passwd.pdf"),
+        ("/abs/path/Manual.PDF", "Manual.pdf"),
+        ("C:\\Users\\me\\报告 2024.pdf", "报告 2024.pdf"),
+        ("手册（第二版）.pdf", "手册（第二版）.pdf"),
+        (".hidden.pdf", "hidden.pdf"),  # sync skips hidden files
+        ("-rf .pdf", "rf.pdf"),
+        ('a<b>|c?*"d.pdf', "a_b_c_d.pdf"),
+        ("tab\there\x00.pdf", "tab here.pdf"),
+        ("report.pdf.exe", "report.pdf.exe.pdf"),
+        ("   ", "document.pdf"),
+        ("..", "document.pdf"),
+    ],
+)
+def test_upload_names_are_made_safe(name: str, safe: str) -> None:
+    assert safe_name(name) == safe
+
+
+def test_a_long_cjk_name_fits_the_filesystem() -> None:
+    name = safe_name("很" * 300 + ".pdf")
+    assert len(name.encode("utf-8")) <= 255 and name.endswith(".pdf") and name.startswith("很")
+
+
+@pytest.fixture
+def pdf_bytes(tmp_path: Path) -> bytes:
+    return manual_pdf(tmp_path / "source.pdf").read_bytes()
+
+
+def test_save_upload_writes_the_file(tmp_path: Path, pdf_bytes: bytes) -> None:
+    folder = tmp_path / "Files"
+    path = save_upload(folder, "../My manual.pdf", pdf_bytes, max_bytes=10_000_000)
+    assert path == folder / "My manual.pdf" and path.read_bytes() == pdf_bytes
+    assert [p.name for p in folder.iterdir()] == ["My manual.pdf"]  # no temporary file left behind
+
+
+def test_save_upload_never_overwrites_and_spots_duplicates(tmp_path: Path, pdf_bytes: bytes) -> None:
+    folder = tmp_path / "Files"
+    first = save_upload(folder, "manual.pdf", pdf_bytes, max_bytes=10_000_000)
+    other = manual_pdf(tmp_path / "other.pdf", topic="gadget").read_bytes()
+    second = save_upload(folder, "manual.pdf", other, max_bytes=10_000_000)
+    third = save_upload(folder, "manual.pdf", other + b"\n%extra", max_bytes=10_000_000)
+    assert (second.name, third.name) == ("manual (2).pdf", "manual (3).pdf")
+    assert first.read_bytes() == pdf_bytes  # untouched
+    with pytest.raises(AlreadyPresent, match="already in the knowledge base folder, as manual \\(2\\).pdf") as err:
+        save_upload(folder, "renamed copy.pdf", other, max_bytes=10_000_000)
+    assert err.value.path == second
+    assert len(list(folder.iterdir())) == 3
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"", "empty"),
+        (b"PK\x03\x04 a zip file", "not a PDF"),
+        (b"<html>%PDF-</html>" + b" " * 2000, None),  # a header inside the first 1024 bytes is accepted
+        (b"x" * 1100 + b"%PDF-1.7", "not a PDF"),
+    ],
+)
+def test_save_upload_checks_the_content(tmp_path: Path, data: bytes, message: str | None) -> None:
+    if message is None:
+        assert save_upload(tmp_path, "odd.pdf", data, max_bytes=10_000).exists()
+        return
+    with pytest.raises(UploadRejected, match=message):
+        save_upload(tmp_path, "odd.pdf", data, max_bytes=10_000)
+    assert not list(tmp_path.iterdir())
+
+
+def test_save_upload_refuses_big_files(tmp_path: Path, pdf_bytes: bytes) -> None:
+    with pytest.raises(UploadRejected, match="over the .* upload limit") as err:
+        save_upload(tmp_path / "Files", "big.pdf", pdf_bytes, max_bytes=len(pdf_bytes) - 1)
+    assert isinstance(err.value, CragError) and "by hand" in str(err.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Ollama pull
+
+
+def test_pull_streams_progress_and_the_model_appears(fake_ollama) -> None:
+    fake_ollama.pullable = ["bge-m3"]
+    steps = list(pull_model(fake_ollama.url, "bge-m3"))
+    assert steps[0] == PullProgress("pulling manifest")
+    assert [s.fraction for s in steps if s.total] == [0.0, 0.4, 1.0]
+    assert steps[-1].status == "success"
+    assert fake_ollama.requests[-1] == {
+        "path": "/api/pull",
+        "body": {"model": "bge-m3", "insecure": False, "stream": True},
+    }
+    assert ollama_health(fake_ollama.url).has("bge-m3")
+
+
+def test_pull_of_an_unknown_model_says_why(fake_ollama) -> None:
+    with pytest.raises(
+        BackendUnavailable, match="could not pull `nope:1b` \\(pull model manifest: file does not exist\\)"
+    ):
+        list(pull_model(fake_ollama.url, "nope:1b"))
+
+
+def test_pull_without_ollama_says_how_to_start_it(closed_port_url: str) -> None:
+    with pytest.raises(BackendUnavailable, match="ollama serve") as err:
+        list(pull_model(closed_port_url, "qwen3:4b"))
+    assert closed_port_url in str(err.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Highlighted page images
+
+
+def yellow_share(png: bytes, box: tuple[float, float, float, float] | None = None) -> float:
+    """The share of highlighter-yellow pixels, in the whole image or in a box given as fractions."""
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    if box:
+        w, h = image.size
+        image = image.crop((int(box[0] * w), int(box[1] * h), int(box[2] * w), int(box[3] * h)))
+    pixels = list(image.getdata())
+    yellow = sum(1 for rgb in pixels if _is_yellow(rgb))
+    return yellow / len(pixels)
+
+
+def test_render_highlight_marks_the_region(tmp_path: Path) -> None:
+    pdf = manual_pdf(tmp_path / "m.pdf")
+    width, height = 595, 842
+    box = (1, 72.0, 120.0, 520.0, 300.0)
+    png = render_highlight(pdf, 1, [box, (2, 0, 0, 595, 842)], dpi=72)  # the page-2 box is ignored
+    assert Image.open(io.BytesIO(png)).size == (width, height)
+    inside = (box[1] / width, box[2] / height, box[3] / width, box[4] / height)
+    assert yellow_share(png, inside) > 0.5
+    assert yellow_share(png, (0, 0.5, 1, 1)) == 0  # the lower half is not highlighted
+    assert yellow_share(render_highlight(pdf, 1, [], dpi=72)) == 0
+    assert pymupdf.open(pdf)[0].get_text() == pymupdf.open(pdf)[0].get_text()  # the file is not written
+
+
+def test_render_highlight_close_up_crops_to_the_passage(tmp_path: Path) -> None:
+    pdf = manual_pdf(tmp_path / "m.pdf")
+    png = render_highlight(pdf, 1, [(1, 72.0, 120.0, 520.0, 300.0)], dpi=72, around=20)
+    # The box, padded by 2 pt, and 20 pt around it.
+    assert Image.open(io.BytesIO(png)).size == (448 + 2 * 2 + 2 * 20, 180 + 2 * 2 + 2 * 20)
+    assert yellow_share(png) > 0.3
+
+
+def test_render_highlight_on_a_rotated_page(tmp_path: Path) -> None:
+    doc = pymupdf.open()
+    page = doc.new_page(width=595, height=842)
+    page.insert_text((72, 100), "ROTATED TEXT", fontsize=20)
+    page.set_rotation(90)
+    doc.save(tmp_path / "r.pdf")
+    words = pymupdf.open(tmp_path / "r.pdf")[0].get_text("words")
+    x0, y0, x1, y1 = words[0][:4]
+    png = render_highlight(tmp_path / "r.pdf", 1, [(1, x0, y0, x1, y1)], dpi=72)
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    assert image.width == 842  # the page as it is shown, turned
+    # Turned a quarter clockwise, text near the top-left corner lands near the right edge, and the
+    # highlight lies over the word's ink.
+    yellow = [(x, y) for (x, y) in _pixels(image) if _is_yellow(image.getpixel((x, y)))]
+    ink = [(x, y) for (x, y) in _pixels(image) if sum(image.getpixel((x, y))) < 200]
+    assert min(x for x, _ in yellow) > 700 and min(x for x, _ in ink) > 700
+    yx0, yx1 = min(x for x, _ in yellow), max(x for x, _ in yellow)
+    yy0, yy1 = min(y for _, y in yellow), max(y for _, y in yellow)
+    assert any(yx0 <= x <= yx1 and yy0 <= y <= yy1 for x, y in ink)
+    close_up = render_highlight(tmp_path / "r.pdf", 1, [(1, x0, y0, x1, y1)], dpi=72, around=10)
+    assert Image.open(io.BytesIO(close_up)).height > Image.open(io.BytesIO(close_up)).width  # the word runs down
+
+
+def _pixels(image: Image.Image):
+    return ((x, y) for y in range(image.height) for x in range(image.width))
+
+
+def _is_yellow(rgb: tuple[int, int, int]) -> bool:
+    r, g, b = rgb
+    return r > 230 and g > 200 and b < 190
+
+
+def test_render_highlight_of_a_missing_page(tmp_path: Path) -> None:
+    with pytest.raises(PDFError, match="has no page 9"):
+        render_highlight(manual_pdf(tmp_path / "m.pdf"), 9, [])
+
+
+# ---------------------------------------------------------------------------------------------
+# The sample PDF that ships in Files/
+
+
+def test_the_sample_pdf_parses_in_both_languages_and_the_script_makes_it(tmp_path: Path) -> None:
+    parsed = PyMuPDFParser().parse(SAMPLE)
+    text = "\n".join(b.text for b in parsed.blocks)
+    assert parsed.pages >= 2 and not parsed.warnings
+    assert "CRAG Knowledge Base: User Guide" in text and "Rebuild knowledge base" in text
+    assert "用户指南" in text and "重建知识库" in text
+    assert sum(b.type == "table" for b in parsed.blocks) == 2  # the actions table, in each language
+    assert SAMPLE.stat().st_size < 200_000
+
+    spec = importlib.util.spec_from_file_location("make_sample_pdf", ROOT / "scripts" / "make_sample_pdf.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    fresh = script.make_sample_pdf(tmp_path / "guide.pdf")
+    assert fresh.read_bytes() == SAMPLE.read_bytes()  # the committed file is what the script makes

@@ -1,0 +1,331 @@
+"""What sits under an answer: the action badge, "How this answer was made", and the sources panel.
+
+Document and web text is shown with ``st.text``, ``st.code`` and tables, never as Markdown or HTML.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from urllib.parse import quote, urlsplit
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+import crag.pipeline
+from crag.errors import CragError
+from crag.types import Answer, Source, Trace
+from ui.text import ACTIONS, action_reason, md_escape, no_images, pages_label, shorten
+
+CLOSE_UP_MARGIN = 54.0  # points of page shown above and below the passage (about four lines)
+ZONE_COLORS = {"Correct": "#21a366", "Ambiguous": "#f0a020", "Incorrect": "#e0443e"}
+
+
+def render(answer: Answer, thresholds: tuple[float, float], files_dir: Path, key: int) -> None:
+    """Badge and caption, the trace expander and the sources panel of one answer."""
+    trace = answer.trace
+    with st.container(horizontal=True, vertical_alignment="center", gap="small"):
+        if trace is not None and trace.action is not None:
+            style = ACTIONS[trace.action]
+            st.badge(style.label, icon=style.icon, color=style.color, help=style.help)
+        st.caption(caption(answer))
+    if not answer.complete:
+        # crag's message names the fix; the partial text above stays, and so does the trace below.
+        st.error(no_images(answer.error) or "The model stopped before the answer was complete: ask again.")
+    if trace is not None:
+        how_it_was_made(trace, thresholds, key)
+    sources_panel(answer, files_dir, key)
+
+
+def caption(answer: Answer) -> str:
+    parts = [md_escape(answer.backend), md_escape(answer.model)]
+    if answer.trace is not None:
+        total = answer.trace.timings.get("total")
+        if total is not None:
+            parts.append(f"{total:.1f} s")
+        calls = answer.trace.llm_calls
+        parts.append(f"{calls} LLM call{'s' if calls != 1 else ''}")
+    return " · ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# How this answer was made
+
+
+def how_it_was_made(trace: Trace, thresholds: tuple[float, float], key: int) -> None:
+    lower, upper = thresholds
+    kept = sum(1 for s in trace.strips if s.kept)
+    with st.expander("How this answer was made", icon=":material/account_tree:"):
+        if trace.action is not None:
+            scores = [r.score for r in trace.retrieved]
+            reason = action_reason(trace.action, scores, upper, lower)
+            st.markdown(f"**Action: {ACTIONS[trace.action].label}.** {reason} {ACTIONS[trace.action].effect}")
+        if trace.standalone_question and trace.standalone_question != trace.question:
+            st.caption("The follow-up was asked as:")
+            st.text(trace.standalone_question)
+        tabs = st.tabs(
+            [
+                f"Retrieved ({len(trace.retrieved)})",
+                f"Refined context ({kept} kept)",
+                f"Web ({len(trace.web_results)})" if trace.web_query or trace.web_error else "Web",
+                "Timings",
+            ],
+            key=f"trace-tabs-{key}",
+        )
+        with tabs[0]:
+            retrieved(trace, lower, upper, key)
+        with tabs[1]:
+            refined(trace, key)
+        with tabs[2]:
+            web(trace, key)
+        with tabs[3]:
+            timings(trace, key)
+        for note in trace.notes:
+            st.caption(f"Note: {md_escape(note)}")
+
+
+def zone(score: float, lower: float, upper: float) -> str:
+    return "Correct" if score >= upper else "Ambiguous" if score >= lower else "Incorrect"
+
+
+def score_chart(trace: Trace, lower: float, upper: float) -> alt.LayerChart:
+    data = pd.DataFrame(
+        {
+            "passage": [f"#{i}" for i in range(1, len(trace.retrieved) + 1)],
+            "score": [round(r.score, 3) for r in trace.retrieved],
+            "file": [f"{r.chunk.file} · {pages_label(r.chunk.pages)}" for r in trace.retrieved],
+            "zone": [zone(r.score, lower, upper) for r in trace.retrieved],
+        }
+    )
+    bars = (
+        alt.Chart(data)
+        .mark_bar(size=18)
+        .encode(
+            x=alt.X("passage:N", sort=None, title=None, axis=alt.Axis(labelAngle=0)),
+            y=alt.Y("score:Q", scale=alt.Scale(domain=[-1, 1]), title="evaluator score"),
+            color=alt.Color(
+                "zone:N",
+                scale=alt.Scale(domain=list(ZONE_COLORS), range=list(ZONE_COLORS.values())),
+                legend=alt.Legend(orient="bottom", title=None),
+            ),
+            tooltip=["passage", "score", "file"],
+        )
+    )
+    lines = pd.DataFrame({"threshold": [f"upper {upper:.2f}", f"lower {lower:.2f}"], "value": [upper, lower]})
+    rules = alt.Chart(lines).mark_rule(strokeDash=[5, 4], color="#555").encode(y="value:Q")
+    labels = (
+        alt.Chart(lines)
+        .mark_text(align="left", dx=4, dy=-6, color="#555", fontSize=11)
+        .encode(y="value:Q", x=alt.value(0), text="threshold:N")
+    )
+    return alt.layer(bars, rules, labels).properties(height=190)
+
+
+def retrieved(trace: Trace, lower: float, upper: float, key: int) -> None:
+    if not trace.retrieved:
+        st.info("Nothing was retrieved: the knowledge base is empty, or nothing in it matches the question.")
+        return
+    st.caption(
+        f"Each passage was scored by the retrieval evaluator in [-1, 1]. At or above the upper threshold "
+        f"({upper:.2f}) makes the action Correct; all below the lower threshold ({lower:.2f}) makes it Incorrect."
+    )
+    st.altair_chart(score_chart(trace, lower, upper), width="stretch", key=f"scores-{key}")
+    rows = [
+        {
+            "#": i,
+            "score": round(r.score, 3),
+            "file": r.chunk.file,
+            "pages": ", ".join(map(str, r.chunk.pages)),
+            "section": r.chunk.section,
+            "text": shorten(r.chunk.text, 400),
+            "graded by": r.method,
+        }
+        for i, r in enumerate(trace.retrieved, start=1)
+    ]
+    st.dataframe(
+        pd.DataFrame(rows),
+        hide_index=True,
+        key=f"retrieved-{key}",
+        column_config={
+            "#": st.column_config.NumberColumn(width="small"),
+            "score": st.column_config.NumberColumn(format="%.2f", width="small"),
+            "text": st.column_config.TextColumn(width="large"),
+        },
+    )
+
+
+def refined(trace: Trace, key: int) -> None:
+    kept = [s for s in trace.strips if s.kept]
+    dropped = len(trace.strips) - len(kept)
+    st.caption(
+        f"Refinement split the knowledge into strips and scored each: {len(kept)} kept, {dropped} dropped. "
+        "The kept strips, in document order, are what the answer was generated from."
+    )
+    if trace.refined_context:
+        st.code(trace.refined_context, language=None, wrap_lines=True)
+    else:
+        st.info("No knowledge survived refinement, so the answer could not use any.")
+    if not trace.strips:
+        return
+    rows = [
+        {
+            "kept": s.kept,
+            "score": round(s.score, 3),
+            "from": f"{s.file} · {pages_label(s.pages)}" if s.kind == "local" else (s.title or s.url),
+            "kind": "document" if s.kind == "local" else "web",
+            "strip": shorten(s.text, 400),
+        }
+        for s in sorted(trace.strips, key=lambda s: (not s.kept, -s.score))
+    ]
+    st.dataframe(
+        pd.DataFrame(rows),
+        hide_index=True,
+        key=f"strips-{key}",
+        column_config={
+            "kept": st.column_config.CheckboxColumn(width="small"),
+            "score": st.column_config.NumberColumn(format="%.2f", width="small"),
+            "strip": st.column_config.TextColumn(width="large"),
+        },
+    )
+
+
+def web(trace: Trace, key: int) -> None:
+    if trace.web_query:
+        st.caption("Web query")
+        st.code(trace.web_query, language=None)
+    if trace.web_error:
+        st.warning(f"Web search was not available: {md_escape(trace.web_error)}.")
+    if trace.web_results:
+        rows = [
+            {"title": r.title, "url": r.url, "snippet": shorten(r.snippet, 300), "page text read": bool(r.text)}
+            for r in trace.web_results
+        ]
+        st.dataframe(pd.DataFrame(rows), hide_index=True, key=f"web-{key}")
+    elif trace.web_query and not trace.web_error:
+        st.info("The web search found nothing.")
+    if not trace.web_query and not trace.web_error:
+        st.caption("The web was not searched: the action was Correct, so your documents were enough.")
+
+
+def timings(trace: Trace, key: int) -> None:
+    with st.container(horizontal=True):
+        st.metric("LLM calls", trace.llm_calls)
+        st.metric("Before the answer", trace.llm_calls_before_answer)
+        st.metric("Tokens in / out", f"{trace.input_tokens} / {trace.output_tokens}")
+    if trace.timings:
+        rows = [{"stage": stage.replace("_", " "), "seconds": round(sec, 3)} for stage, sec in trace.timings.items()]
+        st.dataframe(
+            pd.DataFrame(rows),
+            hide_index=True,
+            key=f"timings-{key}",
+            column_config={"seconds": st.column_config.NumberColumn(format="%.2f s")},
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Sources
+
+
+def sources_panel(answer: Answer, files_dir: Path, key: int) -> None:
+    if not answer.sources:
+        return
+    numbers = crag.pipeline.cited(answer.text)
+    shown = [s for s in answer.sources if s.n in numbers] or list(answer.sources)
+    with st.expander(f"Sources ({len(shown)})", icon=":material/menu_book:"):
+        for source in shown:
+            with st.container(border=True):
+                if source.kind == "local":
+                    local_source(source, passage_boxes(source, answer.trace), files_dir)
+                else:
+                    web_source(source)
+        others = [f"[{s.n}]" for s in answer.sources if s not in shown]
+        if others:
+            st.caption(f"Also given to the model but not cited: {', '.join(others)}")
+
+
+def squash(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def passage_boxes(source: Source, trace: Trace | None) -> tuple:
+    """The regions of the chunks whose strips made this source.
+
+    ``Source.bboxes`` comes from one chunk with the source's file and pages, which need not be the
+    one that was used when several retrieved chunks share a page; the trace says which were.
+    """
+    if trace is None:
+        return source.bboxes
+    kept = [
+        squash(s.text)
+        for s in trace.strips
+        if s.kept and s.kind == "local" and s.file == source.file and tuple(s.pages) == tuple(source.pages)
+    ]
+    boxes: list = []
+    for hit in trace.retrieved:
+        chunk = hit.chunk
+        if chunk.file == source.file and tuple(chunk.pages) == tuple(source.pages):
+            text = squash(chunk.text)
+            if any(k and k in text for k in kept):
+                boxes += [tuple(b) for b in chunk.bboxes]
+    return tuple(dict.fromkeys(boxes)) or source.bboxes
+
+
+def local_source(source: Source, boxes: tuple, files_dir: Path) -> None:
+    text, image = st.columns([2, 3], gap="medium")
+    with text:
+        where = f"{md_escape(source.file)} · {pages_label(source.pages)}"
+        st.markdown(f"**\\[{source.n}\\]** :material/description: {where}")
+        st.text(source.snippet)
+    with image:
+        for page in source.pages[:2]:
+            close_up, problem = page_image(files_dir, source.file, page, boxes, around=CLOSE_UP_MARGIN)
+            if close_up is None:
+                st.caption(md_escape(problem))
+                continue
+            st.image(close_up, caption=f"{pages_label([page])}, the passage highlighted", width="stretch")
+            with st.popover(f"Whole {pages_label([page])}", icon=":material/fullscreen:"):
+                whole, problem = page_image(files_dir, source.file, page, boxes)
+                if whole is not None:
+                    st.image(whole, width=620)
+                else:
+                    st.caption(md_escape(problem))
+
+
+def web_source(source: Source) -> None:
+    st.markdown(f"**\\[{source.n}\\]** :material/language: {md_escape(source.title or source.url)}")
+    parts = urlsplit(source.url)
+    if parts.scheme in ("http", "https") and parts.netloc:
+        # Percent-encoding keeps brackets and spaces from ending the Markdown link early.
+        href = quote(source.url, safe=":/?#=&%+@,;~")
+        st.caption(f"[{md_escape(source.url)}]({href})")
+    else:
+        st.text(source.url)
+    st.text(source.snippet)
+
+
+def page_image(
+    files_dir: Path, file: str, page: int, bboxes: tuple, around: float | None = None
+) -> tuple[bytes | None, str]:
+    """The page as PNG with the passage highlighted, or None and why not."""
+    root = files_dir.resolve()
+    path = (files_dir / file).resolve()
+    if not path.is_relative_to(root):
+        return None, f"Page image unavailable: {file} is outside the files folder."
+    try:
+        mtime = path.stat().st_mtime_ns
+    except OSError:
+        return None, f"Page image unavailable: {file} is no longer in the files folder."
+    try:
+        return _render(str(path), mtime, page, tuple(tuple(b) for b in bboxes), around), ""
+    except CragError as exc:
+        return None, f"Page image unavailable: {exc}"
+    except Exception as exc:  # noqa: BLE001 - a page image is a nicety; the answer stands without it
+        return None, f"Page image unavailable ({type(exc).__name__}: {exc})."
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _render(path: str, mtime: int, page: int, bboxes: tuple, around: float | None) -> bytes:
+    from crag.ingest.pymupdf import render_highlight  # PyMuPDF loads only when a page is shown
+
+    return render_highlight(Path(path), page, bboxes, dpi=110, around=around)

@@ -1,0 +1,74 @@
+"""The page: settings, the pipeline, the sidebar, then the conversation. Nothing here raises to Streamlit."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from crag.config import Settings
+from crag.errors import CragError
+from ui import chat, sidebar, state
+from ui.text import md_escape
+
+TITLE = "Chat with your PDFs"
+
+
+def main() -> None:
+    st.set_page_config(page_title="CRAG knowledge base", page_icon="📚", layout="wide")
+    state.init()
+    st.title(f"📚 {TITLE}", anchor=False)
+    st.caption(
+        "Answers come from the PDFs in your knowledge base, checked with Corrective RAG: retrieved passages are "
+        "graded, weak retrieval is corrected with a web search, and every answer shows how it was made."
+    )
+    try:
+        base = state.load_base_settings()
+    except CragError as exc:
+        st.error(str(exc))  # nothing can work without settings; the message names the variable to fix
+        return
+    try:
+        run(state.settings(base))
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: the page and the history stay
+        st.error(
+            f"Something went wrong ({type(exc).__name__}: {md_escape(str(exc))}). Your conversation is kept; "
+            "try again, and if it keeps happening, restart the app and check its log."
+        )
+
+
+def run(settings: Settings) -> None:
+    pipeline, pipeline_error = state.pipeline(settings)
+    kb = state.knowledge_base(settings)
+    sidebar.render(settings, pipeline, pipeline_error, kb)
+    if pipeline_error:
+        st.error(pipeline_error)
+    if kb.empty and not kb.error:
+        empty_state(settings, kb)
+    elif kb.generation is not None and not st.session_state.messages and not st.session_state.get("question"):
+        gen = kb.generation
+        st.info(
+            f"Ready: {gen.files} file{'s' if gen.files != 1 else ''}, {gen.chunks} passages. Ask a question below; "
+            "each answer shows its CRAG action, how it was made, and the pages it comes from.",
+            icon=":material/forum:",
+        )
+    chat.render(settings, pipeline)
+
+
+def empty_state(settings: Settings, kb: state.KnowledgeBase) -> None:
+    folder = md_escape(str(settings.files_dir.resolve()))
+    with st.container(border=True):
+        st.markdown("#### :material/inventory_2: Your knowledge base is empty")
+        st.markdown(
+            f"1. Drop PDF files into **{folder}**, or upload them in the sidebar.\n"
+            "2. Click **Rebuild knowledge base** in the sidebar and watch the progress bar.\n"
+            "3. Ask a question below. Answers cite the pages they come from."
+        )
+        if kb.pending:
+            n = len(kb.pending)
+            names = ", ".join(md_escape(name) for name in kb.pending[:5]) + (" …" if n > 5 else "")
+            st.caption(f"{n} file{'s' if n > 1 else ''} waiting to be indexed: {names}")
+            if st.button(
+                "Build the knowledge base now", type="primary", icon=":material/play_arrow:", key="build_now_main"
+            ):
+                st.session_state.build_now = True
+                st.rerun()
+        elif settings.web_search:
+            st.caption("Until then, questions are answered from the web.")

@@ -1,0 +1,290 @@
+"""The sidebar: knowledge base status and files, upload, rebuild, model status and pull, answer settings."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+import crag.models
+import crag.pipeline
+from crag.config import Settings
+from crag.errors import CragError
+from crag.ingest import Progress
+from crag.ingest.uploads import AlreadyPresent, save_upload
+from ui import state
+from ui.text import (
+    FILE_STATUS,
+    build_summary,
+    built_at,
+    human_bytes,
+    md_escape,
+    no_images,
+    progress_text,
+)
+
+EVALUATORS = {
+    "auto": "auto: an LLM grader on Ollama/OpenAI, similarity on the embedded model",
+    "llm": "LLM grader (schema-constrained)",
+    "similarity": "similarity (embeddings and word overlap, no LLM call)",
+}
+
+
+def render(
+    settings: Settings, pipeline: crag.pipeline.Pipeline | None, pipeline_error: str, kb: state.KnowledgeBase
+) -> None:
+    with st.sidebar:
+        st.button(
+            "New chat",
+            icon=":material/add_comment:",
+            key="new_chat",
+            on_click=state.new_chat,
+            width="stretch",
+            help="Clear the conversation. The knowledge base is kept.",
+        )
+        knowledge_base(settings, pipeline, kb)
+        st.divider()
+        model_status(settings, pipeline, pipeline_error)
+        st.divider()
+        answer_settings(settings)
+
+
+# ---------------------------------------------------------------------------------------------
+# Knowledge base
+
+
+def knowledge_base(settings: Settings, pipeline: crag.pipeline.Pipeline | None, kb: state.KnowledgeBase) -> None:
+    st.subheader("Knowledge base", anchor=False)
+    if kb.error:
+        st.error(kb.error)
+    gen = kb.generation
+    if gen is not None:
+        with st.container(horizontal=True):
+            st.metric("Files", gen.files)
+            st.metric("Chunks", gen.chunks)
+        parsers = ", ".join(kb.parsers) or settings.parser
+        st.caption(
+            f"Built {built_at(gen.built_at)} · parser {md_escape(parsers)} · embeddings {md_escape(gen.embedder)}"
+        )
+    else:
+        st.caption(f"Not built yet. Parser: {settings.parser}.")
+    files_list(kb)
+    if kb.pending:
+        n = len(kb.pending)
+        st.info(f"{n} new file{'s' if n > 1 else ''} in the folder: rebuild to index {'them' if n > 1 else 'it'}.")
+    upload(settings)
+    rebuild(settings, pipeline)
+
+
+def files_list(kb: state.KnowledgeBase) -> None:
+    if not kb.files:
+        return
+    trouble = any(f["status"] in ("failed", "new", "missing") for f in kb.files)
+    with st.expander(f"Files ({len(kb.files)})", expanded=trouble or len(kb.files) <= 5, icon=":material/folder:"):
+        rows = [
+            {
+                "file": f["file"],
+                "status": FILE_STATUS.get(f["status"], f["status"]),
+                "pages": f.get("pages") or None,
+                "chunks": f.get("chunks") or None,
+                "problem": f.get("error") or "; ".join(f.get("warnings") or ()),
+            }
+            for f in kb.files
+        ]
+        st.dataframe(
+            pd.DataFrame(rows),
+            hide_index=True,
+            key="files",
+            column_config={
+                "pages": st.column_config.NumberColumn(width="small"),
+                "chunks": st.column_config.NumberColumn(width="small"),
+            },
+        )
+        for f in kb.files:
+            if f["status"] == "failed":
+                st.error(f"**{md_escape(f['file'])}**: {no_images(f.get('error') or 'failed')}")
+
+
+def upload(settings: Settings) -> None:
+    ss = st.session_state
+    files = st.file_uploader(
+        "Add PDFs",
+        type=["pdf"],
+        accept_multiple_files=True,
+        key=f"uploader-{ss.uploader}",
+        max_upload_size=settings.max_upload_mb,
+        help=f"Saved into {settings.files_dir} (PDF only, up to {settings.max_upload_mb} MB each). "
+        "Files copied into that folder by hand are picked up the same way by the next rebuild.",
+    )
+    if files:
+        notes = []
+        for file in files:
+            try:
+                path = save_upload(settings.files_dir, file.name, file.getvalue(), settings.max_upload_mb * 1024 * 1024)
+            except AlreadyPresent as exc:
+                notes.append(("info", md_escape(str(exc))))
+            except CragError as exc:
+                notes.append(("error", md_escape(str(exc))))
+            except Exception as exc:  # noqa: BLE001 - one bad upload must not stop the others
+                notes.append(("error", md_escape(f"{file.name}: could not be saved ({type(exc).__name__}: {exc}).")))
+            else:
+                notes.append(("success", f"Added **{md_escape(path.name)}**."))
+        if any(kind == "success" for kind, _ in notes):
+            notes.append(("info", "Click **Rebuild knowledge base** to index the new files."))
+        ss.upload_notes = notes
+        ss.uploader += 1  # a new key gives an empty uploader, so a rerun does not save the files again
+        st.rerun()
+    for kind, note in ss.upload_notes:
+        getattr(st, kind)(note)
+
+
+def rebuild(settings: Settings, pipeline: crag.pipeline.Pipeline | None) -> None:
+    ss = st.session_state
+    full = st.toggle(
+        "Full rebuild",
+        key="full_rebuild",
+        help="Re-read and re-embed every file, not only new and changed ones. "
+        "Use it after changing the parser or the embedding model.",
+    )
+    clicked = st.button(
+        "Rebuild knowledge base", type="primary", icon=":material/refresh:", key="rebuild", width="stretch"
+    )
+    if clicked or ss.pop("build_now", False):
+        run_build(settings, pipeline, full)
+    build_result()
+
+
+def run_build(settings: Settings, pipeline: crag.pipeline.Pipeline | None, full: bool) -> None:
+    st.session_state.upload_notes = []  # "click Rebuild" is done
+    bar = st.progress(0.0, text="Starting the build…")
+    shown = [0.0]
+
+    def on_progress(p: Progress) -> None:
+        shown[0] = max(shown[0], p.fraction)  # a bar that goes back looks broken
+        bar.progress(shown[0], text=progress_text(p))
+
+    try:
+        report = state.build(settings, pipeline, full, on_progress)
+    except CragError as exc:
+        st.session_state.build = {"error": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - a build bug must not take the page down
+        st.session_state.build = {
+            "error": (
+                f"The build failed ({type(exc).__name__}: {md_escape(str(exc))}). The previous knowledge base "
+                f"still answers. Check the files in {md_escape(str(settings.files_dir))} and rebuild; "
+                "`python -m crag index` in a terminal runs the same build and prints the details."
+            )
+        }
+    else:
+        st.session_state.build = {"report": report, "full": full}
+    st.rerun()  # redraw the status above with the new index
+
+
+def build_result() -> None:
+    build = st.session_state.build
+    if not build:
+        return
+    if "error" in build:
+        st.error(f"**The knowledge base was not rebuilt.** {build['error']}")
+        return
+    report = build["report"]
+    failed = [f for f in report.files if f.status == "failed"]
+    summary = build_summary((f.status for f in report.files), report.total_chunks, report.seconds)
+    what = "Rebuilt from scratch" if build["full"] else "Updated"
+    (st.warning if failed else st.success)(f"{what}: {summary}.", icon="⚠️" if failed else "✅")
+    for f in failed:
+        st.error(f"**{md_escape(f.file)}** was not indexed: {no_images(f.error)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Model
+
+
+def model_status(settings: Settings, pipeline: crag.pipeline.Pipeline | None, pipeline_error: str) -> None:
+    ss = st.session_state
+    st.subheader("Model", anchor=False)
+    if pipeline is not None:
+        backend = pipeline.backend
+        st.markdown(f"**{md_escape(backend.name)}** · `{backend.model}`")
+        st.caption(backend.reason)
+    else:
+        st.markdown(":red[:material/error:] **No chat model**: see the message on the page.")
+
+    health = state.ollama_health(settings.ollama_url)
+    needs_ollama = settings.llm_backend == "ollama" or settings.embed_backend == "ollama"
+    may_use_ollama = needs_ollama or settings.llm_backend == "auto" or settings.embed_backend == "auto"
+    if health.reachable:
+        st.markdown(f":green[:material/check_circle:] Ollama answers at `{health.url}`")
+        models = [("chat", settings.chat_model), ("embeddings", settings.embed_model)]
+        for role, name in models:
+            if health.has(name):
+                st.markdown(f":green[:material/check:] `{name}` ({role})")
+                continue
+            needed = (role == "chat" and settings.llm_backend == "ollama") or (
+                role == "embeddings" and settings.embed_backend == "ollama"
+            )
+            fix = f"`{name}` ({role}) is not in Ollama: pull it here, or run `ollama pull {name}`."
+            (st.error if needed else st.warning)(fix if needed else fix + " Until then the built-in model is used.")
+            if st.button(f"Pull {name}", key=f"pull-{role}", icon=":material/download:", width="stretch"):
+                pull(settings, name, role)
+    elif needs_ollama:
+        st.error(f"Ollama is not reachable at `{health.url}`: start it with `ollama serve`, or set CRAG_OLLAMA_URL.")
+    elif not may_use_ollama:
+        st.caption("Ollama is not used with these settings.")
+    elif pipeline is None or health.url not in pipeline.backend.reason:
+        # When the backend's reason above names the URL, it has said this already, with the fix.
+        st.markdown(f":orange[:material/cloud_off:] Ollama is not reachable at `{health.url}`")
+    if not health.reachable and may_use_ollama:
+        st.caption(
+            f"Configured models: `{settings.chat_model}` (chat), `{settings.embed_model}` (embeddings); "
+            "whether Ollama has them is checked when it answers."
+        )
+    if st.button(
+        "Check again", key="check_models", icon=":material/sync:", help="Ask Ollama again and reload the model."
+    ):
+        state.forget_health()
+        state.forget_pipeline()
+        ss.pull_note = None
+        st.rerun()
+    note = ss.get("pull_note")
+    if note:
+        getattr(st, note[0])(note[1])
+
+
+def pull(settings: Settings, name: str, role: str) -> None:
+    ss = st.session_state
+    bar = st.progress(0.0, text=f"Pulling `{name}`…")
+    fraction = 0.0
+    try:
+        for p in crag.models.pull_model(settings.ollama_url, name):
+            fraction = p.fraction if p.fraction is not None else fraction
+            sizes = f" · {human_bytes(p.completed)} of {human_bytes(p.total)}" if p.total else ""
+            bar.progress(fraction, text=f"`{name}`: {md_escape(p.status)}{sizes}")
+    except CragError as exc:
+        ss.pull_note = ("error", str(exc))
+    else:
+        then = " Run a full rebuild to index your files with it." if role == "embeddings" else ""
+        ss.pull_note = ("success", f"Pulled `{name}`.{then}")
+        state.forget_pipeline()  # auto mode may now choose Ollama
+    state.forget_health()
+    st.rerun()
+
+
+# ---------------------------------------------------------------------------------------------
+# Answer settings
+
+
+def answer_settings(settings: Settings) -> None:
+    with st.expander("Answer settings", icon=":material/tune:"):
+        st.slider("Passages retrieved (top-k)", 1, max(20, settings.top_k), key=state.TOP_K)
+        st.slider(
+            "Thresholds (lower, upper)",
+            -1.0,
+            1.0,
+            step=0.05,
+            key=state.THRESHOLDS,
+            help="A passage scoring at or above the upper threshold makes the action Correct; "
+            "when all score below the lower one it is Incorrect; otherwise Ambiguous.",
+        )
+        st.toggle("Search the web when the documents fall short", key=state.WEB)
+        st.selectbox("Retrieval evaluator", list(EVALUATORS), key=state.EVALUATOR, format_func=EVALUATORS.__getitem__)
+        st.caption("Changes apply to the next question. Defaults come from the CRAG_* settings.")

@@ -1,0 +1,187 @@
+"""Session state, the settings the sidebar changes, and the calls into ``crag`` that the page makes.
+
+``crag`` is reached through module attributes (``crag.ingest.sync``, ``Pipeline.from_settings``,
+``crag.models.ollama_health``) at call time, so tests can swap any piece for a fake.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import streamlit as st
+
+import crag.ingest
+import crag.models
+import crag.pipeline
+import crag.store
+from crag.config import Settings, load_settings
+from crag.errors import CragError
+from crag.ingest import OnProgress, SyncReport
+from crag.store import Generation
+
+# Widget keys of the answer settings; their values override the environment's for this session.
+TOP_K, THRESHOLDS, WEB, EVALUATOR = "set_top_k", "set_thresholds", "set_web", "set_evaluator"
+
+
+def init() -> None:
+    ss = st.session_state
+    ss.setdefault("messages", [])  # {"id", "role", "content", "answer": Answer | None, "error": str}
+    ss.setdefault("next_id", 0)
+    ss.setdefault("uploader", 0)  # the uploader's key suffix: a new key empties it after a save
+    ss.setdefault("upload_notes", [])  # (kind, message) of the last upload
+    ss.setdefault("build", None)  # the last build: {"report": SyncReport} or {"error": str}
+
+
+def add_message(role: str, content: str, answer: Any = None, error: str = "") -> dict[str, Any]:
+    ss = st.session_state
+    message = {"id": ss.next_id, "role": role, "content": content, "answer": answer, "error": error}
+    ss.next_id += 1
+    ss.messages.append(message)
+    return message
+
+
+def new_chat() -> None:
+    st.session_state.messages = []
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings
+
+
+def settings(base: Settings) -> Settings:
+    """The environment's settings with this session's answer settings on top."""
+    ss = st.session_state
+    ss.setdefault(TOP_K, base.top_k)
+    ss.setdefault(THRESHOLDS, (base.lower_threshold, base.upper_threshold))
+    ss.setdefault(WEB, base.web_search)
+    ss.setdefault(EVALUATOR, base.evaluator)
+    lower, upper = sorted(float(v) for v in ss[THRESHOLDS])  # a range slider keeps them ordered; be sure
+    return base.model_copy(
+        update={
+            "top_k": int(ss[TOP_K]),
+            "lower_threshold": lower,
+            "upper_threshold": upper,
+            "web_search": bool(ss[WEB]),
+            "evaluator": ss[EVALUATOR],
+        }
+    )
+
+
+def load_base_settings() -> Settings:
+    return load_settings()
+
+
+def _key(settings: Settings) -> str:
+    # The dump masks the API key; its hash keeps two keys from sharing a cached pipeline.
+    secret = settings.openai_api_key.get_secret_value() if settings.openai_api_key else ""
+    return settings.model_dump_json() + hashlib.sha256(secret.encode()).hexdigest()[:12]
+
+
+# ---------------------------------------------------------------------------------------------
+# The pipeline (the model, the embedder, the retriever): built once per settings
+
+
+@st.cache_resource(show_spinner="Loading the model…", max_entries=4)
+def _pipeline(key: str, _settings: Settings) -> crag.pipeline.Pipeline:
+    return crag.pipeline.Pipeline.from_settings(_settings)
+
+
+def pipeline(settings: Settings) -> tuple[crag.pipeline.Pipeline | None, str]:
+    """The pipeline, or None and a message that says what to do. A failure is not cached: the next run retries."""
+    try:
+        return _pipeline(_key(settings), settings), ""
+    except CragError as exc:
+        return None, str(exc)
+    except Exception as exc:  # noqa: BLE001 - the page stays up whatever the model layer raises
+        return None, (
+            f"The model could not be loaded ({type(exc).__name__}: {exc}). "
+            "Check the CRAG_* settings (environment or .env) and the model server, then reload the page."
+        )
+
+
+def forget_pipeline() -> None:
+    """Rebuild the pipeline on the next run: after a model pull, or an index built with another embedder."""
+    _pipeline.clear()
+
+
+# ---------------------------------------------------------------------------------------------
+# Ollama
+
+
+@st.cache_data(ttl=15, show_spinner=False)
+def ollama_health(url: str) -> crag.models.OllamaHealth:
+    return crag.models.ollama_health(url)
+
+
+def forget_health() -> None:
+    ollama_health.clear()
+
+
+# ---------------------------------------------------------------------------------------------
+# The knowledge base
+
+
+@dataclass
+class KnowledgeBase:
+    generation: Generation | None = None
+    files: list[dict[str, Any]] = field(default_factory=list)  # the manifest, plus files not indexed yet
+    error: str = ""  # the index cannot be read
+
+    @property
+    def empty(self) -> bool:
+        return self.generation is None or self.generation.chunks == 0
+
+    @property
+    def pending(self) -> list[str]:
+        return [f["file"] for f in self.files if f["status"] == "new"]
+
+    @property
+    def parsers(self) -> list[str]:
+        return sorted({f.get("parser") for f in self.files if f.get("parser")})
+
+
+def knowledge_base(settings: Settings) -> KnowledgeBase:
+    """What the index holds, per file, and which files of the folder it does not hold yet."""
+    kb = KnowledgeBase()
+    try:
+        store = crag.store.Store(settings.chroma_dir)
+        kb.generation = store.active()
+        manifest = store.manifest() if kb.generation else []
+    except CragError as exc:
+        kb.error, manifest = str(exc), []
+    except (OSError, ValueError) as exc:
+        kb.error = f"The index in {settings.chroma_dir} cannot be read ({exc}): run a full rebuild."
+        manifest = []
+    try:
+        on_disk = {p.relative_to(settings.files_dir).as_posix() for p in crag.ingest.scan(settings.files_dir)}
+    except OSError:
+        on_disk = set()
+    for entry in manifest:
+        row = dict(entry)
+        if row["file"] not in on_disk and row.get("status") != "removed":
+            row["status"] = "missing"
+        kb.files.append(row)
+    known = {m["file"] for m in manifest}
+    kb.files += [{"file": name, "status": "new"} for name in sorted(on_disk - known)]
+    kb.files.sort(key=lambda f: f["file"].lower())
+    return kb
+
+
+def build(
+    settings: Settings, pipeline: crag.pipeline.Pipeline | None, full: bool, on_progress: OnProgress
+) -> SyncReport:
+    """Sync the index with the files folder. Raises ``CragError`` (e.g. another build runs) and whatever breaks.
+
+    An incremental build embeds with the embedder the index already uses. A full rebuild chooses
+    afresh, so it is where the index moves to a better embedder (say Ollama's bge-m3 once pulled).
+    """
+    if pipeline is not None and not full:
+        embedder = pipeline.retriever.embedder  # already loaded, and the one the index was built with
+    else:
+        embedder = crag.ingest.index_embedder(settings, rebuild=full)
+    report = crag.ingest.sync(settings, embedder, rebuild=full, on_progress=on_progress)
+    if pipeline is not None and embedder.name != pipeline.retriever.embedder.name:
+        forget_pipeline()  # the next question opens the index with the embedder it was built with
+    return report

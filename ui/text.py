@@ -1,0 +1,182 @@
+"""Labels, escaping and formatting for the page. Pure functions: no Streamlit here.
+
+Text that comes from documents or the web is data. It is shown with ``st.text``, ``st.code`` or in
+tables; where a piece of it must sit inside Markdown (a file name in a heading), ``md_escape`` makes
+it literal. Model answers are Markdown, minus images: an image would make the browser fetch a URL
+that a document or web page could have dictated.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+
+from crag.ingest import Progress
+from crag.types import Action
+
+# Every ASCII punctuation character may be backslash-escaped in CommonMark, and Streamlit's extra
+# syntax (:red[...], :material/icon:, $math$) is made of them too.
+MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>:$~&=\"'^])")
+
+
+def md_escape(text: str) -> str:
+    """Text that Markdown shows literally, on one line."""
+    return MD_SPECIAL.sub(r"\\\1", " ".join(text.split()))
+
+
+def no_images(markdown: str) -> str:
+    """Markdown with image syntax turned into plain text: ``![x](url)`` shows as ``![x](url)``."""
+    return markdown.replace("![", "!\\[")
+
+
+def safe_stream(deltas: Iterable[str]) -> Iterator[str]:
+    """``no_images`` for a stream: a ``!`` at the end of a delta waits for the next one."""
+    held = ""
+    for delta in deltas:
+        text = held + delta
+        held = "!" if text.endswith("!") else ""
+        text = text[:-1] if held else text
+        if text:
+            yield no_images(text)
+    if held:
+        yield held
+
+
+# ---------------------------------------------------------------------------------------------
+# CRAG actions and stages
+
+
+@dataclass(frozen=True)
+class ActionStyle:
+    label: str
+    color: str
+    icon: str
+    effect: str  # what the action did to the knowledge the answer was made from
+
+    @property
+    def help(self) -> str:
+        return f"CRAG action: {self.label}. {self.effect}"
+
+
+ACTIONS = {
+    Action.CORRECT: ActionStyle(
+        "Correct",
+        "green",
+        ":material/check_circle:",
+        "The answer uses your documents, refined to the sentences that matter.",
+    ),
+    Action.AMBIGUOUS: ActionStyle(
+        "Ambiguous",
+        "orange",
+        ":material/help:",
+        "The documents were not convincing: the answer uses them and a web search.",
+    ),
+    Action.INCORRECT: ActionStyle(
+        "Incorrect",
+        "red",
+        ":material/cancel:",
+        "The retrieved passages did not match: they were dropped and the web was searched instead.",
+    ),
+}
+
+STAGES = {
+    "understanding the follow-up": "Understanding the follow-up question",
+    "retrieving": "Retrieving passages",
+    "grading": "Grading the passages",
+    "refining": "Refining the knowledge",
+    "searching the web": "Searching the web",
+    "generating": "Generating the answer",
+}
+
+
+def stage_label(stage: str) -> str:
+    return STAGES.get(stage, stage[:1].upper() + stage[1:])
+
+
+def action_reason(action: Action, scores: list[float], upper: float, lower: float) -> str:
+    """Why the action trigger chose this action, in one sentence."""
+    if not scores:
+        return "Nothing was retrieved, so the knowledge base could not help."
+    best = max(scores)
+    if action is Action.CORRECT:
+        return f"The best passage scored {best:.2f}, at or above the upper threshold {upper:.2f}."
+    if action is Action.AMBIGUOUS:
+        return f"The best passage scored {best:.2f}: below the upper threshold {upper:.2f}, not below {lower:.2f}."
+    return f"The best passage scored {best:.2f}, below the lower threshold {lower:.2f}."
+
+
+# ---------------------------------------------------------------------------------------------
+# Knowledge base
+
+
+FILE_STATUS = {
+    "indexed": "✅ indexed",
+    "unchanged": "✅ indexed",
+    "failed": "❌ failed",
+    "skipped": "⏭️ skipped",
+    "removed": "🗑️ removed",
+    "new": "🆕 not indexed yet",
+    "missing": "⚠️ deleted from the folder",
+}
+
+
+def progress_text(p: Progress) -> str:
+    """The line under the build's progress bar: stage, file i/N, page j/M. Markdown (file names escaped)."""
+    file = f"**{md_escape(p.file)}**" if p.file else ""
+    of_files = f" · file {p.file_index}/{p.file_count}" if p.file_count else ""
+    if p.stage == "scanning":
+        return "Scanning the files folder…"
+    if p.stage == "parsing":
+        pages = f" · page {p.page}/{p.page_count}" if p.page_count else ""
+        return f"Reading {file}{of_files}{pages}"
+    if p.stage == "embedding":
+        chunks = f" · chunk {p.page}/{p.page_count}" if p.page_count else ""
+        return f"Embedding {file}{of_files}{chunks}"
+    if p.stage == "writing":
+        return "Writing the index…"
+    if p.stage == "done":
+        return "Done"
+    return p.stage
+
+
+def build_summary(statuses: Iterable[str], chunks: int, seconds: float) -> str:
+    counts: dict[str, int] = {}
+    for status in statuses:
+        counts[status] = counts.get(status, 0) + 1
+    parts = [f"{n} {status}" for status, n in sorted(counts.items(), key=lambda kv: ORDER.get(kv[0], 9))]
+    return f"{' · '.join(parts) or 'no files'} · {chunks} chunks · {seconds:.1f} s"
+
+
+ORDER = {"indexed": 0, "unchanged": 1, "failed": 2, "skipped": 3, "removed": 4}
+
+
+def built_at(stamp: str) -> str:
+    """ACTIVE.json's ``2025-11-21T07:05:00+0000`` as ``2025-11-21 07:05``."""
+    try:
+        return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S%z").strftime("%Y-%m-%d %H:%M")
+    except ValueError:
+        return stamp
+
+
+def pages_label(pages: Iterable[int]) -> str:
+    pages = sorted(set(pages))
+    if not pages:
+        return ""
+    if len(pages) == 1:
+        return f"page {pages[0]}"
+    return f"pages {pages[0]}–{pages[-1]}"
+
+
+def human_bytes(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+def shorten(text: str, limit: int = 240) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
