@@ -14,6 +14,7 @@ loaded from site-packages: nothing here ever downloads weights.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import threading
@@ -221,6 +222,8 @@ class LlamaCppChat:
         self.calls = self.prompt_tokens = self.completion_tokens = 0
         self._lock = threading.Lock()
         self._llm = Llama(model_path=str(gguf), n_ctx=n_ctx, n_threads=n_threads, n_batch=512, verbose=False)
+        # Free it before the interpreter tears llama.cpp's bindings down, or exit prints a traceback.
+        atexit.register(self._llm.close)
 
     def complete(self, messages: list[dict[str, str]], schema: dict[str, Any] | None) -> tuple[str, RequestUsage]:
         kwargs: dict[str, Any] = {"temperature": 0.0, "max_tokens": self.max_tokens}
