@@ -233,12 +233,44 @@ class Store:
                     removed.append(folder.name)
         return sorted(set(removed))
 
+    def verify(self) -> str | None:
+        """None when the active index opens and agrees with itself; else what is wrong and the fix.
+
+        Cheap to call on every page view: the full check runs again only when the files on disk change.
+        """
+        try:
+            gen = self.active()
+        except RebuildNeeded as exc:
+            return str(exc)
+        if gen is None:
+            return None
+        watched = [self.root / "chroma" / "chroma.sqlite3", *(self.generations / gen.id).glob("*")]
+        key = (str(self.root), gen.id, tuple((str(p), _stamp(p)) for p in watched))
+        if key not in _verified:
+            try:
+                IndexReader(self, gen)
+                _verified[key] = None
+            except RebuildNeeded as exc:
+                _verified[key] = str(exc)
+        return _verified[key]
+
     def writer(self, embedder: str, dimension: int, chunking: dict[str, Any]) -> GenerationWriter:
         return GenerationWriter(self, embedder, dimension, chunking)
 
     def reader(self) -> IndexReader | None:
         gen = self.active()
         return IndexReader(self, gen) if gen else None
+
+
+_verified: dict[tuple, str | None] = {}
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    try:
+        st = path.stat()
+    except OSError:
+        return (0, -1)
+    return (st.st_mtime_ns, st.st_size)
 
 
 class GenerationWriter:

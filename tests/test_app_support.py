@@ -24,6 +24,7 @@ SAMPLE = ROOT / "Files" / "crag-user-guide.pdf"
 # Uploads
 
 
+@pytest.mark.reliability
 @pytest.mark.parametrize(
     ("name", "safe"),
     [
@@ -62,6 +63,7 @@ def test_save_upload_writes_the_file(tmp_path: Path, pdf_bytes: bytes) -> None:
     assert [p.name for p in folder.iterdir()] == ["My manual.pdf"]  # no temporary file left behind
 
 
+@pytest.mark.reliability
 def test_save_upload_never_overwrites_and_spots_duplicates(tmp_path: Path, pdf_bytes: bytes) -> None:
     folder = tmp_path / "Files"
     first = save_upload(folder, "manual.pdf", pdf_bytes, max_bytes=10_000_000)
@@ -76,6 +78,7 @@ def test_save_upload_never_overwrites_and_spots_duplicates(tmp_path: Path, pdf_b
     assert len(list(folder.iterdir())) == 3
 
 
+@pytest.mark.reliability
 @pytest.mark.parametrize(
     ("data", "message"),
     [
@@ -94,6 +97,7 @@ def test_save_upload_checks_the_content(tmp_path: Path, data: bytes, message: st
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.reliability
 def test_save_upload_refuses_big_files(tmp_path: Path, pdf_bytes: bytes) -> None:
     with pytest.raises(UploadRejected, match="over the .* upload limit") as err:
         save_upload(tmp_path / "Files", "big.pdf", pdf_bytes, max_bytes=len(pdf_bytes) - 1)

@@ -115,6 +115,7 @@ def test_index_and_retrieve_json_contract(tmp_path: Path) -> None:
     assert results[0]["file"] == "widget.pdf" and all(isinstance(p, int) for p in results[0]["pages"])
 
 
+@pytest.mark.reliability
 def test_index_while_another_build_runs_is_refused(tmp_path: Path) -> None:
     from crag.store import Store
 

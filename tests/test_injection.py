@@ -11,7 +11,7 @@ from crag.ingest import sync
 from crag.pipeline import Pipeline
 from tests.pdfs import text_pdf
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.reliability]
 
 # Written about the widget's cores, so refinement keeps it and the model really reads it.
 INJECTION = (

@@ -20,7 +20,7 @@ from crag.pipeline import Retriever
 from crag.store import Store
 from tests.pdfs import manual_pdf
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.reliability]
 ROOT = Path(__file__).resolve().parent.parent
 KILL_POINTS = 3
 

@@ -60,6 +60,7 @@ def _write(path: Path, data: bytes) -> Path:
     return path
 
 
+@pytest.mark.reliability
 @pytest.mark.parametrize(
     ("make", "message"),
     [
@@ -79,6 +80,7 @@ def test_bad_files_are_refused_with_the_reason(tmp_path: Path, parser: PyMuPDFPa
     assert "bad.pdf" in str(err.value)
 
 
+@pytest.mark.reliability
 def test_truncated_pdf_is_refused_or_repaired(tmp_path: Path, parser: PyMuPDFParser) -> None:
     """MuPDF repairs what it can of a truncated file; what it cannot is refused, never a crash."""
     path = truncated_pdf(tmp_path / "cut.pdf")
@@ -104,6 +106,7 @@ def test_clean_folds_ligatures_and_drops_control_characters() -> None:
     assert clean("是吗？对！") == "是吗？对！"
 
 
+@pytest.mark.reliability
 def test_a_scanned_page_among_text_pages_is_a_warning(tmp_path: Path, parser: PyMuPDFParser) -> None:
     parsed = parser.parse(mixed_pdf(tmp_path / "mixed.pdf"))
     assert parsed.pages == 2

@@ -72,7 +72,9 @@ DAMAGE = {
 @pytest.mark.parametrize("damage", list(DAMAGE))
 def test_damaged_index_is_detected_and_rebuilt(kb: Settings, embedder: LocalEmbedder, damage: str) -> None:
     before = files_digest(kb.files_dir)
+    assert Store(kb.chroma_dir).verify() is None
     DAMAGE[damage](kb)
+    assert "rebuild" in Store(kb.chroma_dir).verify(), "detected at start, before any question"
     with pytest.raises(RebuildNeeded, match="rebuild"):
         Retriever(kb, embedder).retrieve("How much memory does the widget need?", 3)
     report = sync(kb, embedder)  # the next build notices and starts from scratch

@@ -105,6 +105,7 @@ def test_full_rebuild_reparses_everything(kb: Settings, embedder: Embedder) -> N
     assert set(statuses(report).values()) == {"indexed"}
 
 
+@pytest.mark.reliability
 def test_bad_files_get_a_status_and_the_rest_index(kb: Settings, embedder: Embedder) -> None:
     sync(kb, embedder)
     encrypted_pdf(kb.files_dir / "locked.pdf")
@@ -137,6 +138,7 @@ def test_another_embedder_needs_a_rebuild(kb: Settings, embedder: Embedder) -> N
     assert set(statuses(report).values()) == {"indexed"}
 
 
+@pytest.mark.reliability
 def test_one_build_at_a_time(kb: Settings, embedder: Embedder) -> None:
     store = Store(kb.chroma_dir)
     with store.build_lock(), pytest.raises(BuildInProgress, match=f"pid {os.getpid()}"):

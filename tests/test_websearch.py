@@ -35,6 +35,8 @@ from crag.websearch import (
 )
 from tests.helpers import free_port
 
+pytestmark = pytest.mark.reliability  # web search that fails: rate limits, timeouts, offline, junk pages
+
 
 @pytest.fixture(autouse=True)
 def _ddgs_cannot_leave_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -149,6 +149,7 @@ def knowledge_base(settings: Settings) -> KnowledgeBase:
         store = crag.store.Store(settings.chroma_dir)
         kb.generation = store.active()
         manifest = store.manifest() if kb.generation else []
+        kb.error = store.verify()  # a damaged index is caught here, before any question hits it
     except CragError as exc:
         kb.error, manifest = str(exc), []
     except (OSError, ValueError) as exc:
