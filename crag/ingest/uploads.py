@@ -19,8 +19,7 @@ from pathlib import Path
 
 from crag.errors import CragError
 
-# The largest upload accepted, in bytes. Bigger PDFs can still be copied into the folder by hand.
-# TODO: make this a setting (CRAG_MAX_UPLOAD_MB) once the settings module grows an uploads section.
+# The default upload limit (the app passes CRAG_MAX_UPLOAD_MB). Bigger PDFs can be copied into the folder by hand.
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024
 
 # Bytes, not characters: Linux file names are limited to 255 bytes, and a CJK letter takes three.
