@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from crag.evaluator import SimilarityEvaluator
-from crag.ingest.chunking import split_sentences
+from crag.ingest.chunking import join_sentences, split_sentences
 from crag.types import ScoredChunk, Strip, WebResult
 
 STRIP_CHARS = 320  # a strip is one to three sentences: about 70 tokens of English, 80 Chinese characters
@@ -53,18 +53,10 @@ def decompose(text: str, limit: int = STRIP_CHARS) -> list[str]:
             if current and width(current) + width(sentence) + 1 > limit:
                 strips.append(current)
                 current = ""
-            current = _join(current, sentence)
+            current = join_sentences(current, sentence)
         if current:
             strips.append(current)
     return strips
-
-
-def _join(left: str, right: str) -> str:
-    """Chinese sentences follow each other without a space; others take one."""
-    if not left:
-        return right
-    cjk = "\u3000" <= left[-1] <= "\u9fff" or "\u3000" <= right[0] <= "\uffef"
-    return left + right if cjk else f"{left} {right}"
 
 
 def local_strips(chunks: Sequence[ScoredChunk]) -> list[Strip]:

@@ -39,6 +39,17 @@ class _Draft:
     tokens: int = 0
 
 
+CJK_EDGE = re.compile(r"[\u3000-\u9fff\uff00-\uffef]")
+
+
+def join_sentences(left: str, right: str) -> str:
+    """Two sentences of one paragraph: Chinese ones follow each other without a space; others take one."""
+    if not left:
+        return right
+    cjk = CJK_EDGE.match(left[-1]) or CJK_EDGE.match(right[:1])
+    return left + right if cjk else f"{left} {right}"
+
+
 def split_sentences(text: str) -> list[str]:
     return [s for s in (p.strip() for p in SENTENCE_END.split(text)) if s]
 
@@ -161,10 +172,7 @@ def _join(units: Sequence[_Unit]) -> str:
         if not text:
             text = unit.text
         elif block is previous and not unit.atomic:
-            cjk = re.match(r"[\u3000-\u9fff\uff00-\uffef]", unit.text[:1]) or re.search(
-                r"[\u3000-\u9fff\uff00-\uffef]$", text
-            )
-            text += ("" if cjk else " ") + unit.text
+            text = join_sentences(text, unit.text)
         else:
             text += "\n\n" + unit.text
         previous = unit.blocks[-1]
