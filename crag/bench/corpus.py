@@ -1,4 +1,4 @@
-"""The benchmark corpus: three public PDFs taken from Debian packages, fetched once and cached.
+"""The benchmark corpus: seven public PDFs taken from Debian packages, fetched once and cached.
 
 Debian packages are used as the source because they are versioned, mirrored, and reachable through
 ``apt-get`` on machines whose only network access is a Debian mirror. ``questions.jsonl`` cites page
@@ -34,6 +34,8 @@ class CorpusFile:
     sha256: str
     """Hash of that build (Debian bookworm); another build may move answers to other pages."""
     title: str
+    split: str = "dev"
+    """``dev``: questions on it may be used while tuning; ``test``: held out for the final measurement."""
 
 
 CORPUS: dict[str, CorpusFile] = {
@@ -61,6 +63,44 @@ CORPUS: dict[str, CorpusFile] = {
         pages=41,
         sha256="99a72a3158ced551d516d926fa27c69606a1b02366aeaa79d376a8d60fae3fb2",
         title="CTeX FAQ 常见问题集 v0.4 beta",
+    ),
+    # The test documents: other topics than R and the CTeX FAQ, two in English and two in Chinese.
+    # debian-faq and bzip2-doc ship their PDFs gzipped (``.pdf.gz``); _install unzips them.
+    "debian-faq.en.pdf": CorpusFile(
+        package="debian-faq",
+        member="usr/share/doc/debian/FAQ/debian-faq.en.pdf",
+        lang="en",
+        pages=73,
+        sha256="ea67ca925863324d97a30b5c926aed95efc687c689aa16788c9bed54525c0b47",
+        title="The Debian GNU/Linux FAQ (May 31, 2022)",
+        split="test",
+    ),
+    "bzip2-manual.pdf": CorpusFile(
+        package="bzip2-doc",
+        member="usr/share/doc/bzip2/manual.pdf",
+        lang="en",
+        pages=38,
+        sha256="1dd1f12b3dcb0894481708881ed8d052c769f3820c06839c702c8cfad973d7d3",
+        title="bzip2 and libbzip2, version 1.0.8: A program and library for data compression",
+        split="test",
+    ),
+    "maint-guide.zh-cn.pdf": CorpusFile(
+        package="maint-guide-zh-cn",
+        member="usr/share/doc/maint-guide-zh-cn/maint-guide.zh-cn.pdf",
+        lang="zh",
+        pages=63,
+        sha256="6e3d3247fc675e6678d59663f886472ef7369c82c69036eb631d3651a4913709",
+        title="Debian 新维护者手册 (Debian New Maintainers' Guide, 1.2.53)",
+        split="test",
+    ),
+    "asymptote-faq-zh-cn.pdf": CorpusFile(
+        package="texlive-lang-chinese",
+        member="usr/share/doc/texlive-doc/support/asymptote-faq-zh-cn/asymptote-faq-zh-cn.pdf",
+        lang="zh",
+        pages=26,
+        sha256="4e73c77b7d298930de121ce9e7dabcc2fc07d7140fac7d4d98e620f1d80920e2",
+        title="Asymptote 中的常见问题（FAQ）",
+        split="test",
     ),
 }
 

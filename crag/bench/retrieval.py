@@ -43,6 +43,13 @@ class Question:
     file: str | None
     pages: tuple[int, ...]
     in_kb: bool
+    must_contain: tuple[str, ...] = ()
+    """Short strings (any one counts) an answer must contain; copied from the listed pages' text."""
+    near_miss: bool = False
+    """Out of scope, but about a real corpus topic and a term no corpus PDF mentions."""
+    missing_term: str | None = None
+    split: str = "dev"
+    """``dev`` (questions on the dev documents) or ``test`` (held out for the final measurement)."""
 
 
 def load_questions(path: Path = QUESTIONS) -> list[Question]:
@@ -50,7 +57,8 @@ def load_questions(path: Path = QUESTIONS) -> list[Question]:
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.strip():
             data = json.loads(line)
-            out.append(Question(**{**data, "pages": tuple(data["pages"])}))
+            lists = {"pages": tuple(data["pages"]), "must_contain": tuple(data.get("must_contain", ()))}
+            out.append(Question(**{**data, **lists}))
     return out
 
 

@@ -1,0 +1,256 @@
+"""Check ``questions.jsonl`` against the corpus PDFs and print what the set holds.
+
+    python -m crag.bench.check_questions
+
+Fetches the corpus (``fetch_corpus(default_cache_dir())``) and checks, with the text PyMuPDF extracts
+(``page.get_text()``):
+
+- every line has the fields of ``Question``, with valid values, and ids are unique;
+- an in-KB question names a corpus file and pages in range, its ``kind`` matches the languages, its
+  ``split`` is its document's, and each ``must_contain`` string is on one of the listed pages;
+- an out-of-scope question has no file, pages or strings; a near-miss names a ``missing_term`` that
+  the question writes verbatim and that no corpus PDF contains, even without spaces or punctuation;
+- the counts the set promises (totals, out-of-scope, near-misses, the dev/test split).
+
+Matching is on normalised text: NFKC (which also undoes the ``fi``/``fl`` ligatures), lower case, and
+whitespace collapsed to one space, or removed entirely for a Chinese document (Chinese text has no
+spaces, and PyMuPDF inserts some at line ends and around Latin words).
+Prints a table of counts and exits 1 when anything is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import unicodedata
+from collections import Counter
+from dataclasses import fields
+from pathlib import Path
+
+from crag.bench.corpus import CORPUS, default_cache_dir, fetch_corpus
+
+QUESTIONS = Path(__file__).with_name("questions.jsonl")
+# The fields of crag.bench.retrieval.Question, in file order. That module is not imported at the top
+# because it loads the whole retrieval stack; main() compares the two when it can import it.
+KEYS = [
+    "id", "lang", "kind", "question", "file", "pages", "in_kb",
+    "must_contain", "near_miss", "missing_term", "split",
+]  # fmt: skip
+LANGS = ("en", "zh")
+KINDS = ("en", "zh", "cross")
+SPLITS = ("dev", "test")
+
+# What the set must hold at least (see README.md, "Question set").
+MIN_TOTAL = 180
+MIN_DOCUMENTS = 6
+MIN_OUT_OF_SCOPE = 50
+MIN_NEAR_MISS = 26
+MIN_TEST_IN_KB = 50
+MIN_TEST_IN_KB_PER_LANG = 20
+MIN_TEST_OUT_OF_SCOPE = 24
+MIN_NEAR_MISS_PER_SPLIT = 12
+NEAR_MISS_ZH_SHARE = (0.35, 0.65)  # "about half Chinese"
+
+
+def norm(text: str, lang: str) -> str:
+    """NFKC, lower case; whitespace collapsed (English) or removed (Chinese)."""
+    text = unicodedata.normalize("NFKC", text).lower()
+    return re.sub(r"\s+", "", text) if lang == "zh" else re.sub(r"\s+", " ", text).strip()
+
+
+def squash(text: str) -> str:
+    """Letters and digits only: catches a term written with other spaces, hyphens or dots."""
+    return re.sub(r"[\W_]+", "", unicodedata.normalize("NFKC", text).lower())
+
+
+def page_texts(paths: dict[str, Path]) -> dict[str, list[str]]:
+    import pymupdf
+
+    out = {}
+    for name, path in paths.items():
+        with pymupdf.open(path) as doc:
+            out[name] = [page.get_text() for page in doc]
+    return out
+
+
+def check(rows: list[dict], texts: dict[str, list[str]]) -> list[str]:
+    """Every problem found, one line each; an empty list means the set is sound."""
+    problems: list[str] = []
+
+    def bad(qid: str, message: str) -> None:
+        problems.append(f"{qid}: {message}")
+
+    seen: Counter[str] = Counter(str(r.get("id")) for r in rows)
+    problems += [f"{qid}: duplicate id ({n} lines)" for qid, n in seen.items() if n > 1]
+
+    normalised = {name: {lang: [norm(t, lang) for t in pages] for lang in LANGS} for name, pages in texts.items()}
+    squashed = {name: [squash(t) for t in pages] for name, pages in texts.items()}
+
+    for r in rows:
+        qid = str(r.get("id"))
+        missing = [k for k in KEYS if k not in r]
+        extra = [k for k in r if k not in KEYS]
+        if missing or extra:
+            bad(qid, f"fields missing {missing}, unknown {extra}")
+            continue
+        lang, kind, split = r["lang"], r["kind"], r["split"]
+        if lang not in LANGS or kind not in KINDS or split not in SPLITS:
+            bad(qid, f"lang/kind/split must be in {LANGS}/{KINDS}/{SPLITS}, not {lang}/{kind}/{split}")
+            continue
+        if not isinstance(r["question"], str) or not r["question"].strip():
+            bad(qid, "empty question")
+        mc = r["must_contain"]
+        if r["in_kb"] is True:
+            name = r["file"]
+            if name not in CORPUS:
+                bad(qid, f"file {name!r} is not in the corpus")
+                continue
+            doc = CORPUS[name]
+            pages = r["pages"]
+            if not pages or any(not isinstance(p, int) or not 1 <= p <= len(texts[name]) for p in pages):
+                bad(qid, f"pages {pages} not within 1..{len(texts[name])} of {name}")
+                continue
+            want_kind = "cross" if lang != doc.lang else lang
+            if kind != want_kind:
+                bad(qid, f"kind is {kind!r}, but a {lang} question on a {doc.lang} document is {want_kind!r}")
+            if split != doc.split:
+                bad(qid, f"split is {split!r}, but {name} is a {doc.split} document")
+            if r["near_miss"] is not False or r["missing_term"] is not None:
+                bad(qid, "an in-KB question has near_miss false and missing_term null")
+            if not isinstance(mc, list) or not 1 <= len(mc) <= 3 or not all(isinstance(s, str) and s for s in mc):
+                bad(qid, f"must_contain must list 1 to 3 strings, not {mc!r}")
+                continue
+            for s in mc:
+                target = norm(s, doc.lang)
+                if not any(target in normalised[name][doc.lang][p - 1] for p in pages):
+                    bad(qid, f"must_contain {s!r} is not on page(s) {pages} of {name}")
+        elif r["in_kb"] is False:
+            if r["file"] is not None or r["pages"] != [] or mc != []:
+                bad(qid, "an out-of-scope question has file null, pages [] and must_contain []")
+            if kind != lang:
+                bad(qid, f"an out-of-scope question's kind is its lang ({lang!r}), not {kind!r}")
+            term = r["missing_term"]
+            if r["near_miss"] is True:
+                if not isinstance(term, str) or not term.strip():
+                    bad(qid, "a near-miss names its missing_term")
+                    continue
+                if term not in r["question"]:
+                    bad(qid, f"missing_term {term!r} is not written in the question")
+                hits = [
+                    f"{name} p{i + 1}"
+                    for name in texts
+                    for i in range(len(texts[name]))
+                    if norm(term, "en") in normalised[name]["en"][i]
+                    or norm(term, "zh") in normalised[name]["zh"][i]
+                    or (squash(term) and squash(term) in squashed[name][i])
+                ]
+                if hits:
+                    bad(qid, f"missing_term {term!r} does occur in the corpus: {', '.join(hits[:5])}")
+            elif r["near_miss"] is False:
+                if term is not None:
+                    bad(qid, "missing_term is null unless near_miss is true")
+            else:
+                bad(qid, f"near_miss must be true or false, not {r['near_miss']!r}")
+        else:
+            bad(qid, f"in_kb must be true or false, not {r['in_kb']!r}")
+    return problems + check_counts(rows)
+
+
+def check_counts(rows: list[dict]) -> list[str]:
+    problems = []
+
+    def at_least(what: str, n: int, minimum: int) -> None:
+        if n < minimum:
+            problems.append(f"counts: {what} is {n}, at least {minimum} expected")
+
+    in_kb = [r for r in rows if r.get("in_kb") is True]
+    oos = [r for r in rows if r.get("in_kb") is False]
+    near = [r for r in oos if r.get("near_miss") is True]
+    plain = [r for r in oos if r.get("near_miss") is False]
+    test_kb = [r for r in in_kb if r.get("split") == "test"]
+    at_least("total", len(rows), MIN_TOTAL)
+    at_least("out-of-scope", len(oos), MIN_OUT_OF_SCOPE)
+    at_least("near-miss", len(near), MIN_NEAR_MISS)
+    at_least("test in-KB", len(test_kb), MIN_TEST_IN_KB)
+    for lang in LANGS:
+        at_least(f"test in-KB in {lang}", sum(r.get("lang") == lang for r in test_kb), MIN_TEST_IN_KB_PER_LANG)
+    at_least("test out-of-scope", sum(r.get("split") == "test" for r in oos), MIN_TEST_OUT_OF_SCOPE)
+    for split in SPLITS:
+        at_least(f"{split} near-miss", sum(r.get("split") == split for r in near), MIN_NEAR_MISS_PER_SPLIT)
+    if near:
+        share = sum(r.get("lang") == "zh" for r in near) / len(near)
+        if not NEAR_MISS_ZH_SHARE[0] <= share <= NEAR_MISS_ZH_SHARE[1]:
+            problems.append(f"counts: {share:.0%} of near-misses are Chinese, about half expected")
+    dev_plain = sum(r.get("split") == "dev" for r in plain)
+    if abs(2 * dev_plain - len(plain)) > 1:
+        problems.append(f"counts: {dev_plain} of {len(plain)} plainly unrelated questions are dev, half expected")
+
+    used = {r.get("file") for r in in_kb}
+    at_least("documents with questions", len(used & set(CORPUS)), MIN_DOCUMENTS)
+    for name in CORPUS:
+        if name not in used:
+            problems.append(f"counts: no question on {name}")
+    for split in SPLITS:
+        langs = {doc.lang for doc in CORPUS.values() if doc.split == split}
+        if langs != set(LANGS):
+            problems.append(f"counts: the {split} documents are in {sorted(langs)}, English and Chinese expected")
+    return problems
+
+
+def summary(rows: list[dict]) -> str:
+    """Counts per split x kind x in_kb x near_miss, then per document."""
+    table = Counter((r.get("split"), r.get("kind"), r.get("in_kb"), r.get("near_miss")) for r in rows)
+    lines = [f"{'split':<6} {'kind':<6} {'in_kb':<6} {'near_miss':<10} {'count':>5}"]
+    for (split, kind, in_kb, near), n in sorted(table.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        lines.append(f"{split!s:<6} {kind!s:<6} {in_kb!s:<6} {near!s:<10} {n:>5}")
+    lines.append(f"{'total':<31} {len(rows):>5}")
+    lines.append("")
+    lines.append(f"{'document':<26} {'lang':<5} {'split':<6} {'pages':>5} {'in-KB':>6} {'en q':>5} {'zh q':>5}")
+    for name, doc in CORPUS.items():
+        qs = [r for r in rows if r.get("file") == name]
+        en = sum(r.get("lang") == "en" for r in qs)
+        lines.append(f"{name:<26} {doc.lang:<5} {doc.split:<6} {doc.pages:>5} {len(qs):>6} {en:>5} {len(qs) - en:>5}")
+    oos = [r for r in rows if r.get("in_kb") is False]
+    for split in SPLITS:
+        part = [r for r in oos if r.get("split") == split]
+        near = [r for r in part if r.get("near_miss")]
+        lines.append(
+            f"out-of-scope {split}: {len(part)} ({len(near)} near-miss: "
+            f"{sum(r.get('lang') == 'en' for r in near)} en, {sum(r.get('lang') == 'zh' for r in near)} zh)"
+        )
+    return "\n".join(lines)
+
+
+def check_loader(path: Path) -> list[str]:
+    """The benchmark's own loader must accept every line and know every field."""
+    try:
+        from crag.bench.retrieval import Question, load_questions
+    except ImportError as exc:  # the app around it is broken or half-installed: not this file's fault
+        print(f"note: load_questions not tried, crag.bench.retrieval does not import ({exc})")
+        return []
+    if [f.name for f in fields(Question)] != KEYS:
+        return [f"Question's fields {[f.name for f in fields(Question)]} differ from this checker's {KEYS}"]
+    try:
+        load_questions(path)
+    except (TypeError, KeyError) as exc:
+        return [f"load_questions rejects the file: {exc!r}"]
+    return []
+
+
+def main(path: Path = QUESTIONS) -> int:
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    texts = page_texts(fetch_corpus(default_cache_dir()))
+    print(summary(rows))
+    problems = check(rows, texts) + check_loader(path)
+    print()
+    if problems:
+        print(f"{len(problems)} problem(s):")
+        print("\n".join(f"  {p}" for p in problems))
+        return 1
+    print(f"OK: {len(rows)} questions checked against {len(texts)} PDFs.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
