@@ -14,7 +14,15 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 
+# llama.cpp builds from source. A native build (the default) uses every instruction the build machine
+# reports, AMX and AVX-512 included, and those kernels crash on some virtual machines that report them
+# (seen here: a segfault on any prompt longer than one token). So it is built for any x86-64 CPU with
+# AVX2, and never taken from pip's wheel cache, where a native build may lie.
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+LLAMA := $(shell grep -E '^llama-cpp-python==' requirements.txt)
+
 $(VENV)/.installed: requirements.txt | $(BIN)/python
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install --no-cache-dir "$(LLAMA)"
 	$(BIN)/python -m pip install -r requirements.txt
 	touch $@
 
