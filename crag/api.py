@@ -1,6 +1,6 @@
 """The HTTP API (``python -m crag serve``): ask, index and health over FastAPI, on the same core.
 
-Routes call what the CLI and the UI call: ``Pipeline.stream`` for answers, ``answer_json`` for
+Routes call what the CLI and the UI call: ``Pipeline.stream`` for answers, ``AnswerOut`` for
 their JSON, ``crag.ingest.sync`` for builds, ``Store`` for the manifest. Nothing here decides how
 a question is answered or a file indexed.
 
@@ -40,10 +40,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 import crag
 import crag.ingest
-from crag.cli import answer_json
 from crag.config import Settings
+from crag.contract import AnswerOut
 from crag.errors import BackendUnavailable, ConfigError, CragError
-from crag.ingest import Progress, index_embedder
+from crag.ingest import Progress
 from crag.models import (
     BackendInfo,
     Embedder,
@@ -52,6 +52,7 @@ from crag.models import (
     resolve_backend,
 )
 from crag.pipeline import Pipeline
+from crag.retriever import index_embedder
 from crag.store import BuildInProgress, RebuildNeeded, Store
 from crag.types import Answer, Trace
 
@@ -140,58 +141,6 @@ class FieldError(BaseModel):
 
 class ValidationErrorOut(ErrorOut):
     detail: list[FieldError] = Field(description="The fields at fault.")
-
-
-class ScoreOut(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    file: str
-    pages: list[int]
-    score: float
-    method: str
-
-
-class SourceOut(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    n: int
-    kind: Literal["local", "web"]
-    file: str | None
-    pages: list[int]
-    url: str | None
-    title: str | None
-    snippet: str
-
-
-class TokensOut(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    input: int
-    output: int
-
-
-class AskResponse(BaseModel):
-    """Documents ``answer_json`` (the ``ask --json`` contract); a test keeps the two in step."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    answer: str
-    action: Literal["correct", "ambiguous", "incorrect"] | None
-    backend: str
-    model: str
-    backend_reason: str
-    scores: list[ScoreOut]
-    refined_context: str
-    sources: list[SourceOut]
-    web_query: str | None
-    web_error: str | None
-    llm_calls: int
-    llm_calls_before_answer: int
-    tokens: TokensOut
-    timings: dict[str, float]
-    notes: list[str]
-    complete: bool
-    error: str | None = Field(None, description="Only when `complete` is false: why the answer stopped early.")
 
 
 class ProgressOut(BaseModel):
@@ -649,12 +598,8 @@ def _history(req: AskRequest) -> list[tuple[str, str]]:
 
 
 def _answer(answer: Answer, backend: BackendInfo) -> dict[str, Any]:
-    """``answer_json``, plus why when the answer is incomplete (the pipeline keeps a partial answer when
-    the model fails midway)."""
-    out = answer_json(answer, backend)
-    if not answer.complete:
-        out["error"] = answer.error or "The answer stopped early: ask again."
-    return out
+    """The answer contract; an incomplete answer (the model failed midway) says why."""
+    return AnswerOut.of(answer, backend).model_dump()
 
 
 def _partial(question: str, text: str, backend: BackendInfo, exc: Exception) -> dict[str, Any]:
@@ -698,7 +643,7 @@ def create_app(
         response_model=None,
         responses={
             200: {
-                "model": AskResponse,
+                "model": AnswerOut,
                 "description": "The answer as `python -m crag ask --json` prints it. With `stream: true`, "
                 "Server-Sent Events: `stage` ({stage}), `token` ({text}), then `done` (this object) or "
                 "`error` (this object with `complete: false` and `error`).",

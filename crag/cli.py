@@ -62,7 +62,8 @@ def _settings(args: argparse.Namespace):
 
 
 def _index(args: argparse.Namespace) -> int:
-    from crag.ingest import Progress, index_embedder, sync
+    from crag.ingest import Progress, sync
+    from crag.retriever import index_embedder
 
     settings = _settings(args)
     embedder = index_embedder(settings, args.rebuild)
@@ -91,7 +92,7 @@ def _index(args: argparse.Namespace) -> int:
 
 
 def _retrieve(args: argparse.Namespace) -> int:
-    from crag.pipeline import open_retriever
+    from crag.retriever import open_retriever
 
     settings = _settings(args)
     retriever = open_retriever(settings)
@@ -115,44 +116,6 @@ def _retrieve(args: argparse.Namespace) -> int:
     return 0
 
 
-def answer_json(answer, backend) -> dict:
-    """The ``ask --json`` contract (also the HTTP API's answer)."""
-    trace = answer.trace
-    return {
-        "answer": answer.text,
-        "action": trace.action.value if trace.action else None,
-        "backend": answer.backend,
-        "model": answer.model,
-        "backend_reason": backend.reason,
-        "scores": [
-            {"file": g.chunk.file, "pages": list(g.chunk.pages), "score": round(g.score, 4), "method": g.method}
-            for g in trace.retrieved
-        ],
-        "refined_context": trace.refined_context,
-        "sources": [
-            {
-                "n": s.n,
-                "kind": s.kind,
-                "file": s.file or None,
-                "pages": list(s.pages),
-                "url": s.url or None,
-                "title": s.title or None,
-                "snippet": s.snippet,
-            }
-            for s in answer.sources
-        ],
-        "web_query": trace.web_query or None,
-        "web_error": trace.web_error or None,
-        "llm_calls": trace.llm_calls,
-        "llm_calls_before_answer": trace.llm_calls_before_answer,
-        "tokens": {"input": trace.input_tokens, "output": trace.output_tokens},
-        "timings": trace.timings,
-        "notes": list(trace.notes),
-        "complete": answer.complete,
-        "error": answer.error or None,
-    }
-
-
 def _bench(args: argparse.Namespace) -> int:
     from crag.bench.run import run, summary
 
@@ -163,6 +126,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _ask(args: argparse.Namespace) -> int:
+    from crag.contract import AnswerOut
     from crag.pipeline import Pipeline
 
     settings = _settings(args)
@@ -172,7 +136,7 @@ def _ask(args: argparse.Namespace) -> int:
     if args.json:
         for _ in stream:
             pass
-        print(json.dumps(answer_json(stream.answer, pipeline.backend), ensure_ascii=False))
+        print(AnswerOut.of(stream.answer, pipeline.backend).model_dump_json())
         return 0
     print(f"[{pipeline.backend.name}: {pipeline.backend.model} — {pipeline.backend.reason}]", file=sys.stderr)
     for delta in stream:

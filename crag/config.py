@@ -73,6 +73,17 @@ class Settings(BaseSettings):
     )
     embedded_context: int = Field(8192, ge=512, description="Context window (tokens) of the embedded model.")
     embedded_threads: int = Field(0, ge=0, description="CPU threads for the embedded model; 0 uses every core.")
+    answer_mode: Literal["auto", "evidence", "generated"] = Field(
+        "auto",
+        description="auto: quoted evidence on the embedded backend, written answers on Ollama/OpenAI servers. "
+        "evidence: always quote the documents' sentences. generated: a model writes the answer (on the embedded "
+        "backend that is the weak 135M model: an explicit opt-in).",
+    )
+    thinking: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Reasoning of thinking models (qwen3). auto: off on Ollama (faster; grading and answers do not "
+        "need it), the server's default elsewhere.",
+    )
     request_timeout: float = Field(120.0, gt=0, description="Seconds before a model request is abandoned.")
     max_answer_tokens: int = Field(512, ge=16, description="Upper bound on the tokens of one answer.")
 
@@ -97,8 +108,8 @@ class Settings(BaseSettings):
         "hybrid", description="hybrid fuses dense and BM25 rankings with reciprocal rank fusion."
     )
     top_k: int = Field(5, ge=1, le=50, description="Chunks retrieved per question.")
-    upper_threshold: float = Field(0.5, ge=-1, le=1, description="A score at or above this makes the action Correct.")
-    lower_threshold: float = Field(-0.75, ge=-1, le=1, description="All scores below this make the action Incorrect.")
+    upper_threshold: float = Field(0.55, ge=-1, le=1, description="A score at or above this makes the action Correct.")
+    lower_threshold: float = Field(-0.8, ge=-1, le=1, description="All scores below this make the action Incorrect.")
     evaluator: Literal["auto", "llm", "similarity"] = Field("auto", description="Retrieval evaluator.")
     web_search: bool = Field(True, description="Search the web when local knowledge falls short (on|off).")
 

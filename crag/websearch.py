@@ -43,6 +43,7 @@ from ddgs.exceptions import DDGSException, RatelimitException, TimeoutException
 
 from crag.config import Settings
 from crag.errors import CragError
+from crag.text import has_han
 from crag.types import WebResult
 
 logger = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ USER_AGENT = "Mozilla/5.0 (compatible; crag-kb/0.1; fetches pages found by a web
 MIN_TEXT_CHARS = 20  # letters and digits; about four English words or one short Chinese sentence
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 
-OFF_REASON = "web search is off (CRAG_WEB_SEARCH=off)"
+OFF_REASON = "web search is off"
 
 
 class WebSearchUnavailable(CragError):
@@ -93,7 +94,6 @@ class DisabledSearcher(Searcher):
 
 
 _URL = re.compile(r"https?://[^\s)'\"]+")
-_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 
 # Substrings of the errors ddgs wraps (it keeps primp's error name and message in the text, and drops
 # the exception chain), which mean that no connection could be made at all.
@@ -120,7 +120,7 @@ def region_for(query: str) -> str:
     finds Chinese articles) and DuckDuckGo, Brave, Mojeek and Startpage rank by it. ``wt-wt`` (DuckDuckGo's
     "no region") would send Wikipedia to a host that does not exist.
     """
-    return "cn-zh" if _HAN.search(query) else "us-en"
+    return "cn-zh" if has_han(query) else "us-en"
 
 
 def _public_proxy(proxy: str) -> str:

@@ -15,7 +15,7 @@ from crag.config import Settings
 from crag.evaluator import Evaluator, Grade, Grading, SimilarityEvaluator, Usage
 from crag.models import BackendInfo, Embedder
 from crag.pipeline import Pipeline
-from crag.store import lexical_tokens
+from crag.text import lexical_tokens, phrase
 from crag.types import Chunk, ScoredChunk, WebResult
 from crag.websearch import Searcher, WebSearchUnavailable
 
@@ -25,7 +25,7 @@ class HashEmbedder(Embedder):
 
     name = "fake:hash"
 
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+    def _embed(self, texts: Sequence[str]) -> list[list[float]]:
         out = []
         for text in texts:
             v = [0.0] * 64
@@ -49,6 +49,26 @@ class FakeRetriever:
     def retrieve(self, question: str, k: int, mode: str = "hybrid") -> list[ScoredChunk]:
         self.asked.append(question)
         return [ScoredChunk(c, 1.0 / (i + 1)) for i, c in enumerate(self.chunks[:k])]
+
+    def term_stats(self) -> FakeStats:
+        return FakeStats([c.text for c in self.chunks])
+
+
+@dataclass
+class FakeStats:
+    """Document frequencies over a few texts, as the index computes them."""
+
+    texts: list[str]
+
+    @property
+    def n_docs(self) -> int:
+        return len(self.texts)
+
+    def doc_frequency(self, token: str) -> int:
+        return sum(1 for text in self.texts if token in lexical_tokens(text))
+
+    def mentions(self, words: str) -> bool:
+        return any(words in phrase(text) for text in self.texts)
 
 
 @dataclass
@@ -114,17 +134,21 @@ def pipeline(
     model: ScriptedModel | None = None,
     searcher: FakeSearcher | None = None,
     evaluator: Evaluator | None = None,
+    backend: str = "ollama",
 ) -> Pipeline:
+    """A pipeline over fakes. The backend is a model server's unless told otherwise: written answers, a model
+    that condenses follow-ups; ``backend="embedded"`` gives the offline behaviour (quoted evidence)."""
     model = model or ScriptedModel()
     retriever = FakeRetriever(chunks)
-    scorer = SimilarityEvaluator(retriever.embedder)
+    scorer = SimilarityEvaluator(retriever.embedder, retriever.term_stats)
+    grader = evaluator or FixedEvaluator(scores)
     return Pipeline(
         settings,
         model.model(),
-        BackendInfo("embedded", "fake", "test"),
+        BackendInfo(backend, "fake", "test"),
         retriever,
-        evaluator or FixedEvaluator(scores),
         scorer,
+        {"similarity": grader, "llm": grader},
         searcher or FakeSearcher(),
         fetch=lambda results, top_n, timeout: list(results),  # never the network
     )

@@ -23,8 +23,9 @@ from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 
 from crag import cli
-from crag.api import AskResponse, create_app, is_loopback
+from crag.api import create_app, is_loopback
 from crag.config import Settings
+from crag.contract import AnswerOut
 from crag.errors import BackendUnavailable, CragError
 from crag.models import Embedder
 from crag.store import RebuildNeeded, Store
@@ -96,8 +97,8 @@ def test_ask_returns_the_ask_json_contract(settings: Settings) -> None:
         r = client.post("/ask", json={"question": QUESTION})
     assert r.status_code == 200 and r.headers["content-type"] == "application/json"
     body = r.json()
-    AskResponse.model_validate(body)  # extra="forbid": the documented schema and answer_json agree
-    expected = cli.answer_json(fake.ask(QUESTION), fake.backend)
+    AnswerOut.model_validate(body)  # extra="forbid": the route returns the contract, nothing else
+    expected = AnswerOut.of(fake.ask(QUESTION), fake.backend).model_dump()
     assert {k: v for k, v in body.items() if k != "timings"} == {k: v for k, v in expected.items() if k != "timings"}
     assert body["action"] == "correct" and body["complete"] is True
     assert body["sources"][0]["file"] == "manual.pdf" and "[1]" in body["answer"]
@@ -111,7 +112,7 @@ def test_ask_passes_history_and_web(settings: Settings) -> None:
         history = [{"role": "user", "content": "How many cores?"}, {"role": "assistant", "content": "Two [1]."}]
         off = client.post("/ask", json={"question": "And memory?", "history": history, "web": False}).json()
         assert fake.retriever.asked == [QUESTION] and "Last question: And memory?" in model.prompts[0]
-        assert searcher.queries == [] and off["web_error"] == "web search is off (CRAG_WEB_SEARCH=off)"
+        assert searcher.queries == [] and off["web_error"] == "web search is off"
         on = client.post("/ask", json={"question": QUESTION, "web": True}).json()
     assert len(searcher.queries) == 1 and on["web_query"] == searcher.queries[0]
 
@@ -240,7 +241,7 @@ def test_sse_stream_sends_stages_tokens_then_the_answer(settings: Settings) -> N
     assert set(kinds[:first_token]) == {"stage"} and kinds[-1] == "done" and kinds.count("done") == 1
     tokens = "".join(data["text"] for kind, data in events if kind == "token")
     done = events[-1][1]
-    AskResponse.model_validate(done)
+    AnswerOut.model_validate(done)
     assert tokens.strip() == done["answer"] == "It needs eight hundred megabytes [1]."
     assert done["complete"] is True and done["action"] == "correct"
 
@@ -264,7 +265,7 @@ def test_sse_model_failure_mid_stream_ends_with_the_partial_answer_marked_incomp
     assert kinds[-1] == "error" and "done" not in kinds
     assert [data["text"] for kind, data in events if kind == "token"] == ["It needs ", "eight "]
     error = events[-1][1]
-    AskResponse.model_validate(error)
+    AnswerOut.model_validate(error)
     assert error["complete"] is False and error["answer"] == "It needs eight" and error["action"] == "correct"
     assert error["error"].startswith("The model stopped before the answer was complete")
 
@@ -314,11 +315,11 @@ class GatedEmbedder(HashEmbedder):
         self.waiting = threading.Event()
         self.go = threading.Event()
 
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+    def _embed(self, texts: Sequence[str]) -> list[list[float]]:
         if list(texts) != ["dimension probe"]:
             self.waiting.set()
             assert self.go.wait(30)
-        return super().embed(texts)
+        return super()._embed(texts)
 
 
 def test_build_reports_progress_then_per_file_results(settings: Settings) -> None:
@@ -462,7 +463,7 @@ def test_health_without_ollama_falls_back_and_says_why(settings: Settings, close
         loaded = client.get("/health").json()
     # Once loaded, the pipeline's own backend is the one in use.
     assert loaded["pipeline_loaded"] is True and loaded["embedder"] == "fake:hash"
-    assert loaded["backend"] == {"name": "embedded", "model": "fake", "reason": "test"}
+    assert loaded["backend"] == {"name": "ollama", "model": "fake", "reason": "test"}
 
 
 def test_health_with_explicit_ollama_down_is_degraded(settings: Settings) -> None:

@@ -16,6 +16,7 @@ from streamlit.testing.v1 import AppTest
 
 import crag.ingest
 import crag.models
+import crag.retriever
 from crag.errors import BackendUnavailable
 from crag.ingest import FileResult, Progress, SyncReport
 from crag.models import OllamaHealth, resolve_backend
@@ -193,7 +194,7 @@ def test_full_rebuild_chooses_the_embedder_afresh(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(crag.ingest, "sync", fake_sync(calls))
     chosen = []
     monkeypatch.setattr(
-        crag.ingest, "index_embedder", lambda s, rebuild: chosen.append(rebuild) or fakes.HashEmbedder()
+        crag.retriever, "index_embedder", lambda s, rebuild: chosen.append(rebuild) or fakes.HashEmbedder()
     )
     at = app()
     at.toggle(key="full_rebuild").set_value(True).run()
@@ -254,7 +255,7 @@ def test_a_real_build_lists_a_failed_file_with_its_reason(monkeypatch: pytest.Mo
 
 
 def test_ask_streams_the_answer_with_its_badge_trace_and_sources(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
-    use_pipeline(monkeypatch, [0.9, 0.1])
+    use_pipeline(monkeypatch, [0.9, -0.8])
     manual_pdf(files / "manual.pdf")  # the cited chunk's file: its page is rendered
     at = ask(app())
     assert not at.exception
@@ -272,7 +273,7 @@ def test_ask_streams_the_answer_with_its_badge_trace_and_sources(monkeypatch: py
     assert how.label == "How this answer was made"
     assert "Action: Correct." in texts(how.markdown)
     retrieved = how.dataframe[0].value
-    assert list(retrieved["score"]) == [0.9, 0.1] and list(retrieved["file"]) == ["manual.pdf"] * 2
+    assert list(retrieved["score"]) == [0.9, -0.8] and list(retrieved["file"]) == ["manual.pdf"] * 2
     assert how.get("vega_lite_chart")  # the scores against the two thresholds
     assert "two processor cores" in how.code[0].value  # the refined context
     strips = how.dataframe[1].value
@@ -338,15 +339,15 @@ def test_history_survives_reruns_and_new_chat_clears_it(monkeypatch: pytest.Monk
 def test_answer_settings_reach_the_pipeline(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
     built = use_pipeline(monkeypatch, [0.3])
     at = app()
-    at.slider(key="set_top_k").set_value(3).run()
+    at.slider(key="set_top_k").set_value(1).run()
     at.slider(key="set_thresholds").set_value((-0.4, 0.25)).run()
     at.toggle(key="set_web").set_value(False).run()
     at.selectbox(key="set_evaluator").set_value("similarity").run()
-    last = built[-1]
-    assert (last.top_k, last.lower_threshold, last.upper_threshold) == (3, -0.4, 0.25)
-    assert (last.web_search, last.evaluator) == (False, "similarity")
     at = ask(at)
     assert badges(at) == [":green-badge[:material/check_circle: Correct]"]  # 0.3 >= the new upper 0.25
+    trace = at.session_state.messages[-1]["answer"].trace
+    assert len(trace.retrieved) == 1
+    assert len(built) == 1, "answer settings are options of a question: the pipeline is not rebuilt"
 
 
 def test_document_and_web_text_is_never_html_and_images_are_not_fetched(

@@ -29,13 +29,15 @@ def test_quick_bench_writes_results_report_and_plots(tmp_path: Path, real_models
     results = run(out, quick=True, pdfs=pdfs, questions=questions)
     assert {p.name for p in out.iterdir()} == {"results.json", "report.md", "retrieval.png", "cost.png", "scaling.png"}
     assert json.loads((out / "results.json").read_text())["quick"] is True
-    assert set(results["cost"]["summary"]) == {"ours", "seed-style"}
+    assert set(results["cost"]["summary"]) == {"ours", "ours-evidence", "seed-style"}
     ours, seed = results["cost"]["summary"]["ours"], results["cost"]["summary"]["seed-style"]
-    assert seed["calls"] > ours["calls"] >= 1, "the baseline spends a call per chunk and per strip"
+    assert seed["calls"] > ours["calls"] > 0, "the baseline spends a call per chunk and per strip"
+    assert results["cost"]["summary"]["ours-evidence"]["calls"] == 0, "evidence answers call no model"
     assert set(results["retrieval"]["modes"]) >= {"dense", "lexical", "hybrid", "floor-plain-bm25"}
     assert [r["copies"] for r in results["scaling"]] == [1, 5]
     assert results["scaling"][1]["chunks"] == 5 * results["scaling"][0]["chunks"]
-    assert "similarity" in results["decisions"]
+    assert results["answers"]["dev"]["in_kb"]["n"] == 3 and results["answers"]["dev"]["out_of_scope"]["n"] == 1
+    assert results["answers"]["dev"]["answers_with_citation_problems"] == 0
     report = (out / "report.md").read_text()
     assert "seed-style" in report and "hit@5" in report and "Machine:" in report
     assert "time to first token" in summary(results)

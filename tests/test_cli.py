@@ -29,8 +29,9 @@ def test_ask_json_answers_from_the_embedded_model(closed_port_url: str) -> None:
     assert out["backend"] == "embedded"
     assert closed_port_url in out["backend_reason"]
     # No knowledge base and no web: the answer says so instead of inventing, without a model call.
-    assert out["answer"].startswith("I could not find this in your documents; web search unavailable: offline")
-    assert out["action"] == "incorrect" and out["sources"] == [] and out["llm_calls"] <= 1
+    assert out["answer"].startswith("I could not find this in your documents. Web search is unavailable: offline")
+    assert out["action"] == "incorrect" and out["sources"] == [] and out["llm_calls"] == 0
+    assert out["kind"] == "no_answer"
 
 
 @pytest.mark.integration
@@ -61,14 +62,16 @@ def test_ask_json_contract_with_a_knowledge_base(tmp_path: Path, closed_port_url
     assert out["sources"][0] | {"snippet": ""} == {
         "n": 1,
         "kind": "local",
+        "cited": True,
         "file": "widget.pdf",
         "pages": out["sources"][0]["pages"],
         "url": None,
         "title": None,
         "snippet": "",
     }
-    assert "eight hundred megabytes" in out["refined_context"]
-    assert out["web_query"] is None and out["llm_calls"] == 1
+    assert "eight hundred megabytes" in out["refined_context"] and "eight hundred megabytes" in out["answer"]
+    assert out["kind"] == "evidence" and out["cited"] == [s["n"] for s in out["sources"]]
+    assert out["web_query"] is None and out["llm_calls"] == 0
     assert {"retrieve", "grade", "generate", "first_token", "total"} <= set(out["timings"])
 
 

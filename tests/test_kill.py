@@ -16,7 +16,7 @@ import pytest
 from crag.config import load_settings
 from crag.ingest import sync
 from crag.models import LocalEmbedder
-from crag.pipeline import Retriever
+from crag.retriever import Retriever
 from crag.store import Store
 from tests.pdfs import manual_pdf
 

@@ -97,7 +97,7 @@ def test_embedder_prefers_ollama_when_it_has_the_model(fake_ollama) -> None:
     fake_ollama.models = ["bge-m3:latest"]
     embedder = build_embedder(load_settings(ollama_url=fake_ollama.url))
     assert isinstance(embedder, OllamaEmbedder) and embedder.name == "ollama:bge-m3"
-    assert embedder.embed(["一", "two"]) == [[0.6, 0.8, 0.0], [0.6, 0.8, 0.0]]
+    assert embedder.embed(["一", "two"]) == [pytest.approx([0.6, 0.8, 0.0])] * 2
 
 
 def test_explicit_ollama_embedder_that_is_down_is_an_error(closed_port_url: str) -> None:

@@ -16,7 +16,7 @@ from crag.ingest import sync
 from crag.ingest.base import PDFError
 from crag.ingest.pymupdf import PyMuPDFParser
 from crag.models import LocalEmbedder
-from crag.pipeline import Retriever
+from crag.retriever import Retriever
 from crag.store import RebuildNeeded, Store
 from tests.pdfs import manual_pdf
 
@@ -132,7 +132,7 @@ def test_a_1000_page_pdf_is_refused_with_the_limit(tmp_path: Path) -> None:
 
 def test_secrets_never_reach_output(tmp_path: Path, fake_ollama, real_models) -> None:
     """The OpenAI key and the API token appear in no trace, JSON answer, settings dump or error."""
-    from crag.cli import answer_json
+    from crag.contract import AnswerOut
     from crag.models import resolve_backend
     from tests.fakes import ScriptedModel, chunk, pipeline
 
@@ -149,7 +149,7 @@ def test_secrets_never_reach_output(tmp_path: Path, fake_ollama, real_models) ->
     answer = p.ask("How many cores?")
     dumped = " ".join(
         [
-            json.dumps(answer_json(answer, backend)),
+            AnswerOut.of(answer, backend).model_dump_json(),
             repr(answer),
             repr(settings),
             str(settings.model_dump()),

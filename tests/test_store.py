@@ -11,8 +11,9 @@ import pytest
 from crag.config import Settings, load_settings
 from crag.ingest import Progress, sync
 from crag.models import Embedder, LocalEmbedder
-from crag.pipeline import Retriever
-from crag.store import BuildInProgress, RebuildNeeded, Store, fuse, lexical_tokens
+from crag.retriever import Retriever
+from crag.store import BuildInProgress, RebuildNeeded, Store, fuse
+from crag.text import lexical_tokens
 from crag.types import Chunk, ScoredChunk
 from tests.pdfs import encrypted_pdf, manual_pdf
 
@@ -129,7 +130,7 @@ def test_another_embedder_needs_a_rebuild(kb: Settings, embedder: Embedder) -> N
     class Other(Embedder):
         name = "ollama:bge-m3"
 
-        def embed(self, texts):
+        def _embed(self, texts):
             return [[1.0, 0.0, 0.0] for _ in texts]
 
     with pytest.raises(RebuildNeeded, match="Rebuild needed.*all-MiniLM.*ollama:bge-m3"):

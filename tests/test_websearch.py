@@ -392,7 +392,7 @@ def test_web_search_off(tmp_path: Path) -> None:
     settings = load_settings(web_search=False, chroma_dir=tmp_path / "chroma_db")
     with pytest.raises(WebSearchUnavailable) as info:
         build_searcher(settings).search("tea", 5)
-    assert info.value.reason == OFF_REASON == "web search is off (CRAG_WEB_SEARCH=off)"
+    assert info.value.reason == OFF_REASON == "web search is off"
     assert "CRAG_WEB_SEARCH=on" in str(info.value)
 
 

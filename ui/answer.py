@@ -13,13 +13,23 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-import crag.pipeline
 from crag.errors import CragError
-from crag.types import Answer, Source, Trace
-from ui.text import ACTIONS, action_reason, md_escape, no_images, pages_label, shorten
+from crag.types import Answer, AnswerKind, Source, Trace
+from crag.websearch import OFF_REASON
+from ui.text import ACTIONS, action_reason, evidence_markdown, md_escape, no_images, pages_label, shorten
 
 CLOSE_UP_MARGIN = 54.0  # points of page shown above and below the passage (about four lines)
 ZONE_COLORS = {"Correct": "#21a366", "Ambiguous": "#f0a020", "Incorrect": "#e0443e"}
+
+
+def text(content: str, kind: AnswerKind) -> None:
+    """The answer's text: quotes escaped and set as quotes, a model's Markdown without images, our messages as is."""
+    if kind is AnswerKind.EVIDENCE:
+        st.markdown(evidence_markdown(content))
+    elif kind is AnswerKind.NO_ANSWER:
+        st.markdown(md_escape(content))
+    else:
+        st.markdown(no_images(content))
 
 
 def render(answer: Answer, thresholds: tuple[float, float], files_dir: Path, key: int) -> None:
@@ -38,8 +48,17 @@ def render(answer: Answer, thresholds: tuple[float, float], files_dir: Path, key
     sources_panel(answer, files_dir, key)
 
 
+KIND_LABELS = {
+    AnswerKind.EVIDENCE: "quoted from the sources: no model wrote this",
+    AnswerKind.NO_ANSWER: "no usable knowledge: no model was asked to improvise",
+}
+
+
 def caption(answer: Answer) -> str:
-    parts = [md_escape(answer.backend), md_escape(answer.model)]
+    if answer.kind in KIND_LABELS:
+        parts = [KIND_LABELS[answer.kind]]
+    else:
+        parts = [f"written by {md_escape(answer.backend)} · {md_escape(answer.model)}"]
     if answer.trace is not None:
         total = answer.trace.timings.get("total")
         if total is not None:
@@ -59,11 +78,13 @@ def how_it_was_made(trace: Trace, thresholds: tuple[float, float], key: int) -> 
     with st.expander("How this answer was made", icon=":material/account_tree:"):
         if trace.action is not None:
             scores = [r.score for r in trace.retrieved]
-            reason = action_reason(trace.action, scores, upper, lower)
+            reason = action_reason(trace.action, scores, upper, lower, trace.terms)
             st.markdown(f"**Action: {ACTIONS[trace.action].label}.** {reason} {ACTIONS[trace.action].effect}")
         if trace.standalone_question and trace.standalone_question != trace.question:
             st.caption("The follow-up was asked as:")
             st.text(trace.standalone_question)
+        if trace.terms.terms:
+            st.caption(key_terms(trace))
         tabs = st.tabs(
             [
                 f"Retrieved ({len(trace.retrieved)})",
@@ -83,6 +104,20 @@ def how_it_was_made(trace: Trace, thresholds: tuple[float, float], key: int) -> 
             timings(trace, key)
         for note in trace.notes:
             st.caption(f"Note: {md_escape(note)}")
+
+
+def key_terms(trace: Trace) -> str:
+    """The question's specific terms, and which the passages or the whole knowledge base never mention."""
+    terms = trace.terms
+    marks = []
+    for term in terms.terms:
+        if term in terms.unknown:
+            marks.append(f"“{md_escape(term)}” (never mentioned in your documents)")
+        elif term in terms.missing:
+            marks.append(f"“{md_escape(term)}” (not in the retrieved passages)")
+        else:
+            marks.append(f"“{md_escape(term)}” ✓")
+    return "Specific terms of the question: " + ", ".join(marks)
 
 
 def zone(score: float, lower: float, upper: float) -> str:
@@ -175,6 +210,7 @@ def refined(trace: Trace, key: int) -> None:
             "from": f"{s.file} · {pages_label(s.pages)}" if s.kind == "local" else (s.title or s.url),
             "kind": "document" if s.kind == "local" else "web",
             "strip": shorten(s.text, 400),
+            "why dropped": s.reason,
         }
         for s in sorted(trace.strips, key=lambda s: (not s.kept, -s.score))
     ]
@@ -194,7 +230,9 @@ def web(trace: Trace, key: int) -> None:
     if trace.web_query:
         st.caption("Web query")
         st.code(trace.web_query, language=None)
-    if trace.web_error:
+    if trace.web_error == OFF_REASON:
+        st.info("Web search is off for this question (Answer settings, or CRAG_WEB_SEARCH).")
+    elif trace.web_error:
         st.warning(f"Web search was not available: {md_escape(trace.web_error)}.")
     if trace.web_results:
         rows = [
@@ -228,11 +266,15 @@ def timings(trace: Trace, key: int) -> None:
 
 
 def sources_panel(answer: Answer, files_dir: Path, key: int) -> None:
+    """The sources the answer cites. A written answer that cites none shows what the model was given, as such:
+    a citation is never shown that the answer did not make."""
     if not answer.sources:
         return
-    numbers = crag.pipeline.cited(answer.text)
-    shown = [s for s in answer.sources if s.n in numbers] or list(answer.sources)
-    with st.expander(f"Sources ({len(shown)})", icon=":material/menu_book:"):
+    shown = list(answer.cited_sources) or list(answer.sources)
+    title = f"Sources ({len(shown)})" if answer.cited_sources else f"Given to the model, not cited ({len(shown)})"
+    with st.expander(title, icon=":material/menu_book:"):
+        if not answer.cited_sources:
+            st.caption("The answer cites none of these passages: check it against them before you rely on it.")
         for source in shown:
             with st.container(border=True):
                 if source.kind == "local":

@@ -10,12 +10,13 @@ import streamlit as st
 import crag.pipeline
 from crag.config import Settings
 from crag.errors import CragError
+from crag.types import AnswerKind
 from ui import answer as answer_ui
 from ui import state
-from ui.text import md_escape, no_images, safe_stream, stage_label
+from ui.text import md_escape, safe_stream, stage_label
 
 
-def render(settings: Settings, pipeline: crag.pipeline.Pipeline | None) -> None:
+def render(settings: Settings, pipeline: crag.pipeline.Pipeline | None, options: dict[str, Any]) -> None:
     for message in st.session_state.messages:
         replay(message, settings)
     placeholder = (
@@ -26,7 +27,7 @@ def render(settings: Settings, pipeline: crag.pipeline.Pipeline | None) -> None:
     # "stop": while an answer streams, the send button becomes a stop button.
     prompt = st.chat_input(placeholder, disabled=pipeline is None, key="question", submit_mode="stop")
     if prompt and pipeline is not None:
-        ask(prompt, settings, pipeline)
+        ask(prompt, settings, pipeline, options)
 
 
 def replay(message: dict[str, Any], settings: Settings) -> None:
@@ -35,7 +36,8 @@ def replay(message: dict[str, Any], settings: Settings) -> None:
             st.text(message["content"])
             return
         if message["content"]:
-            st.markdown(no_images(message["content"]))
+            kind = message["answer"].kind if message["answer"] is not None else AnswerKind.GENERATED
+            answer_ui.text(message["content"], kind)
         if message["error"]:
             st.error(message["error"])
         if message["answer"] is not None:
@@ -43,7 +45,7 @@ def replay(message: dict[str, Any], settings: Settings) -> None:
             answer_ui.render(message["answer"], thresholds, settings.files_dir, key=message["id"])
 
 
-def ask(question: str, settings: Settings, pipeline: crag.pipeline.Pipeline) -> None:
+def ask(question: str, settings: Settings, pipeline: crag.pipeline.Pipeline, options: dict[str, Any]) -> None:
     history = [(m["role"], m["content"]) for m in st.session_state.messages if m["content"] and not m["error"]]
     state.add_message("user", question)
     with st.chat_message("user"):
@@ -59,12 +61,17 @@ def ask(question: str, settings: Settings, pipeline: crag.pipeline.Pipeline) -> 
             status.update(label=f"{label}…")
             status.caption(f"{label} · {time.perf_counter() - started:.1f} s")
 
-        stream = pipeline.stream(question, history=history, on_step=on_step)
+        stream = pipeline.stream(question, history=history, on_step=on_step, **options)
         stored = False
         try:
             error = ""
             try:
-                st.write_stream(safe_stream(stream))
+                if pipeline.answer_kind(options.get("answer_mode")) is AnswerKind.EVIDENCE:
+                    for _ in stream:  # quotes come whole, at once: set them as quotes
+                        pass
+                    answer_ui.text(stream.text, stream.answer.kind)
+                else:
+                    st.write_stream(safe_stream(stream))
             except CragError as exc:
                 error = str(exc)
             except Exception as exc:  # noqa: BLE001 - a failing model must not take the page or the history down
@@ -84,7 +91,7 @@ def ask(question: str, settings: Settings, pipeline: crag.pipeline.Pipeline) -> 
                 status.update(label=f"Answered in {time.perf_counter() - started:.1f} s", state="complete")
             else:
                 status.update(label="Stopped before the end", state="error")
-            thresholds = (pipeline.settings.lower_threshold, pipeline.settings.upper_threshold)
+            thresholds = (options["lower_threshold"], options["upper_threshold"])
             message = state.add_message("assistant", answer.text, answer)
             message["thresholds"] = thresholds
             stored = True

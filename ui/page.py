@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import streamlit as st
 
 from crag.config import Settings
@@ -26,7 +28,7 @@ def main() -> None:
         st.error(str(exc))  # nothing can work without settings; the message names the variable to fix
         return
     try:
-        run(state.settings(base))
+        run(base, state.options(base))
     except Exception as exc:  # noqa: BLE001 - the last line of defence: the page and the history stay
         st.error(
             f"Something went wrong ({type(exc).__name__}: {md_escape(str(exc))}). Your conversation is kept; "
@@ -34,14 +36,14 @@ def main() -> None:
         )
 
 
-def run(settings: Settings) -> None:
+def run(settings: Settings, options: dict[str, Any]) -> None:
     pipeline, pipeline_error = state.pipeline(settings)
     kb = state.knowledge_base(settings)
     sidebar.render(settings, pipeline, pipeline_error, kb)
     if pipeline_error:
         st.error(pipeline_error)
     if kb.empty and not kb.error:
-        empty_state(settings, kb)
+        empty_state(settings, kb, options["web"])
     elif kb.generation is not None and not st.session_state.messages and not st.session_state.get("question"):
         gen = kb.generation
         st.info(
@@ -49,10 +51,10 @@ def run(settings: Settings) -> None:
             "each answer shows its CRAG action, how it was made, and the pages it comes from.",
             icon=":material/forum:",
         )
-    chat.render(settings, pipeline)
+    chat.render(settings, pipeline, options)
 
 
-def empty_state(settings: Settings, kb: state.KnowledgeBase) -> None:
+def empty_state(settings: Settings, kb: state.KnowledgeBase, web: bool) -> None:
     folder = md_escape(str(settings.files_dir.resolve()))
     with st.container(border=True):
         st.markdown("#### :material/inventory_2: Your knowledge base is empty")
@@ -70,5 +72,5 @@ def empty_state(settings: Settings, kb: state.KnowledgeBase) -> None:
             ):
                 st.session_state.build_now = True
                 st.rerun()
-        elif settings.web_search:
+        elif web:
             st.caption("Until then, questions are answered from the web.")

@@ -11,6 +11,7 @@ from crag.config import Settings
 from crag.errors import CragError
 from crag.ingest import Progress
 from crag.ingest.uploads import AlreadyPresent, save_upload
+from crag.types import AnswerKind
 from ui import state
 from ui.text import (
     FILE_STATUS,
@@ -22,6 +23,11 @@ from ui.text import (
     progress_text,
 )
 
+ANSWER_MODES = {
+    "auto": "auto: quote the documents on the built-in model, a written answer on Ollama/OpenAI",
+    "evidence": "quote the documents (no model writes the answer)",
+    "generated": "a model writes the answer (the built-in 135M model is weak and may invent facts)",
+}
 EVALUATORS = {
     "auto": "auto: an LLM grader on Ollama/OpenAI, similarity on the embedded model",
     "llm": "LLM grader (schema-constrained)",
@@ -206,6 +212,14 @@ def model_status(settings: Settings, pipeline: crag.pipeline.Pipeline | None, pi
         backend = pipeline.backend
         st.markdown(f"**{md_escape(backend.name)}** · `{backend.model}`")
         st.caption(backend.reason)
+        if pipeline.answer_kind(ss.get(state.ANSWER_MODE)) is AnswerKind.EVIDENCE:
+            st.markdown(":blue[:material/format_quote:] Answers quote your documents: no model writes them.")
+        elif backend.name == "embedded":
+            st.warning(
+                "The built-in 135M model writes the answers: it is weak and may invent facts. "
+                "Check every answer against its sources, or choose quoted answers in Answer settings.",
+                icon=":material/warning:",
+            )
     else:
         st.markdown(":red[:material/error:] **No chat model**: see the message on the page.")
 
@@ -286,5 +300,6 @@ def answer_settings(settings: Settings) -> None:
             "when all score below the lower one it is Incorrect; otherwise Ambiguous.",
         )
         st.toggle("Search the web when the documents fall short", key=state.WEB)
+        st.selectbox("Answers", list(ANSWER_MODES), key=state.ANSWER_MODE, format_func=ANSWER_MODES.__getitem__)
         st.selectbox("Retrieval evaluator", list(EVALUATORS), key=state.EVALUATOR, format_func=EVALUATORS.__getitem__)
         st.caption("Changes apply to the next question. Defaults come from the CRAG_* settings.")

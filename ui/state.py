@@ -15,14 +15,15 @@ import streamlit as st
 import crag.ingest
 import crag.models
 import crag.pipeline
+import crag.retriever
 import crag.store
 from crag.config import Settings, load_settings
 from crag.errors import CragError
 from crag.ingest import OnProgress, SyncReport
 from crag.store import Generation
 
-# Widget keys of the answer settings; their values override the environment's for this session.
-TOP_K, THRESHOLDS, WEB, EVALUATOR = "set_top_k", "set_thresholds", "set_web", "set_evaluator"
+# Widget keys of the answer settings: per-question options for this session, on top of the environment's.
+TOP_K, THRESHOLDS, WEB, EVALUATOR, ANSWER_MODE = "set_top_k", "set_thresholds", "set_web", "set_evaluator", "set_answer"
 
 
 def init() -> None:
@@ -50,23 +51,23 @@ def new_chat() -> None:
 # Settings
 
 
-def settings(base: Settings) -> Settings:
-    """The environment's settings with this session's answer settings on top."""
+def options(base: Settings) -> dict[str, Any]:
+    """This session's answer settings, as ``Pipeline.stream`` options: changing one reloads nothing."""
     ss = st.session_state
     ss.setdefault(TOP_K, base.top_k)
     ss.setdefault(THRESHOLDS, (base.lower_threshold, base.upper_threshold))
     ss.setdefault(WEB, base.web_search)
     ss.setdefault(EVALUATOR, base.evaluator)
+    ss.setdefault(ANSWER_MODE, base.answer_mode)
     lower, upper = sorted(float(v) for v in ss[THRESHOLDS])  # a range slider keeps them ordered; be sure
-    return base.model_copy(
-        update={
-            "top_k": int(ss[TOP_K]),
-            "lower_threshold": lower,
-            "upper_threshold": upper,
-            "web_search": bool(ss[WEB]),
-            "evaluator": ss[EVALUATOR],
-        }
-    )
+    return {
+        "top_k": int(ss[TOP_K]),
+        "lower_threshold": lower,
+        "upper_threshold": upper,
+        "web": bool(ss[WEB]),
+        "evaluator": ss[EVALUATOR],
+        "answer_mode": ss[ANSWER_MODE],
+    }
 
 
 def load_base_settings() -> Settings:
@@ -181,7 +182,7 @@ def build(
     if pipeline is not None and not full:
         embedder = pipeline.retriever.embedder  # already loaded, and the one the index was built with
     else:
-        embedder = crag.ingest.index_embedder(settings, rebuild=full)
+        embedder = crag.retriever.index_embedder(settings, rebuild=full)
     report = crag.ingest.sync(settings, embedder, rebuild=full, on_progress=on_progress)
     if pipeline is not None and embedder.name != pipeline.retriever.embedder.name:
         forget_pipeline()  # the next question opens the index with the embedder it was built with

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from crag.ingest import Progress
-from crag.types import Action
+from crag.types import Action, TermCheck
 
 # Every ASCII punctuation character may be backslash-escaped in CommonMark, and Streamlit's extra
 # syntax (:red[...], :material/icon:, $math$) is made of them too.
@@ -29,6 +29,13 @@ def md_escape(text: str) -> str:
 def no_images(markdown: str) -> str:
     """Markdown with image syntax turned into plain text: ``![x](url)`` shows as ``![x](url)``."""
     return markdown.replace("![", "!\\[")
+
+
+def evidence_markdown(text: str) -> str:
+    """An evidence answer as Markdown: lead lines in bold, each quoted passage a block quote. The quotes are
+    document text, so every character is escaped: they show exactly as the document has them."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    return "\n\n".join(f"> {md_escape(line)}" if line.startswith("“") else f"**{md_escape(line)}**" for line in lines)
 
 
 def safe_stream(deltas: Iterable[str]) -> Iterator[str]:
@@ -95,11 +102,25 @@ def stage_label(stage: str) -> str:
     return STAGES.get(stage, stage[:1].upper() + stage[1:])
 
 
-def action_reason(action: Action, scores: list[float], upper: float, lower: float) -> str:
+def quoted_terms(terms: Iterable[str]) -> str:
+    return ", ".join(f"“{md_escape(t)}”" for t in terms)
+
+
+def action_reason(action: Action, scores: list[float], upper: float, lower: float, terms: TermCheck) -> str:
     """Why the action trigger chose this action, in one sentence."""
+    if terms.unknown:
+        return (
+            f"Your documents never mention {quoted_terms(terms.unknown)}: they are on the question's topic at most, "
+            "so their passages were marked as not answering it (a near miss)."
+        )
     if not scores:
         return "Nothing was retrieved, so the knowledge base could not help."
     best = max(scores)
+    if terms.missing and action is not Action.INCORRECT:
+        return (
+            f"None of the retrieved passages mentions {quoted_terms(terms.missing)}, so they cannot be Correct; "
+            f"the best scored {best:.2f}."
+        )
     if action is Action.CORRECT:
         return f"The best passage scored {best:.2f}, at or above the upper threshold {upper:.2f}."
     if action is Action.AMBIGUOUS:

@@ -10,6 +10,8 @@ The baseline does what the usual CRAG implementations do:
 Ours grades with the cheap similarity evaluator (or one LLM call for all k), scores strips without
 the LLM, and rewrites only when the action needs the web. Web search is replaced by an offline
 searcher that returns nothing, in both, so the run needs no network and compares model work only.
+The same model writes the answer in both ("ours"); "ours-evidence" is what the embedded backend does
+by default: it quotes the evidence and calls no model at all.
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ from dataclasses import dataclass, replace
 from pydantic import BaseModel
 from pydantic_ai import Agent, NativeOutput
 
-from crag.evaluator import LLMEvaluator, SimilarityEvaluator
+from crag import prompts
 from crag.models import LlamaCppChat
-from crag.pipeline import ANSWER_INSTRUCTIONS, Pipeline, answer_prompt, decide_action, number_sources
+from crag.pipeline import Pipeline, decide_action, number_sources
 from crag.refine import local_strips
 from crag.types import WebResult
 from crag.websearch import Searcher
@@ -74,10 +76,10 @@ def _measure(chat: LlamaCppChat, fn) -> Run:
     )
 
 
-def ours(pipeline: Pipeline, chat: LlamaCppChat, question: str) -> Run:
+def ours(pipeline: Pipeline, chat: LlamaCppChat, question: str, **options: object) -> Run:
     def run(start: float) -> tuple[float, str]:
         first = None
-        stream = pipeline.stream(question)
+        stream = pipeline.stream(question, **options)
         for _ in stream:
             first = first if first is not None else time.perf_counter() - start
         return first or 0.0, stream.answer.action.value
@@ -88,6 +90,7 @@ def ours(pipeline: Pipeline, chat: LlamaCppChat, question: str) -> Run:
 def seed_style(pipeline: Pipeline, chat: LlamaCppChat, question: str) -> Run:
     s = pipeline.settings
     grader = Agent(pipeline.model, output_type=NativeOutput(OneScore), instructions=SEED_GRADER, retries=1)
+    writer = Agent(pipeline.model, instructions=prompts.ANSWER)
 
     def score(text: str) -> float:
         try:
@@ -110,9 +113,8 @@ def seed_style(pipeline: Pipeline, chat: LlamaCppChat, question: str) -> Run:
                 f"Rewrite as a short web search query: {question}"
             )
         sources = number_sources(chosen, [])
-        agent = Agent(pipeline.model, instructions=ANSWER_INSTRUCTIONS)
-        result = agent.run_stream_sync(
-            answer_prompt(question, sources), model_settings={"max_tokens": s.max_answer_tokens}
+        result = writer.run_stream_sync(
+            prompts.answer_prompt(question, sources), model_settings={"max_tokens": s.max_answer_tokens}
         )
         first = None
         for _ in result.stream_text(delta=True, debounce_by=None):
@@ -125,25 +127,19 @@ def seed_style(pipeline: Pipeline, chat: LlamaCppChat, question: str) -> Run:
 def compare(
     pipeline: Pipeline, chat: LlamaCppChat, questions: Sequence[tuple[str, bool]], llm_grader: bool = True
 ) -> dict:
-    """Per question and in sum: ours (similarity grader), ours (one-call LLM grader), seed-style."""
-    variants = {"ours": pipeline}
+    """Per question and in sum: ours (similarity grader), ours (one-call LLM grader), ours quoting the
+    evidence (the embedded default), seed-style. Options choose each variant: the pipeline is built once."""
+    variants: dict[str, dict] = {
+        "ours": {"answer_mode": "generated", "evaluator": "similarity"},
+        "ours-evidence": {"answer_mode": "evidence", "evaluator": "similarity"},
+    }
     if llm_grader:
-        scorer = pipeline.scorer
-        variants["ours-llm-grader"] = Pipeline(
-            pipeline.settings,
-            pipeline.model,
-            pipeline.backend,
-            pipeline.retriever,
-            LLMEvaluator(pipeline.model, scorer, timeout=pipeline.settings.request_timeout),
-            scorer,
-            OfflineSearcher(),
-            fetch=lambda results, n, timeout: list(results),
-        )
+        variants["ours-llm-grader"] = {"answer_mode": "generated", "evaluator": "llm"}
     rows = []
     for q, in_kb in questions:
         row: dict = {"question": q, "in_kb": in_kb}
-        for name, p in variants.items():
-            row[name] = ours(p, chat, q).__dict__
+        for name, options in variants.items():
+            row[name] = ours(pipeline, chat, q, **options).__dict__
         row["seed-style"] = seed_style(pipeline, chat, q).__dict__
         rows.append(row)
     summary = _summary(rows, [*variants, "seed-style"])
@@ -173,14 +169,5 @@ def _ratios(summary: dict, variants) -> dict:
 
 
 def offline_pipeline(pipeline: Pipeline) -> Pipeline:
-    """The same pipeline with the offline searcher and the similarity grader."""
-    return Pipeline(
-        pipeline.settings,
-        pipeline.model,
-        pipeline.backend,
-        pipeline.retriever,
-        SimilarityEvaluator(pipeline.retriever.embedder),
-        pipeline.scorer,
-        OfflineSearcher(),
-        fetch=lambda results, n, timeout: list(results),
-    )
+    """The same pipeline with the offline searcher."""
+    return replace(pipeline, searcher=OfflineSearcher(), fetch=lambda results, n, timeout: list(results))

@@ -26,8 +26,9 @@ from crag.config import Settings, load_settings
 from crag.ingest import sync
 from crag.ingest.pymupdf import page_texts
 from crag.models import Embedder, build_embedder
-from crag.pipeline import Retriever
-from crag.store import bm25_rank, lexical_tokens
+from crag.retriever import Retriever
+from crag.store import bm25_rank
+from crag.text import lexical_tokens
 
 QUESTIONS = Path(__file__).with_name("questions.jsonl")
 MODES = ("dense", "lexical", "hybrid")

@@ -18,8 +18,8 @@ from crag.config import Settings
 from crag.errors import CragError
 from crag.ingest.base import Parser, PDFError
 from crag.ingest.chunking import chunk_blocks
-from crag.models import Embedder, build_embedder, count_tokens
-from crag.store import IndexReader, RebuildNeeded, Store, index_text
+from crag.models import Embedder, count_tokens
+from crag.store import RebuildNeeded, Store, index_text
 
 EMBED_BATCH = 64
 
@@ -322,21 +322,3 @@ def _finish(results, chunks, pps, started, generation, report, stages=None) -> S
         generation=generation,
         stage_seconds={k: round(v, 3) for k, v in (stages or {}).items()},
     )
-
-
-def index_embedder(settings: Settings, rebuild: bool = False) -> Embedder:
-    """The embedder for this index: an existing index keeps the one it was built with (in auto mode);
-    a full rebuild chooses afresh, which is how an index moves to Ollama's bge-m3 once it is pulled."""
-    try:
-        active = None if rebuild else Store(settings.chroma_dir).active()
-    except RebuildNeeded:
-        active = None
-    return build_embedder(settings, prefer=active.embedder if active else None)
-
-
-def open_index(settings: Settings, embedder: Embedder) -> IndexReader | None:
-    """The active generation for queries, checked against the embedder; None when nothing is built."""
-    reader = Store(settings.chroma_dir).reader()
-    if reader is not None:
-        reader.check_embedder(embedder.name)
-    return reader

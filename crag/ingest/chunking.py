@@ -9,16 +9,14 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from crag.text import join_sentences, split_sentences
 from crag.types import Block, Chunk, ParsedPDF
 
 TokenCounter = Callable[[str], int]
 
-# A sentence ends at . ! ? followed by space, or at Chinese sentence punctuation (no space needed).
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])")
 ATOMIC = ("table", "equation")
 DROPPED = ("header", "footer")
 
@@ -37,21 +35,6 @@ class _Unit:
 class _Draft:
     units: list[_Unit] = field(default_factory=list)
     tokens: int = 0
-
-
-CJK_EDGE = re.compile(r"[\u3000-\u9fff\uff00-\uffef]")
-
-
-def join_sentences(left: str, right: str) -> str:
-    """Two sentences of one paragraph: Chinese ones follow each other without a space; others take one."""
-    if not left:
-        return right
-    cjk = CJK_EDGE.match(left[-1]) or CJK_EDGE.match(right[:1])
-    return left + right if cjk else f"{left} {right}"
-
-
-def split_sentences(text: str) -> list[str]:
-    return [s for s in (p.strip() for p in SENTENCE_END.split(text)) if s]
 
 
 def _hard_split(text: str, limit: int, count: TokenCounter) -> list[str]:

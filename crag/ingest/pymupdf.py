@@ -18,6 +18,7 @@ import pymupdf4llm  # noqa: F401 - importing it activates the layout model in Py
 from pymupdf4llm.helpers import document_layout
 
 from crag.ingest.base import PageProgress, Parser, PDFError
+from crag.text import CJK, strip_invisible
 from crag.types import Block, ParsedPDF
 
 pymupdf.TOOLS.mupdf_display_errors(False)  # MuPDF's own messages go to stderr; ours go to the manifest
@@ -37,8 +38,6 @@ BOX_TYPES = {
     "code": "code",
 }
 LIGATURE = re.compile("[\ufb00-\ufb06]")
-CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-CJK = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uf900-\ufaff\uff00-\uffef]")
 
 
 @contextmanager
@@ -158,18 +157,37 @@ def clean(text: str) -> str:
     Only the ligature block is normalised: NFKC on everything would turn Chinese full-width
     punctuation (！？；) into ASCII and blur the sentence boundaries the chunker splits on.
     """
-    return CONTROL.sub("", LIGATURE.sub(lambda m: unicodedata.normalize("NFKC", m.group()), text))
+    return strip_invisible(LIGATURE.sub(lambda m: unicodedata.normalize("NFKC", m.group()), text))
+
+
+# Two spans closer than this (a share of the font size) touch: no space between them. A word space is a
+# quarter of an em or more; logos (the L, raised A and TEX of LaTeX), kerning and font changes are less.
+TOUCHING = 0.1
+
+
+def _join_spans(spans: Sequence[dict]) -> str:
+    """One line's spans as text. TeX-made PDFs often have no space characters between the spans of a
+    line (spacing is positional), so the gap between their boxes decides."""
+    out, last = "", None
+    for span in spans:
+        text = clean(span["text"])
+        if not text.strip():
+            continue
+        size = max(span.get("size") or 0.0, (last or {}).get("size") or 0.0, 1.0)
+        if last is not None and span["bbox"][0] - last["bbox"][2] < TOUCHING * size:
+            out += text
+        else:
+            out = _join_lines([out, text], dehyphenate=False)
+        last = span
+    return " ".join(out.split())
 
 
 def _box_text(box: document_layout.LayoutBox) -> str:
     if box.boxclass == "table" and box.table:
         return clean(box.table.get("markdown") or "").strip()
-    # Spans, not lines, are the unit: TeX-made PDFs often have no space characters between the
-    # spans of a line (spacing is positional), so spans are joined like lines are.
-    lines = [[clean(span["text"]) for span in line["spans"]] for line in box.textlines or []]
     if box.boxclass == "code":
-        return "\n".join("".join(spans) for spans in lines)
-    return _join_lines([_join_lines(spans, dehyphenate=False) for spans in lines])
+        return "\n".join("".join(clean(span["text"]) for span in line["spans"]) for line in box.textlines or [])
+    return _join_lines([_join_spans(line["spans"]) for line in box.textlines or []])
 
 
 class PyMuPDFParser(Parser):

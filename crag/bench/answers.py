@@ -1,0 +1,226 @@
+"""Answer quality, out of sample: does the default offline answer hold the key fact, say "not in your
+documents" when the documents do not answer, and cite only what it quotes?
+
+    python -m crag.bench.answers [--split test|dev|all] [--db DIR] [--out DIR] [--calibrate]
+
+The knowledge base is every corpus PDF, dev and test documents together, as in a user's folder. The
+backend is the embedded one with web search off, so answers are evidence answers: quoted sentences.
+Thresholds and the evaluator's constants were fitted on the dev split only (``--calibrate`` refits and
+prints them); the test split's documents and questions were never used to tune anything, so its figures
+are the out-of-sample ones. Measured per question:
+
+- key fact: one of the question's ``must_contain`` strings is in the answer (in-KB questions);
+- the action: Incorrect is right for out-of-scope questions, wrong for in-KB ones;
+- citations: every [n] of the text names a source, every source shown as cited is cited by the text, and
+  every quoted sentence is found in the source it cites;
+- time to first token (the benchmark's own clock, not asserted anywhere).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import tempfile
+import unicodedata
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from crag.bench.corpus import default_cache_dir, fetch_corpus
+from crag.bench.retrieval import Question, load_questions
+from crag.config import Settings, load_settings
+from crag.evidence import flatten
+from crag.ingest import sync
+from crag.pipeline import Pipeline, decide_action
+from crag.refine import injection_reason
+from crag.store import Store
+from crag.text import split_sentences
+from crag.types import Action, Answer, AnswerKind, cited
+
+QUOTE = re.compile(r"“(.+?)” \[(\d+)\]")
+
+
+def norm(text: str) -> str:
+    """NFKC, lower case, no whitespace: how ``must_contain`` strings are matched (as the checker does)."""
+    return re.sub(r"\s+", "", unicodedata.normalize("NFKC", text).lower())
+
+
+def has_key_fact(answer: str, strings: Sequence[str]) -> bool:
+    return any(norm(s) in norm(answer) for s in strings)
+
+
+def citation_problems(answer: Answer) -> list[str]:
+    """What is wrong with the answer's citations; empty when every shown citation is one the text made."""
+    problems = []
+    numbers = {s.n for s in answer.sources}
+    if missing := cited(answer.text) - numbers:
+        problems.append(f"cites {sorted(missing)}, which are not sources")
+    if any(s.n not in cited(answer.text) for s in answer.cited_sources):
+        problems.append("shows a source as cited that the text does not cite")
+    if answer.kind is AnswerKind.EVIDENCE:
+        by_n = {s.n: norm(flatten(s.text)) for s in answer.sources}
+        for quote, n in QUOTE.findall(answer.text):
+            for sentence in split_sentences(quote.replace("［", "[").replace("］", "]")):
+                if norm(sentence) not in by_n.get(int(n), ""):
+                    problems.append(f"quoted sentence not in source [{n}]: {sentence[:60]}")
+    return problems
+
+
+def build(settings: Settings, pdfs: dict[str, Path]) -> None:
+    """Index the corpus unless ``settings.chroma_dir`` already holds it."""
+    settings.files_dir.mkdir(parents=True, exist_ok=True)
+    for name, path in pdfs.items():
+        target = settings.files_dir / name
+        if not target.exists():
+            target.write_bytes(path.read_bytes())
+    store = Store(settings.chroma_dir)
+    manifest = {m["file"] for m in store.manifest()} if store.active() else set()
+    if manifest != set(pdfs):
+        from crag.retriever import index_embedder
+
+        sync(settings, index_embedder(settings))
+
+
+def injection_filter(settings: Settings) -> dict[str, Any]:
+    """How many real sentences of the corpus the prompt-injection filter would drop, with the PDF rules and
+    with the stricter web rules. The corpus holds no injection, so every drop is a fact lost."""
+    reader = Store(settings.chroma_dir).reader()
+    sentences = list(
+        dict.fromkeys(
+            s for c in reader.chunks for paragraph in c.text.split("\n\n") for s in split_sentences(paragraph)
+        )
+    )
+    dropped = {kind: [s for s in sentences if injection_reason(s, kind)] for kind in ("local", "web")}
+    return {
+        "sentences": len(sentences),
+        "dropped_with_pdf_rules": len(dropped["local"]),
+        "dropped_with_web_rules": len(dropped["web"]),
+        "examples": [s[:200] for s in dropped["web"][:10]],
+    }
+
+
+def run_questions(pipeline: Pipeline, questions: Sequence[Question]) -> list[dict[str, Any]]:
+    rows = []
+    for q in questions:
+        answer = pipeline.ask(q.question, web=False)
+        trace = answer.trace
+        rows.append(
+            {
+                "id": q.id,
+                "split": q.split,
+                "kind": q.kind,
+                "in_kb": q.in_kb,
+                "near_miss": q.near_miss,
+                "action": trace.action.value,
+                "scores": [round(g.score, 4) for g in trace.retrieved],
+                "missing_terms": list(trace.terms.missing),
+                "answer_kind": answer.kind.value,
+                "key_fact": has_key_fact(answer.text, q.must_contain) if q.in_kb else None,
+                "hit@5": any(g.chunk.file == q.file and set(g.chunk.pages) & set(q.pages) for g in trace.retrieved)
+                if q.in_kb
+                else None,
+                "citation_problems": citation_problems(answer),
+                "first_token_s": trace.timings.get("first_token"),
+                "answer": answer.text,
+            }
+        )
+    return rows
+
+
+def _rate(rows: Sequence[dict], test) -> float | None:
+    return round(sum(1 for r in rows if test(r)) / len(rows), 3) if rows else None
+
+
+def summarize(rows: Sequence[dict]) -> dict[str, Any]:
+    in_kb = [r for r in rows if r["in_kb"]]
+    oos = [r for r in rows if not r["in_kb"]]
+    correct = sorted(r["first_token_s"] for r in rows if r["action"] == "correct" and r["first_token_s"])
+    out = {
+        "questions": len(rows),
+        "in_kb": {
+            "n": len(in_kb),
+            "key_fact": _rate(in_kb, lambda r: r["key_fact"]),
+            "incorrect": _rate(in_kb, lambda r: r["action"] == "incorrect"),
+            "correct": _rate(in_kb, lambda r: r["action"] == "correct"),
+            "retrieval_hit@5": _rate(in_kb, lambda r: r["hit@5"]),
+        },
+        "out_of_scope": {
+            "n": len(oos),
+            "incorrect": _rate(oos, lambda r: r["action"] == "incorrect"),
+            "correct": _rate(oos, lambda r: r["action"] == "correct"),
+            "near_miss_incorrect": _rate([r for r in oos if r["near_miss"]], lambda r: r["action"] == "incorrect"),
+            "unrelated_incorrect": _rate([r for r in oos if not r["near_miss"]], lambda r: r["action"] == "incorrect"),
+        },
+        "answers_with_citation_problems": sum(1 for r in rows if r["citation_problems"]),
+        "median_first_token_s_correct": round(statistics.median(correct), 3) if correct else None,
+    }
+    for kind in ("en", "zh", "cross"):
+        group = [r for r in in_kb if r["kind"] == kind]
+        if group:
+            out["in_kb"][kind] = {
+                "n": len(group),
+                "key_fact": _rate(group, lambda r: r["key_fact"]),
+                "incorrect": _rate(group, lambda r: r["action"] == "incorrect"),
+            }
+    return out
+
+
+def calibrate(rows: Sequence[dict]) -> dict[str, float]:
+    """Thresholds on a 0.05 grid, from the rows' scores. No out-of-scope question may be Correct (it would be
+    answered from the wrong passages under a green badge); then the fewest wrong actions (an in-KB question
+    called Incorrect, an out-of-scope one not called Incorrect); then the most in-KB Correct."""
+    grid = [round(-1 + 0.05 * i, 2) for i in range(41)]
+
+    def key(t: tuple[float, float]) -> tuple[int, int, int]:
+        actions = [(r["in_kb"], decide_action(r["scores"], *t)) for r in rows]
+        oos_correct = sum(1 for kb, a in actions if not kb and a is Action.CORRECT)
+        wrong = sum(1 for kb, a in actions if (a is Action.INCORRECT) == kb)
+        kb_correct = sum(1 for kb, a in actions if kb and a is Action.CORRECT)
+        return (-oos_correct, -wrong, kb_correct)
+
+    pairs = [(up, lo) for up in grid for lo in grid if lo <= up]
+    best = max(key(t) for t in pairs)
+    tied = sorted(t for t in pairs if key(t) == best)
+    upper, lower = tied[len(tied) // 2]  # the middle of the tied range: the farthest from both of its edges
+    return {"upper_threshold": upper, "lower_threshold": lower}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m crag.bench.answers", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--split", choices=["dev", "test", "all"], default="test")
+    parser.add_argument("--db", type=Path, help="keep the index here between runs (default: a temporary folder)")
+    parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    parser.add_argument("--calibrate", action="store_true", help="fit the thresholds on the dev split and print them")
+    args = parser.parse_args(argv)
+    questions = [q for q in load_questions() if args.split == "all" or q.split == args.split]
+    if args.calibrate:
+        questions = [q for q in load_questions() if q.split == "dev"]
+    with tempfile.TemporaryDirectory() as tmp:
+        root = args.db or Path(tmp)
+        settings = load_settings(
+            files_dir=root / "Files",
+            chroma_dir=root / "db",
+            parser="pymupdf",
+            llm_backend="embedded",
+            embed_backend="local",
+            web_search=False,
+            answer_mode="auto",
+        )
+        build(settings, fetch_corpus(default_cache_dir()))
+        pipeline = Pipeline.from_settings(settings)
+        rows = run_questions(pipeline, questions)
+        summary = summarize(rows) | {"injection_filter": injection_filter(settings)}
+    results = {"split": "dev" if args.calibrate else args.split, "summary": summary, "rows": rows}
+    if args.calibrate:
+        results["calibrated"] = calibrate(rows)
+    args.out.mkdir(parents=True, exist_ok=True)
+    name = f"answers-{results['split']}.json"
+    (args.out / name).write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")
+    print(json.dumps({k: v for k, v in results.items() if k != "rows"}, ensure_ascii=False, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

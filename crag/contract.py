@@ -1,0 +1,120 @@
+"""The answer as JSON: one pydantic model, printed by ``crag ask --json`` and returned by the HTTP API.
+
+Every edge that shows an answer outside Python uses this contract, so the CLI and the API cannot drift.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from crag.models import BackendInfo
+from crag.types import Answer
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ScoreOut(_Strict):
+    file: str
+    pages: list[int]
+    score: float
+    method: str
+
+
+class SourceOut(_Strict):
+    n: int
+    kind: Literal["local", "web"]
+    cited: bool = Field(description="Whether the answer's text cites it; otherwise it was only given to the model.")
+    file: str | None
+    pages: list[int]
+    url: str | None
+    title: str | None
+    snippet: str
+
+
+class TokensOut(_Strict):
+    input: int
+    output: int
+
+
+class TermsOut(_Strict):
+    terms: list[str] = Field(description="The question's specific terms: names, identifiers, rare words.")
+    missing: list[str] = Field(description="Specific terms that no retrieved passage mentions.")
+    unknown: list[str] = Field(description="Specific terms that no passage of the knowledge base mentions.")
+
+
+class AnswerOut(_Strict):
+    """An answer, its sources, and how it was made."""
+
+    answer: str
+    kind: Literal["evidence", "generated", "no_answer"] = Field(
+        description="evidence: sentences quoted from the sources, each with its [n]; generated: written by the "
+        "chat model; no_answer: nothing usable was found, and the text says why."
+    )
+    action: Literal["correct", "ambiguous", "incorrect"] | None
+    backend: str
+    model: str
+    backend_reason: str
+    scores: list[ScoreOut]
+    terms: TermsOut
+    refined_context: str
+    sources: list[SourceOut]
+    cited: list[int] = Field(description="The source numbers the text cites.")
+    web_query: str | None
+    web_error: str | None
+    llm_calls: int
+    llm_calls_before_answer: int
+    tokens: TokensOut
+    timings: dict[str, float]
+    notes: list[str]
+    complete: bool
+    error: str | None = Field(None, description="Only when `complete` is false: why the answer stopped early.")
+
+    @classmethod
+    def of(cls, answer: Answer, backend: BackendInfo) -> AnswerOut:
+        trace = answer.trace
+        cited = {s.n for s in answer.cited_sources}
+        return cls(
+            answer=answer.text,
+            kind=answer.kind.value,
+            action=trace.action.value if trace and trace.action else None,
+            backend=answer.backend,
+            model=answer.model,
+            backend_reason=backend.reason,
+            scores=[
+                ScoreOut(file=g.chunk.file, pages=list(g.chunk.pages), score=round(g.score, 4), method=g.method)
+                for g in (trace.retrieved if trace else ())
+            ],
+            terms=TermsOut(
+                terms=list(trace.terms.terms) if trace else [],
+                missing=list(trace.terms.missing) if trace else [],
+                unknown=list(trace.terms.unknown) if trace else [],
+            ),
+            refined_context=trace.refined_context if trace else "",
+            sources=[
+                SourceOut(
+                    n=s.n,
+                    kind=s.kind,
+                    cited=s.n in cited,
+                    file=s.file or None,
+                    pages=list(s.pages),
+                    url=s.url or None,
+                    title=s.title or None,
+                    snippet=s.snippet,
+                )
+                for s in answer.sources
+            ],
+            cited=sorted(cited),
+            web_query=(trace.web_query or None) if trace else None,
+            web_error=(trace.web_error or None) if trace else None,
+            llm_calls=trace.llm_calls if trace else 0,
+            llm_calls_before_answer=trace.llm_calls_before_answer if trace else 0,
+            tokens=TokensOut(input=trace.input_tokens if trace else 0, output=trace.output_tokens if trace else 0),
+            timings=trace.timings if trace else {},
+            notes=list(trace.notes) if trace else [],
+            complete=answer.complete,
+            error=(answer.error or "The answer stopped early: ask again.") if not answer.complete else None,
+        )

@@ -1,0 +1,113 @@
+"""Evidence answers: the sentences of the refined knowledge that answer the question, quoted with [n].
+
+Without a real chat model (the embedded backend), no model writes prose that the user must trust.
+The answer is the evidence itself: the best few strips of refinement (a strip is a few whole sentences),
+quoted verbatim in document order with the number of their source, under a short lead line in the
+question's language. Chinese, English and mixed documents work alike: nothing is translated or rewritten.
+
+Strips are chosen by the score refinement gave them, in the context of their section. Sentence by
+sentence, the best match to a question is often the document restating the problem ("a file exported
+from a spreadsheet drops trailing fields"); the answer is the sentence after it, in the same strip.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from crag.text import join_sentences, split_sentences, width
+from crag.types import Action, Source, Strip
+
+MAX_STRIPS = 6
+MAX_WIDTH = 1200  # quoted text, in English-character equivalents: two short paragraphs
+MARGIN = 0.5  # a strip within this score of the best one is quoted too
+MIN_WIDTH = 12  # a shorter passage is table debris or page furniture (a Chinese character counts 4)
+
+LEADS = {
+    ("en", "local"): "From your documents:",
+    ("zh", "local"): "文档中的相关内容：",
+    ("en", "closest"): "The closest passages in your documents (they may not answer the question):",
+    ("zh", "closest"): "文档中最接近的内容（可能并未回答这个问题）：",
+    ("en", "web"): "From the web:",
+    ("zh", "web"): "网络上的相关内容：",
+}
+
+QUESTION = re.compile(r"[?？]\s*$")
+TABLE_RULE = re.compile(r"\|?\s*-{3,}\s*(?:\|\s*-{3,}\s*)*\|?")
+TABLE_MARKUP = re.compile(r"<br\s*/?>|\|")
+# A bracketed number inside a quote is the document's own reference ("see [3]"), not our citation.
+BRACKETED = re.compile(r"\[(\d+(?:\s*[,，]\s*\d+)*)\]")
+
+
+def flatten(text: str) -> str:
+    """Table markup (pipes, rules, <br>) as plain spaces, whitespace collapsed."""
+    return " ".join(TABLE_MARKUP.sub(" ", TABLE_RULE.sub(" ", text)).split())
+
+
+def pieces(text: str) -> list[str | None]:
+    """A strip's sentences, table markup flattened, with None where a question stood: in a FAQ a question
+    is the document's heading for the next answer, so it ends a quote and is not quoted."""
+    return [None if QUESTION.search(s) else s for s in split_sentences(flatten(text))]
+
+
+def passages(parts: Sequence[str | None]) -> list[str]:
+    """Runs of sentences between questions, each a passage to quote whole; debris too short to say anything
+    is left out. A sentence is never dropped from inside a passage: that would change what it says."""
+    out, current = [], ""
+    for part in [*parts, None]:
+        if part is not None:
+            current = join_sentences(current, part)
+            continue
+        if width(current) >= MIN_WIDTH:
+            out.append(current)
+        current = ""
+    return out
+
+
+def select(strips: Sequence[Strip]) -> list[Strip]:
+    """The best kept strip and those close to it by score, within the budget, in document order."""
+    ranked = sorted((s for s in strips if s.kept), key=lambda s: -s.score)
+    chosen: list[Strip] = []
+    used = 0
+    for strip in ranked:
+        if len(chosen) == MAX_STRIPS or (chosen and strip.score < ranked[0].score - MARGIN):
+            break
+        size = sum(width(p) for p in passages(pieces(strip.text)))
+        if not size or (chosen and used + size > MAX_WIDTH):
+            continue
+        chosen.append(strip)
+        used += size
+    return sorted(chosen, key=lambda s: (s.kind != "local", s.order))
+
+
+def _number(strip: Strip, sources: Sequence[Source]) -> int | None:
+    for s in sources:
+        if (strip.kind == "local" and strip.chunk_id in s.chunk_ids) or (strip.kind == "web" and strip.url == s.url):
+            return s.n
+    return None
+
+
+def evidence_answer(strips: Sequence[Strip], sources: Sequence[Source], language: str, action: Action) -> str:
+    """A lead line per kind of source, then one line per passage: “quoted sentences” [n]. Empty when no
+    kept strip holds a sentence worth quoting."""
+    lines: list[str] = []
+    chosen = [(strip, n) for strip in select(strips) if (n := _number(strip, sources)) is not None]
+    for kind in ("local", "web"):
+        group = [(strip, n) for strip, n in chosen if strip.kind == kind]
+        if not group:
+            continue
+        lead = "closest" if kind == "local" and action is not Action.CORRECT else kind
+        lines.append(LEADS[(language, lead)])
+        runs: list[tuple[int, Strip, list[str | None]]] = []  # neighbouring strips of one source read as one
+        for strip, n in group:
+            if runs and runs[-1][0] == n and runs[-1][1].order[1] + 1 == strip.order[1]:
+                runs[-1] = (n, strip, runs[-1][2] + pieces(strip.text))
+            else:
+                runs.append((n, strip, pieces(strip.text)))
+        lines += [f"“{_own_references(text)}” [{n}]" for n, _, parts in runs for text in passages(parts)]
+        lines.append("")
+    return "\n".join(lines).strip()
+
+
+def _own_references(text: str) -> str:
+    return BRACKETED.sub(r"［\1］", text)

@@ -1,0 +1,196 @@
+"""Text rules, in one place: scripts, tokens, control characters, sentences, quoting, questions.
+
+Chinese and English text meet everywhere in this app (documents, questions, web pages), so every
+module asks this one which characters are Chinese, what a word is and where a sentence ends.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import unicodedata
+
+import jieba
+
+from crag.errors import CragError
+
+jieba.setLogLevel(logging.WARNING)
+
+# Han characters (CJK unified ideographs, extension A, compatibility ideographs): Chinese letters.
+HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+# Han characters plus CJK punctuation and full-width forms: where no space goes between neighbours.
+CJK = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uf900-\ufaff\uff00-\uffef]")
+# C0/C1 controls (newline and tab kept), zero-width and bidirectional marks, BOM, lone surrogates:
+# invisible, or harmful in prompts, logs and terminals.
+INVISIBLE = re.compile(
+    r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2064\ufeff\ud800-\udfff]"
+)
+
+# ---------------------------------------------------------------------------------------------
+# Scripts and language
+
+
+def has_han(text: str) -> bool:
+    return HAN.search(text) is not None
+
+
+def cjk_share(text: str) -> float:
+    """The share of a text's letters that are Chinese characters."""
+    letters = [c for c in text if c.isalnum()]
+    return sum(1 for c in letters if HAN.match(c)) / len(letters) if letters else 0.0
+
+
+def language(text: str) -> str:
+    """``zh`` when Chinese characters make a good part of the text, else ``en``: the language to answer in."""
+    return "zh" if cjk_share(text) > 0.3 else "en"
+
+
+def strip_invisible(text: str) -> str:
+    return INVISIBLE.sub("", text)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lexical tokens: English words (lower-cased, light plural stemming) and jieba words for Chinese.
+
+TOKEN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+|[A-Za-z0-9_]+(?:['.][A-Za-z0-9_]+)*")
+EN_STOP = frozenset(
+    """a an and are as at be but by can could do does for from how i if in into is it its me my no not of on or
+    our so such than that the their then there these they this to too was we what when where which who why
+    will with would you your""".split()
+)
+ZH_STOP = frozenset(
+    """的 了 是 在 和 与 及 或 也 就 都 而 被 把 对 于 吗 呢 吧 啊 么
+    什么 怎么 怎样 如何 为什么 哪些 哪个 哪里 几个 多少 是否 能否 可以 能 应该 需要 想 要
+    一个 这个 那个 这种 那种 我 你 他 我们 你们""".split()
+)
+
+
+def stem(word: str) -> str:
+    """A conservative plural stemmer (Harman's S-stemmer): 'packages' and 'package' meet."""
+    if len(word) > 4 and word.endswith("ies") and not word.endswith(("eies", "aies")):
+        return word[:-3] + "y"
+    if len(word) > 3 and word.endswith("es") and not word.endswith(("aes", "ees", "oes")):
+        return word[:-1]
+    if len(word) > 3 and word.endswith("s") and not word.endswith(("us", "ss")):
+        return word[:-1]
+    return word
+
+
+# Greek letters that typesetting puts in Latin names: LaTeX2e is printed "LATEX2ε".
+_GREEK = str.maketrans("αβγδεζηικλμνοπρστυφχωΑΒΓΔΕΖΗΙΚΛΜΝΟΠΡΣΤΥΦΧΩ", "abgdezhiklmnoprstufxwABGDEZHIKLMNOPRSTUFXW")
+
+
+def fold(text: str) -> str:
+    """Compatibility forms unified (NFKC: full-width letters, ligatures) and Greek letters as Latin ones."""
+    return unicodedata.normalize("NFKC", text).translate(_GREEK)
+
+
+_PHRASE_BREAK = re.compile(r"[^0-9a-z+#\u3400-\u9fff]+")
+
+
+def phrase(text: str) -> str:
+    """A text reduced for matching names and identifiers: folded, lower case, every run of other characters
+    one space, padded with spaces. "PDF/A" is " pdf a ", found in " pdf a 1b " but not in " pdf as "."""
+    return " " + _PHRASE_BREAK.sub(" ", fold(text).lower()).strip() + " "
+
+
+def lexical_tokens(text: str) -> list[str]:
+    """The tokens BM25 indexes and matches: Chinese runs cut by jieba for search (words and their parts)."""
+    tokens: list[str] = []
+    for run in TOKEN.findall(fold(text)):
+        if HAN.match(run):
+            tokens.extend(t for t in jieba.cut_for_search(run) if t not in ZH_STOP)
+        else:
+            word = run.lower()
+            if word not in EN_STOP:
+                tokens.append(stem(word))
+    return tokens
+
+
+HAN_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+
+
+def chinese_words(run: str) -> list[str]:
+    """Dictionary words of a run of Chinese characters. Without jieba's HMM, which glues unknown pairs
+    into "words" such as 宏包时 that no document contains."""
+    return [w for w in jieba.cut(run, HMM=False) if w.strip()]
+
+
+def content_words(text: str) -> list[str]:
+    """A text's words that carry meaning, in order, once each: Chinese dictionary words of two characters
+    or more, stemmed English words; stopwords, single letters and Chinese particles dropped."""
+    words: list[str] = []
+    for run in TOKEN.findall(text):
+        if HAN.match(run):
+            words.extend(w for w in chinese_words(run) if len(w) > 1 and w not in ZH_STOP)
+        else:
+            word = run.lower()
+            if word not in EN_STOP and (len(word) > 1 or word.isdigit()):
+                words.append(stem(word))
+    return list(dict.fromkeys(words))
+
+
+@functools.cache
+def general_frequency(word: str) -> float:
+    """How common a word is in everyday language, on the Zipf scale (0: unknown, 3: rare, 5+: common).
+
+    From wordfreq's multi-source word lists, English or Chinese by script. It tells a specific term
+    ("GitHub", "页眉") from ordinary wording ("explain", "设置") without any list of our own.
+    """
+    from wordfreq import zipf_frequency
+
+    return zipf_frequency(word, "zh" if has_han(word) else "en")
+
+
+# ---------------------------------------------------------------------------------------------
+# Sentences
+
+# A sentence ends at . ! ? followed by space, or at Chinese sentence punctuation (no space needed).
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])")
+
+
+def split_sentences(text: str) -> list[str]:
+    return [s for s in (p.strip() for p in SENTENCE_END.split(text)) if s]
+
+
+def join_sentences(left: str, right: str) -> str:
+    """Two sentences of one paragraph: Chinese ones follow each other without a space; others take one."""
+    if not left:
+        return right
+    cjk = CJK.match(left[-1]) or CJK.match(right[:1])
+    return left + right if cjk else f"{left} {right}"
+
+
+def width(text: str) -> int:
+    """Length in English-character equivalents: a Chinese character carries about a token, like 4 letters."""
+    return len(text) + 3 * sum(1 for c in text if HAN.match(c))
+
+
+# ---------------------------------------------------------------------------------------------
+# Prompts and questions
+
+
+def quote(text: str) -> str:
+    """Source text cannot close its own tag: what is inside stays data."""
+    return re.sub(r"</?\s*source\b[^>]*>", " ", text, flags=re.IGNORECASE)
+
+
+MAX_QUESTION_CHARS = 2000  # a question, not a document: longer text would crowd the sources out of the context
+
+
+class BadQuestion(CragError):
+    """A question that cannot be asked as it is."""
+
+
+def clean_question(question: str) -> str:
+    """Control and invisible characters go; empty or over-long questions are refused with the reason."""
+    text = " ".join(strip_invisible(question).split())
+    if not text:
+        raise BadQuestion("The question is empty: type a question about your documents.")
+    if len(text) > MAX_QUESTION_CHARS:
+        raise BadQuestion(
+            f"The question is {len(text)} characters long; the limit is {MAX_QUESTION_CHARS}. "
+            "Ask it in fewer words, or put long text into a PDF in Files/ and ask about it."
+        )
+    return text

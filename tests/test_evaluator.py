@@ -1,0 +1,183 @@
+"""The retrieval evaluator: near misses caught by the question's specific terms, and the LLM grader."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from pydantic_ai.messages import ModelResponse, TextPart
+from pydantic_ai.models.function import FunctionModel
+
+from crag.config import load_settings
+from crag.evaluator import LLMEvaluator, SimilarityEvaluator, calibrate, check_terms, specific_terms
+from crag.types import Action, AnswerKind, WebResult
+from tests.fakes import FakeSearcher, FakeStats, HashEmbedder, ScriptedModel, chunk, pipeline
+
+GHOSTSCRIPT = (
+    "Ghostscript converts PostScript to PDF with the pdfwrite device: gs -sDEVICE=pdfwrite -o out.pdf in.ps. "
+    "Use -dPDFSETTINGS=/printer for print quality and -dCompatibilityLevel=1.4 to choose the PDF version."
+)
+CTEX = "ctex 宏包设置中文字体时，使用 \\setCJKmainfont 命令指定正文字体，例如宋体或楷体。"
+
+
+@pytest.fixture
+def settings(tmp_path):
+    return load_settings(chroma_dir=tmp_path / "db", upper_threshold=0.5, lower_threshold=-0.5)
+
+
+def test_specific_terms_are_names_identifiers_and_rare_words() -> None:
+    terms = {
+        t.text: t.strong for t in specific_terms("How do I make Ghostscript produce a PDF/A file from read.csv output?")
+    }
+    assert terms == {"Ghostscript": True, "PDF/A": True, "read.csv": True}
+    rare = {t.text: t.strong for t in specific_terms("Which function undoes stack() in long data?")}
+    assert rare == {"undoes": False}, "a rare everyday word is specific, not a name"
+    assert specific_terms("How do I explain the way it works, please?") == []
+    assert [t.text for t in specific_terms("用 xeCJK 宏包时怎么设置中文正文字体？")] == ["xeCJK"]
+    assert "14" not in [t.text for t in specific_terms("Can I read a file saved by Stata 14?")], (
+        "a bare number is not a name"
+    )
+
+
+def test_a_name_the_documents_never_mention_is_a_near_miss() -> None:
+    stats = FakeStats([GHOSTSCRIPT, "Another page about fonts."])
+    check = check_terms("How do I make Ghostscript produce a PDF/A file?", [GHOSTSCRIPT], stats)
+    assert check.missing == ("PDF/A",) and check.unknown == ("PDF/A",)
+    assert check_terms("How do I make Ghostscript produce a PDF file?", [GHOSTSCRIPT], stats).missing == ()
+
+
+def test_a_chinese_near_miss_is_caught_too() -> None:
+    stats = FakeStats([CTEX])
+    check = check_terms("用 xeCJK 宏包时怎么设置中文正文字体？", [CTEX], stats)
+    assert check.unknown == ("xeCJK",)
+    assert check_terms("用 ctex 宏包怎么设置中文正文字体？", [CTEX], stats).unknown == ()
+
+
+def test_a_plain_word_is_not_expected_across_languages() -> None:
+    """A Chinese passage answering an English question does not repeat its English words; names it does."""
+    check = check_terms("How do I set the main Chinese font with setCJKmainfont?", [CTEX], FakeStats([CTEX]))
+    assert check.missing == ()
+
+
+def test_a_term_elsewhere_in_the_documents_caps_below_correct(settings) -> None:
+    pages = [chunk(GHOSTSCRIPT), chunk("Fonts are embedded with -dEmbedAllFonts=true.", n=1)]
+    p = pipeline(settings, pages[:1], [0.9], backend="embedded")
+    p.retriever.term_stats = lambda: FakeStats([c.text for c in pages])  # the index knows both pages
+    answer = p.ask("How do I use -dEmbedAllFonts=true with pdfwrite?", web=False)
+    assert answer.trace.terms.missing == ("dEmbedAllFonts",) and answer.trace.terms.unknown == ()
+    assert answer.action is Action.AMBIGUOUS
+
+
+@pytest.mark.parametrize(
+    ("question", "doc", "term", "message"),
+    [
+        (
+            "How do I make Ghostscript produce a PDF/A file?",
+            GHOSTSCRIPT,
+            "PDF/A",
+            "Your documents never mention “PDF/A”.",
+        ),
+        ("用 xeCJK 宏包时怎么设置中文正文字体？", CTEX, "xeCJK", "你的文档中没有提到“xeCJK”。"),
+    ],
+)
+def test_a_near_miss_is_incorrect_and_says_why(settings, question: str, doc: str, term: str, message: str) -> None:
+    searcher = FakeSearcher()
+    p = pipeline(settings, [chunk(doc)], [0.95], ScriptedModel(), searcher, backend="embedded")
+    answer = p.ask(question, web=False)
+    assert answer.action is Action.INCORRECT, "the topic matches, the question is not answered"
+    assert answer.kind is AnswerKind.NO_ANSWER and answer.text.startswith(message)
+    assert answer.sources == ()
+    assert any(f"never mention “{term}”" in note for note in answer.trace.notes)
+
+
+def test_the_same_question_without_the_missing_term_is_answered(settings) -> None:
+    p = pipeline(settings, [chunk(GHOSTSCRIPT)], [0.95], backend="embedded")
+    answer = p.ask("How do I make Ghostscript produce a PDF file?", web=False)
+    assert answer.action is Action.CORRECT and "pdfwrite" in answer.text
+
+
+def test_coverage_weighs_rare_document_words_over_everyday_ones() -> None:
+    stats = FakeStats(["the widget needs cores", "the widget is blue", "the widget has a manual", "cores matter"])
+    scorer = SimilarityEvaluator(HashEmbedder(), lambda: stats)
+    raw = scorer.raw("How many cores does the widget need?", ["It needs cores.", "It is a widget."])
+    assert raw[0] > raw[1], "'cores' is rarer in these documents than 'widget'"
+
+
+# ---------------------------------------------------------------------------------------------
+# The LLM grader: one request for all chunks, validated, clamped, retried once, with a fallback
+
+
+def grader(reply, calls: list | None = None, delay: float = 0.0) -> LLMEvaluator:
+    def respond(messages, info):
+        if calls is not None:
+            calls.append(info.model_request_parameters.output_object.json_schema)
+        time.sleep(delay)
+        text = reply(len(calls or [])) if callable(reply) else reply
+        return ModelResponse(parts=[TextPart(text)])
+
+    return LLMEvaluator(FunctionModel(respond), SimilarityEvaluator(HashEmbedder()), timeout=0.5)
+
+
+TEXTS = ["The widget needs two processor cores.", "Bananas are yellow."]
+
+
+def test_llm_grader_grades_all_chunks_in_one_request() -> None:
+    calls: list = []
+    grading = grader('{"passage_1": 0.8, "passage_2": -0.7, "web_query": "widget cores"}', calls).grade(
+        "How many cores?", TEXTS
+    )
+    assert [(g.score, g.method) for g in grading.grades] == [(0.8, "llm"), (-0.7, "llm")]
+    assert grading.web_query == "widget cores"
+    assert len(calls) == 1
+    assert set(calls[0]["properties"]) == {"passage_1", "passage_2", "web_query"}
+    assert set(calls[0]["required"]) == {"passage_1", "passage_2"}
+
+
+def test_llm_grader_clamps_out_of_range_numbers() -> None:
+    grading = grader('{"passage_1": 1e15, "passage_2": -7}').grade("q", TEXTS)
+    assert [g.score for g in grading.grades] == [1.0, -1.0]
+
+
+def test_llm_grader_retries_junk_once_then_succeeds() -> None:
+    calls: list = []
+    replies = {1: "not json at all", 2: '{"passage_1": 0.5, "passage_2": 0.1}'}
+    grading = grader(lambda n: replies[n], calls).grade("q", TEXTS)
+    assert len(calls) == 2 and [g.method for g in grading.grades] == ["llm", "llm"]
+
+
+@pytest.mark.reliability
+def test_llm_grader_junk_twice_falls_back_to_similarity() -> None:
+    calls: list = []
+    grading = grader('{"passage_1": "high"}', calls).grade("How many cores does the widget need?", TEXTS)
+    assert len(calls) == 2
+    assert all(g.method.startswith("similarity (fallback: grader failed") for g in grading.grades)
+    fallback = SimilarityEvaluator(HashEmbedder()).grade("How many cores does the widget need?", TEXTS)
+    assert [g.score for g in grading.grades] == [g.score for g in fallback.grades]
+
+
+@pytest.mark.reliability
+def test_llm_grader_timeout_falls_back() -> None:
+    grading = grader('{"passage_1": 0.5, "passage_2": 0.5}', delay=2.0).grade("q", TEXTS)
+    assert all("timed out after 0.5 s" in g.method for g in grading.grades)
+
+
+def test_llm_grader_gives_the_web_query_so_web_costs_no_extra_call(settings) -> None:
+    model = ScriptedModel(answer="Version 4.2 [1].")
+    web = WebResult("Widget FAQ", "https://example.org/widget", "", "The latest widget version is 4.2.")
+
+    def respond(messages, info):
+        return ModelResponse(parts=[TextPart('{"passage_1": -0.9, "web_query": "widget version"}')])
+
+    evaluator = LLMEvaluator(FunctionModel(respond), SimilarityEvaluator(HashEmbedder()))
+    searcher = FakeSearcher([web])
+    answer = pipeline(settings, [chunk(GHOSTSCRIPT)], [], model, searcher, evaluator).ask("Latest widget version?")
+    assert searcher.queries == ["widget version"]
+    assert answer.trace.llm_calls_before_answer == 2  # grade (with the query) + generate
+
+
+def test_similarity_scores_are_calibrated_and_deterministic() -> None:
+    scorer = SimilarityEvaluator(HashEmbedder())
+    first = scorer.grade("How many cores does the widget need?", TEXTS).grades
+    assert first == scorer.grade("How many cores does the widget need?", TEXTS).grades
+    assert -1 <= first[1].score < first[0].score <= 1
+    assert calibrate(0.0) < -0.9 and calibrate(1.0) > 0.9

@@ -1,0 +1,106 @@
+"""Evidence answers (the embedded backend's default): quoted sentences with their [n], and no model prose."""
+
+from __future__ import annotations
+
+import pytest
+
+from crag.config import load_settings
+from crag.evidence import evidence_answer, passages, pieces
+from crag.types import Action, AnswerKind, Source, Strip, cited
+from tests.fakes import ScriptedModel, chunk, pipeline
+
+DOC = (
+    "The widget needs two processor cores. It also needs eight hundred megabytes of memory. "
+    "Install the dependencies before you run it."
+)
+ZH_DOC = "小部件需要两个处理器核心。它还需要八百兆内存。运行之前请先安装依赖。"
+
+
+@pytest.fixture
+def settings(tmp_path):
+    return load_settings(chroma_dir=tmp_path / "db", upper_threshold=0.5, lower_threshold=-0.5)
+
+
+def test_an_evidence_answer_quotes_the_documents_with_citations(settings) -> None:
+    model = ScriptedModel()
+    p = pipeline(
+        settings, [chunk(DOC), chunk("Bananas are yellow fruit.", page=9, n=1)], [0.9, -0.8], model, backend="embedded"
+    )
+    stream = p.stream("How many processor cores does the widget need?")
+    deltas = list(stream)
+    answer = stream.answer
+    assert len(deltas) == 1, "quotes come whole: nothing to wait for"
+    assert answer.kind is AnswerKind.EVIDENCE and answer.action is Action.CORRECT
+    lines = answer.text.splitlines()
+    assert lines[0] == "From your documents:"
+    assert lines[1].startswith("“The widget needs two processor cores.") and lines[1].endswith("” [1]")
+    assert "Bananas" not in answer.text
+    assert cited(answer.text) == {1} and [s.n for s in answer.cited_sources] == [1]
+    assert model.prompts == [], "no model call at all: no prose a tiny model could invent"
+    assert answer.trace.llm_calls == 0 and answer.trace.llm_calls_before_answer == 0
+
+
+def test_a_chinese_question_gets_a_chinese_lead_and_the_quote_as_written(settings) -> None:
+    p = pipeline(settings, [chunk(ZH_DOC)], [0.9], backend="embedded")
+    answer = p.ask("小部件需要几个处理器核心？")
+    assert answer.kind is AnswerKind.EVIDENCE
+    assert answer.text.splitlines()[0] == "文档中的相关内容："
+    assert "小部件需要两个处理器核心。" in answer.text and answer.text.endswith("[1]")
+
+
+def test_ambiguous_evidence_says_the_passages_may_not_answer(settings) -> None:
+    p = pipeline(settings, [chunk(DOC)], [0.1], backend="embedded")
+    answer = p.ask("How many processor cores does the widget need?", web=False)
+    assert answer.action is Action.AMBIGUOUS
+    assert answer.text.startswith("The closest passages in your documents (they may not answer the question):")
+
+
+def test_the_small_model_writes_only_when_asked_to(settings) -> None:
+    model = ScriptedModel(answer="It needs two cores [1].")
+    p = pipeline(settings, [chunk(DOC)], [0.9], model, backend="embedded")
+    answer = p.ask("How many processor cores does the widget need?", answer_mode="generated")
+    assert answer.kind is AnswerKind.GENERATED and answer.text == "It needs two cores [1]."
+    assert len(model.prompts) == 1
+
+
+def test_no_quotable_sentence_means_no_answer_not_an_empty_one(settings) -> None:
+    p = pipeline(settings, [chunk("| a | b |\n|---|---|\n| 1 | 2 |")], [0.9], backend="embedded")
+    answer = p.ask("What is in the table?", web=False)
+    assert answer.kind is AnswerKind.NO_ANSWER and answer.text
+
+
+def strip(text: str, score: float, order: tuple[int, int], chunk_id: str = "c0") -> Strip:
+    return Strip(text, score, True, "local", file="m.pdf", pages=(1,), order=order, chunk_id=chunk_id)
+
+
+def test_quotes_follow_document_order_and_neighbours_read_as_one() -> None:
+    sources = [Source(1, "local", "", file="m.pdf", pages=(1,), chunk_ids=("c0",))]
+    strips = [
+        strip("Third strip says something else entirely.", 0.5, (0, 2)),
+        strip("First strip restates the problem.", 0.8, (0, 0)),
+        strip("Second strip gives the answer.", 0.7, (0, 1)),
+    ]
+    text = evidence_answer(strips, sources, "en", Action.CORRECT)
+    assert text.splitlines()[1:] == [
+        "“First strip restates the problem. Second strip gives the answer. Third strip says something else "
+        "entirely.” [1]"
+    ]
+
+
+def test_questions_are_boundaries_and_never_quotes() -> None:
+    parts = pieces("73 How do I add the bibliography to the contents? Add the line below. 74 Why is it wrong?")
+    assert parts == [None, "Add the line below.", None]
+    assert passages(parts) == ["Add the line below."]
+
+
+def test_a_sentence_is_never_dropped_from_inside_a_quote() -> None:
+    parts = pieces("在参考文献部分之前加入一行命令即可。语句即可。类似的，你也可以手工加入其它目录项。")
+    assert passages(parts) == ["在参考文献部分之前加入一行命令即可。语句即可。类似的，你也可以手工加入其它目录项。"]
+
+
+def test_a_documents_own_reference_is_not_taken_for_a_citation() -> None:
+    sources = [Source(1, "local", "", file="m.pdf", pages=(1,), chunk_ids=("c0",))]
+    text = evidence_answer(
+        [strip("As shown in [3], the widget needs two cores.", 0.9, (0, 0))], sources, "en", Action.CORRECT
+    )
+    assert cited(text) == {1} and "［3］" in text
