@@ -72,7 +72,7 @@ def _index(args: argparse.Namespace) -> int:
     def show(p: Progress) -> None:
         line = f"{p.stage} {p.file} ({p.file_index}/{p.file_count})" if p.file else p.stage
         if p.page_count:
-            line += f" {p.page}/{p.page_count}"
+            line += f" OCR page {p.page}/{p.page_count}" if p.stage == "ocr" else f" {p.page}/{p.page_count}"
         if not args.json and line != last[0]:
             print(f"\r{line[:100]:<100}", end="", file=sys.stderr, flush=True)
             last[0] = line

@@ -95,6 +95,10 @@ class Settings(BaseSettings):
     max_pages: int = Field(
         500, ge=1, description="PDFs with more pages are refused (parsing runs at a few pages per second)."
     )
+    ocr: Literal["auto", "off", "force"] = Field(
+        "auto", description="OCR (RapidOCR, offline) for pages without a usable text layer; force: every page."
+    )
+    ocr_dpi: int = Field(200, ge=100, le=300, description="Resolution pages are rendered at for OCR.")
     mineru_url: str | None = Field(None, description="MinerU server URL (http-client backend).")
     mineru_model_path: Path | None = Field(None, description="Local MinerU model folder (transformers backend).")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from crag.config import Settings
 from crag.models import Embedder, build_embedder
 from crag.store import IndexReader, Mode, RebuildNeeded, Store, index_text
@@ -52,8 +54,11 @@ class Retriever:
             reader = self._current()
             hits = reader.search(question, vector, k, mode, dense_weight=weight)
         if hits:
-            # Grading embeds what was indexed; the index has those vectors already.
-            self.embedder.remember([index_text(h.chunk) for h in hits], reader.vectors([h.chunk.id for h in hits]))
+            # Grading embeds what was indexed, and the index has those vectors already. Only a saving: a
+            # generation swapped out meanwhile just means they are embedded again.
+            with contextlib.suppress(Exception):
+                vectors = reader.vectors([h.chunk.id for h in hits])
+                self.embedder.remember([index_text(h.chunk) for h in hits], vectors)
         return hits
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pymupdf
@@ -115,4 +116,49 @@ def text_pdf(path: Path, paragraphs: list[str]) -> Path:
         page.insert_textbox(rect, text, fontsize=11)
         y += 130
     doc.save(path)
+    return path
+
+
+def scanned_copy(
+    source: Path, path: Path, pages: Sequence[int], dpi: int = 200, rotation: int = 0, upside_down: bool = False
+) -> Path:
+    """A 'scan' of some pages (1-based) of a real PDF: each page a picture of itself, no text layer.
+
+    With ``rotation``, each scanned page carries that /Rotate and its picture is turned to match, so it
+    shows upright while its unrotated coordinates differ from the displayed ones, as in real scans.
+    ``upside_down`` puts the sheet in the scanner the wrong way round.
+    """
+    src = pymupdf.open(source)
+    doc = pymupdf.open()
+    for number in pages:
+        page = src[number - 1]
+        pix = page.get_pixmap(dpi=dpi, colorspace=pymupdf.csGRAY)
+        width, height = page.rect.width, page.rect.height
+        if rotation in (90, 270):
+            width, height = height, width
+        scan = doc.new_page(width=width, height=height)
+        scan.set_rotation(rotation)
+        turn = (rotation + (180 if upside_down else 0)) % 360
+        scan.insert_image(scan.mediabox, pixmap=pix, rotate=turn, keep_proportion=False)
+    doc.save(path, deflate=True)
+    src.close()
+    return path
+
+
+def mixed_scan_pdf(path: Path) -> Path:
+    """Two text pages of a widget manual, then three scans of a gadget manual's page: upright, with
+    /Rotate 90, and upside down."""
+    text = manual_pdf(path.with_suffix(".text.pdf"), topic="widget", pages=2)
+    source = manual_pdf(path.with_suffix(".source.pdf"), topic="gadget", pages=1)
+    scan = scanned_copy(source, path.with_suffix(".scan.pdf"), [1], dpi=150)
+    rotated = scanned_copy(source, path.with_suffix(".rotated.pdf"), [1], dpi=150, rotation=90)
+    turned = scanned_copy(source, path.with_suffix(".turned.pdf"), [1], dpi=150, upside_down=True)
+    doc = pymupdf.open(text)
+    for part in (scan, rotated, turned):
+        with pymupdf.open(part) as other:
+            doc.insert_pdf(other)
+    doc.save(path)
+    doc.close()
+    for temp in (text, source, scan, rotated, turned):
+        temp.unlink()
     return path

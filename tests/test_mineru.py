@@ -12,9 +12,11 @@ import pytest
 from crag.errors import ConfigError
 from crag.ingest.base import PDFError
 from crag.ingest.mineru import MinerUParser, _models_url, mineru_reachable, to_blocks
+from crag.ingest.ocr import PageOCR
 from crag.ingest.pymupdf import PyMuPDFParser
 from tests.conftest import FakeOllama
 from tests.mineru_stub import EQUATION, MODEL_ID, PAGE_SIZE, PAGES, MinerUStub
+from tests.pdfs import scanned_copy
 
 pytestmark = pytest.mark.integration  # real PDFs and the real client: about 8 s in all
 
@@ -156,6 +158,24 @@ def test_a_failing_page_falls_back_to_pymupdf(stub: MinerUStub, pdf: Path, fallb
     page2 = " ".join(b.text for b in result.blocks if b.page == 2)
     assert "Method" in page2 and "checked each total twice" in page2 and "<table>" not in page2
     assert [r.status for r in stub.chat_requests("layout")] == [200, 500]
+
+
+def test_a_failing_scanned_page_falls_back_to_pymupdf_with_ocr(stub: MinerUStub, pdf: Path, tmp_path: Path) -> None:
+    """The fallback reads a scanned page with OCR (the real engine), and says so in the progress."""
+    scan = scanned_copy(pdf, tmp_path / "page2.pdf", [2], dpi=150)
+    mixed = pymupdf.open(pdf)
+    mixed.delete_page(1)
+    mixed.insert_pdf(pymupdf.open(scan))
+    mixed.save(tmp_path / "mixed.pdf")
+    stub.fail_pages = {2}
+    progress: list[tuple] = []
+    parser = MinerUParser(server_url=stub.url, fallback=PyMuPDFParser(ocr=PageOCR()), dpi=DPI)
+    result = parser.parse(tmp_path / "mixed.pdf", on_page=lambda *args: progress.append(args))
+
+    assert len(result.warnings) == 1 and result.warnings[0].endswith("; parsed with PyMuPDF")
+    page2 = " ".join(b.text for b in result.blocks if b.page == 2)
+    assert "Method" in page2 and "invoices" in page2
+    assert progress == [(1, 2), (2, 2, "ocr"), (2, 2)]
 
 
 def test_garbled_layout_output_falls_back(stub: MinerUStub, pdf: Path, fallback: PyMuPDFParser) -> None:

@@ -111,4 +111,4 @@ def test_a_scanned_page_among_text_pages_is_a_warning(tmp_path: Path, parser: Py
     parsed = parser.parse(mixed_pdf(tmp_path / "mixed.pdf"))
     assert parsed.pages == 2
     assert any(b.page == 1 and "processor cores" in b.text for b in parsed.blocks)
-    assert parsed.warnings == ("page 2: no text layer (scanned or image-only); run OCR to index it",)
+    assert parsed.warnings == ("page 2: no text layer (scanned or image-only); set CRAG_OCR=auto to read it with OCR",)

@@ -152,6 +152,8 @@ def progress_text(p: Progress) -> str:
     if p.stage == "parsing":
         pages = f" · page {p.page}/{p.page_count}" if p.page_count else ""
         return f"Reading {file}{of_files}{pages}"
+    if p.stage == "ocr":
+        return f"Reading {file}{of_files} · OCR page {p.page}/{p.page_count}"
     if p.stage == "embedding":
         chunks = f" · chunk {p.page}/{p.page_count}" if p.page_count else ""
         return f"Embedding {file}{of_files}{chunks}"

@@ -29,9 +29,10 @@ PARSE_SHARE = 0.8  # of a file's slot on a progress bar; embedding takes the res
 
 @dataclass(frozen=True)
 class Progress:
-    """Where a build is, for progress bars: stage, file i/N, page j/M (chunk j/M while embedding)."""
+    """Where a build is, for progress bars: stage, file i/N, page j/M (chunk j/M while embedding).
+    Stage "ocr" is parsing too: page j of M is being read with OCR."""
 
-    stage: str  # "scanning" | "parsing" | "embedding" | "writing" | "done"
+    stage: str  # "scanning" | "parsing" | "ocr" | "embedding" | "writing" | "done"
     file: str = ""
     file_index: int = 0
     file_count: int = 0
@@ -50,6 +51,8 @@ class Progress:
         within = self.page / self.page_count if self.page_count else 0.0
         if self.stage == "parsing":
             done = PARSE_SHARE * within
+        elif self.stage == "ocr":  # reported as page j starts, so j - 1 pages are done
+            done = PARSE_SHARE * (self.page - 1) / self.page_count if self.page_count else 0.0
         elif self.stage == "embedding":
             done = PARSE_SHARE + (1 - PARSE_SHARE) * within
         else:
@@ -99,11 +102,14 @@ def chunking_settings(settings: Settings) -> dict[str, Any]:
 
 
 def choose_parser(settings: Settings, name: str | None = None) -> Parser:
-    """``CRAG_PARSER``: MinerU when configured and reachable (auto) or asked for, else PyMuPDF."""
+    """``CRAG_PARSER``: MinerU when configured and reachable (auto) or asked for, else PyMuPDF.
+    PyMuPDF reads pages without a usable text layer with OCR (``CRAG_OCR``), MinerU's fallback too."""
+    from crag.ingest.ocr import PageOCR
     from crag.ingest.pymupdf import PyMuPDFParser
 
     choice = name or settings.parser
-    fallback = PyMuPDFParser(settings.max_pages)
+    ocr = PageOCR(settings.ocr, settings.ocr_dpi) if settings.ocr != "off" else None
+    fallback = PyMuPDFParser(settings.max_pages, ocr)
     if choice == "pymupdf":
         return fallback
     configured = settings.mineru_url or settings.mineru_model_path
@@ -185,7 +191,15 @@ def sync(
                 continue
             seen_hashes[digest] = name
             old = old_by_file.get(name)
-            if old and old["hash"] == digest and old["status"] in ("indexed", "unchanged", "failed"):
+            if (
+                old
+                and old["hash"] == digest
+                and old["status"] in ("indexed", "unchanged", "failed")
+                and not (
+                    # a file another parser version failed on is tried again: OCR reads the scans it refused
+                    old["status"] == "failed" and old.get("parser_version") != parser.version
+                )
+            ):
                 carried.append((name, old))
             else:
                 plan.append((path, name, digest))
@@ -267,24 +281,28 @@ def _index_file(
     """Parse, chunk and embed one file. Returns its result and the seconds spent in each stage."""
     start = time.perf_counter()
 
-    def on_page(done: int, total: int) -> None:
-        report(Progress("parsing", name, index, count, done, total))
+    def on_page(done: int, total: int, stage: str = "parsing") -> None:
+        report(Progress(stage, name, index, count, done, total))
 
     report(Progress("parsing", name, index, count))
     try:
         parsed = parser.parse(path, on_page=on_page)
-    except PDFError as exc:
-        return FileResult(name, "failed", seconds=_since(start), error=str(exc), hash=digest), {"parse": _since(start)}
     except Exception as exc:  # noqa: BLE001 - a parser bug on one file must not stop the build
-        error = f"{name}: could not be parsed ({type(exc).__name__}: {exc})"
-        return FileResult(name, "failed", seconds=_since(start), error=error, hash=digest), {"parse": _since(start)}
+        error = str(exc) if isinstance(exc, PDFError) else f"{name}: could not be parsed ({type(exc).__name__}: {exc})"
+        failed = FileResult(
+            name, "failed", seconds=_since(start), error=error, hash=digest, parser_version=parser.version
+        )
+        return failed, {"parse": _since(start)}
     spent = {"parse": _since(start)}
     mark = time.perf_counter()
     chunks = chunk_blocks(parsed, name, digest, count_tokens, settings.chunk_tokens, settings.chunk_overlap)
     spent["chunk"] = _since(mark)
     if not chunks:
         error = f"{name}: no text found to index."
-        return FileResult(name, "failed", parsed.pages, seconds=_since(start), hash=digest, error=error), spent
+        failed = FileResult(
+            name, "failed", parsed.pages, seconds=_since(start), hash=digest, error=error, parser_version=parser.version
+        )
+        return failed, spent
     mark = time.perf_counter()
     vectors: list[list[float]] = []
     for start_at in range(0, len(chunks), EMBED_BATCH):

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 from crag.errors import CragError
 from crag.types import ParsedPDF
 
-# on_page(page_done, page_count): called after each page, for progress bars.
-PageProgress = Callable[[int, int], None]
+
+class PageProgress(Protocol):
+    """Progress of one file, for progress bars: ``on_page(done, count)`` after each page, and
+    ``on_page(j, count, "ocr")`` before page j is read with OCR, which takes seconds, not milliseconds."""
+
+    def __call__(self, done: int, count: int, stage: str = "parsing", /) -> None: ...
 
 
 class PDFError(CragError):

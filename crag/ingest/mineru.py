@@ -118,6 +118,18 @@ def _reason(exc: BaseException) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
+def _ocr_relay(on_page: PageProgress | None, done: int, count: int) -> PageProgress | None:
+    """Progress of the fallback on one page: when it reads the page with OCR, it shows as page ``done``."""
+    if on_page is None:
+        return None
+
+    def relay(_done: int, _count: int, stage: str = "parsing", /) -> None:
+        if stage == "ocr":
+            on_page(done, count, stage)
+
+    return relay
+
+
 def _label(parser: Parser) -> str:
     return {"pymupdf": "PyMuPDF", "mineru": "MinerU"}.get(parser.name, parser.name)
 
@@ -228,10 +240,13 @@ class MinerUParser(Parser):
                 image = render_page(path, number, self.dpi)
                 page_blocks = to_blocks(client.two_step_extract(image), number, sizes[number - 1])
             except Exception as exc:  # noqa: BLE001 - one bad page must not lose the document
-                page_blocks = self._fallback_page(path, number, f"MinerU failed ({_reason(exc)})", None, warnings)
-            else:
-                if not any(b.text for b in page_blocks):  # garbled layout output also ends here
-                    page_blocks = self._fallback_page(path, number, "MinerU recognised no text", page_blocks, warnings)
+                failure: str | None = f"MinerU failed ({_reason(exc)})"
+                page_blocks = None
+            else:  # garbled layout output also ends here
+                failure = None if any(b.text for b in page_blocks) else "MinerU recognised no text"
+            if failure is not None:
+                relay = _ocr_relay(on_page, done, len(wanted))
+                page_blocks = self._fallback_page(path, number, failure, page_blocks, warnings, relay)
             blocks.extend(page_blocks)
             if on_page:
                 on_page(done, len(wanted))
@@ -243,7 +258,13 @@ class MinerUParser(Parser):
         return ParsedPDF(tuple(blocks), len(wanted), self.name, self.version, tuple(warnings))
 
     def _fallback_page(
-        self, path: Path, number: int, failure: str, mineru_blocks: list[Block] | None, warnings: list[str]
+        self,
+        path: Path,
+        number: int,
+        failure: str,
+        mineru_blocks: list[Block] | None,
+        warnings: list[str],
+        on_page: PageProgress | None = None,
     ) -> list[Block]:
         """Parse one page with the fallback parser and say so in ``warnings``.
 
@@ -251,7 +272,7 @@ class MinerUParser(Parser):
         """
         label = _label(self.fallback)
         try:
-            result = self.fallback.parse(path, [number])
+            result = self.fallback.parse(path, [number], on_page)
         except PDFError as exc:  # e.g. no text layer on this page
             result, why = None, _reason(exc)
         else:

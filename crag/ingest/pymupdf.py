@@ -2,6 +2,8 @@
 
 Layout boxes become ``Block``s: titles with their level, paragraphs, list items, tables as
 markdown, captions, and page headers and footers (kept as blocks, dropped by the chunker).
+Pages without a usable text layer (scans) are read with OCR when the parser is given a
+``PageOCR`` (crag.ingest.ocr, CRAG_OCR); the other pages keep their layout text.
 Also home to the other PyMuPDF services: page sizes and page images (for MinerU and the UI).
 """
 
@@ -12,6 +14,7 @@ import unicodedata
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pymupdf
 import pymupdf4llm  # noqa: F401 - importing it activates the layout model in PyMuPDF
@@ -20,6 +23,9 @@ from pymupdf4llm.helpers import document_layout
 from crag.ingest.base import PageProgress, Parser, PDFError
 from crag.text import CJK, strip_invisible
 from crag.types import Block, ParsedPDF
+
+if TYPE_CHECKING:  # ocr.py builds on this module, so the parser only receives a PageOCR
+    from crag.ingest.ocr import PageOCR
 
 pymupdf.TOOLS.mupdf_display_errors(False)  # MuPDF's own messages go to stderr; ours go to the manifest
 
@@ -194,8 +200,11 @@ class PyMuPDFParser(Parser):
     name = "pymupdf"
     version = f"pymupdf {pymupdf.__version__} + pymupdf4llm {pymupdf4llm.__version__} layout"
 
-    def __init__(self, max_pages: int | None = None) -> None:
+    def __init__(self, max_pages: int | None = None, ocr: PageOCR | None = None) -> None:
         self.max_pages = max_pages
+        self.ocr = ocr if ocr is not None and ocr.mode != "off" else None
+        if self.ocr is not None:  # a file that failed without OCR is retried with it (see sync)
+            self.version = f"{PyMuPDFParser.version} + {self.ocr.version}"
 
     def parse(self, path: Path, pages: Sequence[int] | None = None, on_page: PageProgress | None = None) -> ParsedPDF:
         blocks: list[Block] = []
@@ -205,38 +214,67 @@ class PyMuPDFParser(Parser):
             wanted = list(pages) if pages is not None else list(range(1, page_count + 1))
             blank = 0
             for done, number in enumerate(wanted, start=1):
-                try:
-                    layout = document_layout.parse_document(doc, pages=[number - 1], use_ocr=False)
-                except Exception as exc:  # noqa: BLE001 - one bad page must not lose the document
-                    warnings.append(f"page {number}: could not be parsed ({exc}); skipped")
-                    continue
-                page_blocks = [
-                    Block(
-                        type=BOX_TYPES.get(box.boxclass, "text"),
-                        text=text,
-                        page=number,
-                        bbox=(float(box.x0), float(box.y0), float(box.x1), float(box.y1)),
-                        order=i,
-                        level=(box.header_level or (1 if box.boxclass == "title" else 2))
-                        if box.boxclass in ("title", "section-header")
-                        else 0,
-                    )
-                    for page_layout in layout.pages
-                    for i, box in enumerate(page_layout.boxes)
-                    if (text := _box_text(box)) or box.boxclass == "picture"
-                ]
-                if not any(b.text and b.type not in ("header", "footer") for b in page_blocks):
-                    blank += 1
-                    warnings.append(f"page {number}: no text layer (scanned or image-only); run OCR to index it")
+                page = doc[number - 1]
+                why = self.ocr.reason(page) if self.ocr is not None else None
+                if why is not None:
+                    if on_page:  # before the page: OCR takes seconds where layout takes a fraction of one
+                        on_page(done, len(wanted), "ocr")
+                    page_blocks, warning = self.ocr.read(page, number)
+                    warnings += [warning] if warning else []
+                    blank += not page_blocks
+                else:
+                    page_blocks = self._layout_page(doc, number, warnings)
+                    if page_blocks is None:  # unparseable: warned already, and not a page without text
+                        page_blocks = []
+                    elif not any(b.text and b.type not in ("header", "footer") for b in page_blocks):
+                        blank += 1
+                        warnings.append(self._no_text(number))
                 blocks.extend(page_blocks)
                 if on_page:
                     on_page(done, len(wanted))
         if wanted and blank == len(wanted):
-            raise PDFError(
-                f"{path.name}: no text layer on any page (a scanned document). "
-                "Run OCR first (e.g. `ocrmypdf in.pdf out.pdf`) or configure MinerU (CRAG_MINERU_URL)."
-            )
+            raise PDFError(self._nothing_read(path, warnings))
         return ParsedPDF(tuple(blocks), page_count, self.name, self.version, tuple(warnings))
+
+    def _layout_page(self, doc: pymupdf.Document, number: int, warnings: list[str]) -> list[Block] | None:
+        """Layout blocks of one page from its text layer; None (and a warning) when it cannot be parsed."""
+        try:
+            layout = document_layout.parse_document(doc, pages=[number - 1], use_ocr=False)
+        except Exception as exc:  # noqa: BLE001 - one bad page must not lose the document
+            warnings.append(f"page {number}: could not be parsed ({exc}); skipped")
+            return None
+        return [
+            Block(
+                type=BOX_TYPES.get(box.boxclass, "text"),
+                text=text,
+                page=number,
+                bbox=(float(box.x0), float(box.y0), float(box.x1), float(box.y1)),
+                order=i,
+                level=(box.header_level or (1 if box.boxclass == "title" else 2))
+                if box.boxclass in ("title", "section-header")
+                else 0,
+            )
+            for page_layout in layout.pages
+            for i, box in enumerate(page_layout.boxes)
+            if (text := _box_text(box)) or box.boxclass == "picture"
+        ]
+
+    def _no_text(self, number: int) -> str:
+        if self.ocr is None:
+            return f"page {number}: no text layer (scanned or image-only); set CRAG_OCR=auto to read it with OCR"
+        return f"page {number}: no text found (a blank page)"
+
+    def _nothing_read(self, path: Path, warnings: list[str]) -> str:
+        if self.ocr is None:
+            return (
+                f"{path.name}: no text layer on any page (a scanned document). Set CRAG_OCR=auto to read it "
+                "with the built-in OCR, or configure MinerU (CRAG_MINERU_URL)."
+            )
+        reasons = "; ".join(warnings[:3]) + ("; ..." if len(warnings) > 3 else "")
+        return (
+            f"{path.name}: no text could be read on any page ({reasons}). Check that it shows legible text "
+            "when opened; a scan at 300 dpi or more, upright, reads best."
+        )
 
 
 def page_texts(path: Path) -> list[str]:
