@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from crag.config import load_settings
+from crag.config import is_loopback, load_settings
 from crag.errors import CragError
 
 
@@ -62,8 +62,9 @@ def _settings(args: argparse.Namespace):
 
 
 def _index(args: argparse.Namespace) -> int:
-    from crag.ingest import Progress, sync
+    from crag.ingest import sync
     from crag.retriever import index_embedder
+    from crag.types import Progress
 
     settings = _settings(args)
     embedder = index_embedder(settings, args.rebuild)
@@ -153,9 +154,22 @@ def _source_line(source) -> str:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from crag.api import serve
+    """The HTTP API under uvicorn. Started by name: the CLI and the API are both edges over the core."""
+    import uvicorn
 
-    serve(_settings(args), args.host, args.port)
+    settings = _settings(args)  # read now, so a bad setting is one line here rather than a traceback there
+    host, port = args.host, args.port
+    shown = f"[{host}]" if ":" in host else host
+    print(f"CRAG API on http://{shown}:{port} (docs: http://{shown}:{port}/docs)", file=sys.stderr, flush=True)
+    if not is_loopback(host):
+        protection = "CRAG_API_TOKEN is set" if settings.api_token else "CRAG_API_TOKEN is NOT set"
+        print(
+            f"warning: {host} is not a loopback address: anyone who reaches it can read your documents through "
+            f"the API ({protection}). Bind to 127.0.0.1, or put it behind a proxy with TLS.",
+            file=sys.stderr,
+            flush=True,
+        )
+    uvicorn.run("crag.api:app_from_environment", factory=True, host=host, port=port, log_level="info")
     return 0
 
 

@@ -34,7 +34,7 @@ import numpy as np
 from crag.errors import CragError
 from crag.text import lexical_tokens
 from crag.text import phrase as text_phrase
-from crag.types import Chunk, ScoredChunk
+from crag.types import Chunk, FileResult, ScoredChunk
 
 Mode = Literal["dense", "lexical", "hybrid"]
 RRF_K = 60  # the usual reciprocal-rank-fusion constant: damps the head without flattening it
@@ -45,7 +45,11 @@ class RebuildNeeded(CragError):
 
 
 class BuildInProgress(CragError):
-    """Another build holds the lock."""
+    """Another build holds the lock. ``job`` names it when it is a job of this process."""
+
+    def __init__(self, message: str, job: str = "") -> None:
+        super().__init__(message)
+        self.job = job
 
 
 def index_text(chunk: Chunk) -> str:
@@ -144,12 +148,12 @@ class Store:
                 f"The index pointer {self.active_path} is damaged ({exc}): rebuild the index."
             ) from None
 
-    def manifest(self) -> list[dict[str, Any]]:
+    def manifest(self) -> list[FileResult]:
         """Per-file records of the active generation: hash, parser, chunks, status, error."""
         gen = self.active()
         if gen is None:
             return []
-        return json.loads((self.generations / gen.id / "manifest.json").read_text(encoding="utf-8"))
+        return read_manifest(self.generations / gen.id)
 
     @contextmanager
     def build_lock(self) -> Iterator[None]:
@@ -223,6 +227,11 @@ class Store:
 _verified: dict[tuple, str | None] = {}
 
 
+def read_manifest(folder: Path) -> list[FileResult]:
+    """A generation's per-file records."""
+    return [FileResult.from_json(m) for m in json.loads((folder / "manifest.json").read_text(encoding="utf-8"))]
+
+
 def _stamp(path: Path) -> tuple[int, int]:
     try:
         st = path.stat()
@@ -267,7 +276,7 @@ class GenerationWriter:
             self.add(chunks, [by_id[c.id] for c in chunks])
         return len(chunks)
 
-    def commit(self, manifest: list[dict[str, Any]]) -> Generation:
+    def commit(self, manifest: list[FileResult]) -> Generation:
         """Write the lexical index and the manifest, then make this generation the active one."""
         with (self.folder / "chunks.jsonl").open("w", encoding="utf-8") as fh:
             for chunk in self.chunks:
@@ -276,14 +285,15 @@ class GenerationWriter:
             bm25 = bm25s.BM25()
             bm25.index([lexical_tokens(index_text(c)) or [""] for c in self.chunks], show_progress=False)
             bm25.save(str(self.folder / "bm25"), show_progress=False)
-        (self.folder / "manifest.json").write_text(json.dumps(manifest, ensure_ascii=False, indent=1), "utf-8")
+        entries = [dataclasses.asdict(m) for m in manifest]
+        (self.folder / "manifest.json").write_text(json.dumps(entries, ensure_ascii=False, indent=1), "utf-8")
         gen = Generation(
             id=self.id,
             built_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             embedder=self.embedder,
             dimension=self.dimension,
             chunking=self.chunking,
-            files=sum(1 for m in manifest if m["status"] in ("indexed", "unchanged")),
+            files=sum(1 for m in manifest if m.status in ("indexed", "unchanged")),
             chunks=len(self.chunks),
         )
         previous = self.store.active()
@@ -309,8 +319,7 @@ class IndexReader:
             raise RebuildNeeded(f"The index in {store.root} is damaged ({exc}): rebuild the knowledge base.") from None
         except Exception as exc:  # noqa: BLE001 - chromadb raises its own types for a missing collection
             raise RebuildNeeded(f"The index in {store.root} is damaged ({exc}): rebuild the knowledge base.") from None
-        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
-        expected = {m["file"]: m["chunks"] for m in manifest if m["status"] in ("indexed", "unchanged")}
+        expected = {m.file: m.chunks for m in read_manifest(folder) if m.status in ("indexed", "unchanged")}
         actual: dict[str, int] = {}
         for chunk in self.chunks:
             actual[chunk.file] = actual.get(chunk.file, 0) + 1

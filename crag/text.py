@@ -10,6 +10,7 @@ import functools
 import logging
 import re
 import unicodedata
+from collections.abc import Sequence
 
 import jieba
 
@@ -160,6 +161,23 @@ def join_sentences(left: str, right: str) -> str:
         return right
     cjk = CJK.match(left[-1]) or CJK.match(right[:1])
     return left + right if cjk else f"{left} {right}"
+
+
+def join_lines(lines: Sequence[str], dehyphenate: bool = True) -> str:
+    """Join lines (or the spans of one line): re-join words hyphenated at a line end; no space between CJK."""
+    out = ""
+    for line in (ln.strip() for ln in lines):
+        if not line:
+            continue
+        if not out:
+            out = line
+        elif dehyphenate and out.endswith("-") and line[:1].islower():
+            out = out[:-1] + line
+        elif CJK.match(out[-1]) and CJK.match(line[0]):
+            out += line
+        else:
+            out += " " + line
+    return out
 
 
 def width(text: str) -> int:

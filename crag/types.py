@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 
 # Layout block types, shared by every parser. Headers, footers and page numbers are kept as
@@ -201,3 +202,67 @@ class Answer:
     def uncited(self) -> bool:
         """A written answer that cites none of the sources it was given: they are shown as given, not cited."""
         return bool(self.sources) and not self.cited_sources
+
+
+# ---------------------------------------------------------------------------------------------
+# Builds
+
+PARSE_SHARE = 0.8  # of a file's slot on a progress bar; embedding takes the rest
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a build is, for progress bars: stage, file i/N, page j/M (chunk j/M while embedding).
+    Stage "ocr" is parsing too: page j of M is being read with OCR."""
+
+    stage: str  # "scanning" | "parsing" | "ocr" | "embedding" | "writing" | "done"
+    file: str = ""
+    file_index: int = 0
+    file_count: int = 0
+    page: int = 0
+    page_count: int = 0
+
+    @property
+    def fraction(self) -> float:
+        """Share of the build done, never going back: parsing fills most of a file's slot, embedding the rest."""
+        if self.stage == "done":
+            return 1.0
+        if self.stage == "writing":
+            return 0.99
+        if not self.file_count:
+            return 0.0
+        within = self.page / self.page_count if self.page_count else 0.0
+        if self.stage == "parsing":
+            done = PARSE_SHARE * within
+        elif self.stage == "ocr":  # reported as page j starts, so j - 1 pages are done
+            done = PARSE_SHARE * (self.page - 1) / self.page_count if self.page_count else 0.0
+        elif self.stage == "embedding":
+            done = PARSE_SHARE + (1 - PARSE_SHARE) * within
+        else:
+            done = 0.0
+        return min(1.0, (max(self.file_index - 1, 0) + done) / self.file_count)
+
+
+OnProgress = Callable[[Progress], None]
+
+
+@dataclass(frozen=True)
+class FileResult:
+    """What a build did with one file; the index's manifest is one of these per file."""
+
+    file: str
+    status: str  # indexed | unchanged | removed | failed | skipped
+    pages: int = 0
+    chunks: int = 0
+    seconds: float = 0.0
+    error: str = ""
+    warnings: tuple[str, ...] = ()
+    hash: str = ""
+    parser: str = ""
+    parser_version: str = ""
+
+    @classmethod
+    def from_json(cls, data: dict) -> FileResult:
+        """A manifest entry as written by an older or newer build: unknown keys ignored."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known} | {"warnings": tuple(data.get("warnings", ()))})

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from crag.ingest.base import PDFError
-from crag.ingest.pymupdf import PyMuPDFParser, _join_lines, page_sizes, render_page
+from crag.ingest.pymupdf import PyMuPDFParser, page_sizes, render_page
+from crag.text import join_lines
 from tests.pdfs import (
     corrupt_pdf,
     encrypted_pdf,
@@ -92,11 +93,11 @@ def test_truncated_pdf_is_refused_or_repaired(tmp_path: Path, parser: PyMuPDFPar
         assert parsed.pages >= 1
 
 
-def test_join_lines() -> None:
-    assert _join_lines(["install-", "ation of the", "package"]) == "installation of the package"
-    assert _join_lines(["本手册介绍如何", "安装小部件。"]) == "本手册介绍如何安装小部件。"
-    assert _join_lines(["运行 make run", "启动它"]) == "运行 make run 启动它"
-    assert _join_lines(["see R-", "project"], dehyphenate=False) == "see R- project"
+def testjoin_lines() -> None:
+    assert join_lines(["install-", "ation of the", "package"]) == "installation of the package"
+    assert join_lines(["本手册介绍如何", "安装小部件。"]) == "本手册介绍如何安装小部件。"
+    assert join_lines(["运行 make run", "启动它"]) == "运行 make run 启动它"
+    assert join_lines(["see R-", "project"], dehyphenate=False) == "see R- project"
 
 
 def test_clean_folds_ligatures_and_drops_control_characters() -> None:

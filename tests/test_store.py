@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from crag.config import Settings, load_settings
-from crag.ingest import Progress, sync
+from crag.ingest import sync
 from crag.models import Embedder, LocalEmbedder
 from crag.retriever import Retriever
 from crag.store import BuildInProgress, RebuildNeeded, Store, fuse
 from crag.text import lexical_tokens
-from crag.types import Chunk, ScoredChunk
+from crag.types import Chunk, Progress, ScoredChunk
 from tests.pdfs import encrypted_pdf, manual_pdf
 
 pytestmark = pytest.mark.integration
@@ -65,8 +65,8 @@ def test_first_sync_indexes_and_reports_progress(kb: Settings, embedder: Embedde
     store = Store(kb.chroma_dir)
     gen = store.active()
     assert gen.embedder == embedder.name and gen.chunking == {"chunk_tokens": 220, "chunk_overlap": 32}
-    manifest = {m["file"]: m for m in store.manifest()}
-    assert manifest["widget.pdf"]["parser"] == "pymupdf" and len(manifest["widget.pdf"]["hash"]) == 64
+    manifest = {m.file: m for m in store.manifest()}
+    assert manifest["widget.pdf"].parser == "pymupdf" and len(manifest["widget.pdf"].hash) == 64
 
 
 @pytest.mark.parametrize("mode", ["dense", "lexical", "hybrid"])

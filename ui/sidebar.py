@@ -9,9 +9,8 @@ import crag.models
 import crag.pipeline
 from crag.config import Settings
 from crag.errors import CragError
-from crag.ingest import Progress
 from crag.ingest.uploads import AlreadyPresent, save_upload
-from crag.types import AnswerKind
+from crag.types import AnswerKind, Progress
 from ui import state
 from ui.text import (
     FILE_STATUS,
@@ -84,15 +83,15 @@ def knowledge_base(settings: Settings, pipeline: crag.pipeline.Pipeline | None, 
 def files_list(kb: state.KnowledgeBase) -> None:
     if not kb.files:
         return
-    trouble = any(f["status"] in ("failed", "new", "missing") for f in kb.files)
+    trouble = any(f.status in ("failed", "new", "missing") for f in kb.files)
     with st.expander(f"Files ({len(kb.files)})", expanded=trouble or len(kb.files) <= 5, icon=":material/folder:"):
         rows = [
             {
-                "file": f["file"],
-                "status": FILE_STATUS.get(f["status"], f["status"]),
-                "pages": f.get("pages") or None,
-                "chunks": f.get("chunks") or None,
-                "problem": f.get("error") or "; ".join(f.get("warnings") or ()),
+                "file": f.file,
+                "status": FILE_STATUS.get(f.status, f.status),
+                "pages": f.pages or None,
+                "chunks": f.chunks or None,
+                "problem": f.error or "; ".join(f.warnings),
             }
             for f in kb.files
         ]
@@ -106,8 +105,8 @@ def files_list(kb: state.KnowledgeBase) -> None:
             },
         )
         for f in kb.files:
-            if f["status"] == "failed":
-                st.error(f"**{md_escape(f['file'])}**: {no_images(f.get('error') or 'failed')}")
+            if f.status == "failed":
+                st.error(f"**{md_escape(f.file)}**: {no_images(f.error or 'failed')}")
 
 
 def upload(settings: Settings) -> None:

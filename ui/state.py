@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import streamlit as st
@@ -19,8 +19,9 @@ import crag.retriever
 import crag.store
 from crag.config import Settings, load_settings
 from crag.errors import CragError
-from crag.ingest import OnProgress, SyncReport
+from crag.ingest import SyncReport
 from crag.store import Generation
+from crag.types import FileResult, OnProgress
 
 # Widget keys of the answer settings: per-question options for this session, on top of the environment's.
 TOP_K, THRESHOLDS, WEB, EVALUATOR, ANSWER_MODE = "set_top_k", "set_thresholds", "set_web", "set_evaluator", "set_answer"
@@ -127,7 +128,7 @@ def forget_health() -> None:
 @dataclass
 class KnowledgeBase:
     generation: Generation | None = None
-    files: list[dict[str, Any]] = field(default_factory=list)  # the manifest, plus files not indexed yet
+    files: list[FileResult] = field(default_factory=list)  # the manifest, plus files not indexed yet ("new")
     error: str = ""  # the index cannot be read
 
     @property
@@ -136,11 +137,11 @@ class KnowledgeBase:
 
     @property
     def pending(self) -> list[str]:
-        return [f["file"] for f in self.files if f["status"] == "new"]
+        return [f.file for f in self.files if f.status == "new"]
 
     @property
     def parsers(self) -> list[str]:
-        return sorted({f.get("parser") for f in self.files if f.get("parser")})
+        return sorted({f.parser for f in self.files if f.parser})
 
 
 def knowledge_base(settings: Settings) -> KnowledgeBase:
@@ -160,14 +161,12 @@ def knowledge_base(settings: Settings) -> KnowledgeBase:
         on_disk = {p.relative_to(settings.files_dir).as_posix() for p in crag.ingest.scan(settings.files_dir)}
     except OSError:
         on_disk = set()
-    for entry in manifest:
-        row = dict(entry)
-        if row["file"] not in on_disk and row.get("status") != "removed":
-            row["status"] = "missing"
-        kb.files.append(row)
-    known = {m["file"] for m in manifest}
-    kb.files += [{"file": name, "status": "new"} for name in sorted(on_disk - known)]
-    kb.files.sort(key=lambda f: f["file"].lower())
+    kb.files = [
+        replace(m, status="missing") if m.file not in on_disk and m.status != "removed" else m for m in manifest
+    ]
+    known = {m.file for m in manifest}
+    kb.files += [FileResult(name, "new") for name in sorted(on_disk - known)]
+    kb.files.sort(key=lambda f: f.file.lower())
     return kb
 
 

@@ -13,8 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
-from crag.ingest import Progress
-from crag.types import Action, TermCheck
+from crag.types import Action, Progress, TermCheck
 
 # Every ASCII punctuation character may be backslash-escaped in CommonMark, and Streamlit's extra
 # syntax (:red[...], :material/icon:, $math$) is made of them too.

@@ -76,7 +76,7 @@ def build(settings: Settings, pdfs: dict[str, Path]) -> None:
         if not target.exists():
             target.write_bytes(path.read_bytes())
     store = Store(settings.chroma_dir)
-    manifest = {m["file"] for m in store.manifest()} if store.active() else set()
+    manifest = {m.file for m in store.manifest()} if store.active() else set()
     if manifest != set(pdfs):
         from crag.retriever import index_embedder
 

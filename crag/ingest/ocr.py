@@ -28,7 +28,7 @@ import pymupdf
 
 from crag.errors import CragError
 from crag.ingest.ocr_layout import Box, OcrLine, paragraphs
-from crag.ingest.pymupdf import _join_lines
+from crag.text import join_lines
 from crag.types import Block
 
 OcrMode = Literal["auto", "off", "force"]
@@ -236,7 +236,7 @@ def _read_in_pieces(engine: Any, crop: np.ndarray) -> tuple[str, float]:
     out = reads[0][0]
     for (text, _), gap in zip(reads[1:], gaps, strict=True):
         # a gap of a sixth of the crop's height is a word space; a narrower one falls inside a word
-        out = _join_lines([out, text], dehyphenate=False) if gap >= height / 6 else out + text
+        out = join_lines([out, text], dehyphenate=False) if gap >= height / 6 else out + text
     weights = [right - left for left, right in spans]
     return out.strip(), float(np.average([score for _, score in reads], weights=weights))
 

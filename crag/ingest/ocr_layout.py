@@ -4,7 +4,7 @@ Columns first: a vertical strip that no line crosses, or that only lines wider t
 cross, splits the page, and the left side is read before the right one (a heading across both
 columns closes the columns above it). Within a column, pieces of one visual line are joined left to
 right, and lines are grouped into paragraphs by vertical gaps, indentation, short last lines, size
-changes and bullets. Chinese lines join without spaces, English lines with one (``_join_lines``).
+changes and bullets. Chinese lines join without spaces, English lines with one (``join_lines``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
 
-from crag.ingest.pymupdf import _join_lines
+from crag.text import join_lines
 
 Box = tuple[float, float, float, float]  # x0, y0, x1, y1
 
@@ -140,7 +140,7 @@ def _rows(lines: Sequence[OcrLine]) -> list[OcrLine]:
     joined = []
     for row in rows:
         row.sort(key=lambda ln: ln.box[0])
-        text = _join_lines([ln.text for ln in row], dehyphenate=False)
+        text = join_lines([ln.text for ln in row], dehyphenate=False)
         joined.append(OcrLine(text, _union([ln.box for ln in row]), min(ln.score for ln in row)))
     return joined
 
@@ -167,4 +167,4 @@ def _paragraphs(rows: Sequence[OcrLine], height: float, usual_gap: float) -> lis
         ):
             groups.append([])
         groups[-1].append(row)
-    return [Paragraph(_join_lines([r.text for r in group]), _union([r.box for r in group])) for group in groups]
+    return [Paragraph(join_lines([r.text for r in group]), _union([r.box for r in group])) for group in groups]

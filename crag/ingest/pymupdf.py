@@ -21,7 +21,7 @@ import pymupdf4llm  # noqa: F401 - importing it activates the layout model in Py
 from pymupdf4llm.helpers import document_layout
 
 from crag.ingest.base import PageProgress, Parser, PDFError
-from crag.text import CJK, strip_invisible
+from crag.text import join_lines, strip_invisible
 from crag.types import Block, ParsedPDF
 
 if TYPE_CHECKING:  # ocr.py builds on this module, so the parser only receives a PageOCR
@@ -140,23 +140,6 @@ def render_highlight(
         return pdf_page.get_pixmap(dpi=dpi, alpha=False, clip=clip).tobytes("png")
 
 
-def _join_lines(lines: Sequence[str], dehyphenate: bool = True) -> str:
-    """Join lines (or the spans of one line): re-join words hyphenated at a line end; no space between CJK."""
-    out = ""
-    for line in (ln.strip() for ln in lines):
-        if not line:
-            continue
-        if not out:
-            out = line
-        elif dehyphenate and out.endswith("-") and line[:1].islower():
-            out = out[:-1] + line
-        elif CJK.match(out[-1]) and CJK.match(line[0]):
-            out += line
-        else:
-            out += " " + line
-    return out
-
-
 def clean(text: str) -> str:
     """Ligatures (ﬁ -> fi) are folded so words match; C0/C1 controls (bullets in some fonts) go.
 
@@ -183,7 +166,7 @@ def _join_spans(spans: Sequence[dict]) -> str:
         if last is not None and span["bbox"][0] - last["bbox"][2] < TOUCHING * size:
             out += text
         else:
-            out = _join_lines([out, text], dehyphenate=False)
+            out = join_lines([out, text], dehyphenate=False)
         last = span
     return " ".join(out.split())
 
@@ -193,7 +176,7 @@ def _box_text(box: document_layout.LayoutBox) -> str:
         return clean(box.table.get("markdown") or "").strip()
     if box.boxclass == "code":
         return "\n".join("".join(clean(span["text"]) for span in line["spans"]) for line in box.textlines or [])
-    return _join_lines([_join_spans(line["spans"]) for line in box.textlines or []])
+    return join_lines([_join_spans(line["spans"]) for line in box.textlines or []])
 
 
 class PyMuPDFParser(Parser):
