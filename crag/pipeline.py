@@ -14,29 +14,29 @@ through ``on_step``, so the UI, the CLI and the API show the same progress.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 from pydantic_ai import Agent, NativeOutput
 from pydantic_ai.models import Model
 
 from crag import evidence, prompts
 from crag.config import Settings
 from crag.evaluator import Evaluator, LLMEvaluator, SimilarityEvaluator, Usage, cap_near_miss, check_terms
+from crag.followups import History, conversation_query, rewrite_problem
+from crag.messages import model_failure_message, near_miss_note, no_answer_message
 from crag.models import BackendInfo, build_chat_model, resolve_backend
 from crag.refine import local_strips, refine, web_strips
 from crag.retriever import Retriever, open_retriever
 from crag.store import Mode, fuse, index_text
-from crag.text import TOKEN, clean_question, content_words, language
+from crag.text import clean_question, content_words, language
 from crag.types import Action, Answer, AnswerKind, ScoredChunk, Source, Strip, TermCheck, Trace, WebResult, cited
 from crag.websearch import OFF_REASON, Searcher, WebSearchUnavailable, build_searcher, fetch_pages
 
 OnStep = Callable[[str], None]
-History = Sequence[tuple[str, str]]  # (role, text), role "user" | "assistant"
 
 STRIPS_KEPT = 8  # strips that survive refinement, local and web each
 STRIP_FLOOR = -0.2  # a strip below this is noise even when few strips exist
@@ -99,89 +99,6 @@ def decide_action(scores: Sequence[float], upper: float, lower: float) -> Action
     return Action.INCORRECT
 
 
-# ---------------------------------------------------------------------------------------------
-# Follow-ups
-
-
-class Standalone(BaseModel):
-    question: str = Field(max_length=300)
-
-
-class WebQuery(BaseModel):
-    query: str = Field(max_length=80)
-
-
-_REPEATS = re.compile(r"(.{1,8}?)\1{3,}")
-
-
-def rewrite_problem(rewrite: str, question: str, history: History) -> str:
-    """Why a model's standalone rewrite cannot be trusted, or "" when it can.
-
-    Tiny models turn follow-ups into junk ("1.1.1.1.1…") or into another question: a rewrite must have
-    words, must not repeat itself, and must share a content word with the conversation.
-    """
-    words = TOKEN.findall(rewrite)
-    if not words:
-        return "it has no words"
-    if _REPEATS.search(rewrite) or (len(words) >= 6 and len(set(words)) < len(words) / 2):
-        return "it repeats itself"
-    known = set(content_words(question)) | {w for _, text in history for w in content_words(text)}
-    if not set(content_words(rewrite)) & known:
-        return "it shares no word with the conversation"
-    return ""
-
-
-def conversation_query(question: str, history: History) -> str:
-    """The question plus the content words of the previous question that it does not repeat: a follow-up
-    ("And on Windows?", "那行距呢？") is retrieved in the context of what it follows, without a model."""
-    previous = next((text for role, text in reversed(history) if role == "user"), "")
-    own = set(content_words(question))
-    extra = [w for w in content_words(previous) if w not in own]
-    return f"{question} {' '.join(extra)}" if extra else question
-
-
-# ---------------------------------------------------------------------------------------------
-# Messages said without a model
-
-
-def no_answer_message(question: str, action: Action, terms: TermCheck, web: WebKnowledge, web_on: bool) -> str:
-    """Why there is no answer, truthfully, in the question's language. No model is asked to improvise."""
-    zh = language(question) == "zh"
-    if terms.unknown:
-        names = ("、" if zh else ", ").join(f"“{t}”" for t in terms.unknown)
-        local = f"你的文档中没有提到{names}。" if zh else f"Your documents never mention {names}."
-    elif action is Action.INCORRECT:
-        local = "你的文档中没有找到答案。" if zh else "I could not find this in your documents."
-    else:
-        local = (
-            "你的文档中有相关段落，但没有一句足够贴近这个问题。"
-            if zh
-            else "Your documents have passages on this topic, but no sentence in them answers the question closely."
-        )
-    if not web_on:
-        far = "网络搜索已关闭。" if zh else "Web search is off."
-    elif web.error:
-        far = f"网络搜索不可用：{web.error}。" if zh else f"Web search is unavailable: {web.error}."
-    else:
-        far = (
-            f"网络搜索“{web.query}”也没有找到可用的信息。"
-            if zh
-            else f"A web search for “{web.query}” found nothing usable."
-        )
-    return f"{local} {far}" if not zh else local + far
-
-
-def model_failure_message(backend: BackendInfo, exc: Exception) -> str:
-    fix = (
-        "check that Ollama is running (`ollama serve`) and ask again"
-        if backend.name == "ollama"
-        else "check the model server and ask again"
-        if backend.name == "openai"
-        else "ask again; if it keeps failing, restart the app"
-    )
-    return f"The model stopped before the answer was complete ({type(exc).__name__}: {exc}): {fix}."
-
-
 def keywords(question: str, n: int = 6) -> str:
     """The web query without a model: the question's first content words."""
     return " ".join(content_words(question)[:n])
@@ -191,8 +108,12 @@ def keywords(question: str, n: int = 6) -> str:
 # Agents: built once; the model is given per run, so tests can ``override`` them.
 
 answer_agent = Agent(instructions=prompts.ANSWER, name="answer")
-condense_agent = Agent(output_type=NativeOutput(Standalone), instructions=prompts.CONDENSE, retries=1, name="condense")
-web_query_agent = Agent(output_type=NativeOutput(WebQuery), instructions=prompts.WEB_QUERY, retries=1, name="web_query")
+condense_agent = Agent(
+    output_type=NativeOutput(prompts.Standalone), instructions=prompts.CONDENSE, retries=1, name="condense"
+)
+web_query_agent = Agent(
+    output_type=NativeOutput(prompts.WebQuery), instructions=prompts.WEB_QUERY, retries=1, name="web_query"
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -422,7 +343,9 @@ class AnswerStream:
                 quoted = evidence.evidence_answer(strips, sources, language(self.question), action)
                 kind = AnswerKind.EVIDENCE if quoted else AnswerKind.NO_ANSWER
             if kind is AnswerKind.NO_ANSWER:
-                yield self._emit(no_answer_message(self.question, action, evaluation.terms, web, o.web))
+                yield self._emit(
+                    no_answer_message(self.question, action, evaluation.terms, web.query, web.error, o.web)
+                )
             elif kind is AnswerKind.EVIDENCE:
                 yield self._emit(quoted)
             else:
@@ -458,14 +381,6 @@ class AnswerStream:
             output_tokens=self.usage.output_tokens,
         )
         self.answer = Answer(text, p.backend.name, p.backend.model, tuple(sources), trace, not error, error, kind)
-
-
-def near_miss_note(terms: TermCheck) -> str:
-    if terms.unknown:
-        names = ", ".join(f"“{t}”" for t in terms.unknown)
-        return f"the documents never mention {names}: a near miss, so the action is Incorrect"
-    names = ", ".join(f"“{t}”" for t in terms.missing)
-    return f"none of the retrieved passages mentions {names}, so they cannot make the action Correct"
 
 
 def number_sources(strips: Sequence[Strip], graded: Sequence[ScoredChunk]) -> list[Source]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pydantic import BaseModel, Field
+
 from crag.text import quote
 from crag.types import Source
 
@@ -49,3 +51,14 @@ def grader_prompt(question: str, texts: Sequence[str], limit: int = 1200) -> str
         f"<passage {i}>\n{text[:limit].replace('</passage', '')}\n</passage {i}>" for i, text in enumerate(texts, 1)
     )
     return f"Question: {question}\n\n{passages}\n\nScore every passage."
+
+
+# Structured outputs of the prompts above.
+
+
+class Standalone(BaseModel):
+    question: str = Field(max_length=300)
+
+
+class WebQuery(BaseModel):
+    query: str = Field(max_length=80)

@@ -281,7 +281,7 @@ def test_a_junk_rewrite_is_rejected_and_the_question_used_as_asked(settings, rew
 
 
 def test_rewrite_problems() -> None:
-    from crag.pipeline import rewrite_problem
+    from crag.followups import rewrite_problem
 
     history = [("user", "How do I install R on Linux?")]
     assert rewrite_problem("How do I install R on Windows?", "And on Windows?", history) == ""

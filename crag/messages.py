@@ -1,0 +1,55 @@
+"""What the user is told when no model speaks: why there is no answer, why a model failed, why a near miss."""
+
+from __future__ import annotations
+
+from crag.models import BackendInfo
+from crag.text import language
+from crag.types import Action, TermCheck
+
+
+def no_answer_message(
+    question: str, action: Action, terms: TermCheck, web_query: str, web_error: str, web_on: bool
+) -> str:
+    """Why there is no answer, truthfully, in the question's language. No model is asked to improvise."""
+    zh = language(question) == "zh"
+    if terms.unknown:
+        names = ("、" if zh else ", ").join(f"“{t}”" for t in terms.unknown)
+        local = f"你的文档中没有提到{names}。" if zh else f"Your documents never mention {names}."
+    elif action is Action.INCORRECT:
+        local = "你的文档中没有找到答案。" if zh else "I could not find this in your documents."
+    else:
+        local = (
+            "你的文档中有相关段落，但没有一句足够贴近这个问题。"
+            if zh
+            else "Your documents have passages on this topic, but no sentence in them answers the question closely."
+        )
+    if not web_on:
+        far = "网络搜索已关闭。" if zh else "Web search is off."
+    elif web_error:
+        far = f"网络搜索不可用：{web_error}。" if zh else f"Web search is unavailable: {web_error}."
+    else:
+        far = (
+            f"网络搜索“{web_query}”也没有找到可用的信息。"
+            if zh
+            else f"A web search for “{web_query}” found nothing usable."
+        )
+    return f"{local} {far}" if not zh else local + far
+
+
+def model_failure_message(backend: BackendInfo, exc: Exception) -> str:
+    fix = (
+        "check that Ollama is running (`ollama serve`) and ask again"
+        if backend.name == "ollama"
+        else "check the model server and ask again"
+        if backend.name == "openai"
+        else "ask again; if it keeps failing, restart the app"
+    )
+    return f"The model stopped before the answer was complete ({type(exc).__name__}: {exc}): {fix}."
+
+
+def near_miss_note(terms: TermCheck) -> str:
+    if terms.unknown:
+        names = ", ".join(f"“{t}”" for t in terms.unknown)
+        return f"the documents never mention {names}: a near miss, so the action is Incorrect"
+    names = ", ".join(f"“{t}”" for t in terms.missing)
+    return f"none of the retrieved passages mentions {names}, so they cannot make the action Correct"
