@@ -6,6 +6,7 @@ change the environment first. Relative paths are relative to the working directo
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from typing import Literal
@@ -35,6 +36,16 @@ def normalize_ollama_url(value: str) -> str:
         host = f"[{host}]"
     port = parts.port or (443 if parts.scheme == "https" else 11434)
     return f"{parts.scheme}://{host}:{port}{parts.path}"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a server bound to ``host`` is reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 class Settings(BaseSettings):

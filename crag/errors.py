@@ -11,3 +11,7 @@ class ConfigError(CragError):
 
 class BackendUnavailable(CragError):
     """A model server or model that was asked for cannot be used."""
+
+
+class IndexNotWritable(CragError):
+    """The index folder cannot be written: no build can run."""

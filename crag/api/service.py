@@ -1,0 +1,200 @@
+"""The state behind the routes: the settings, the lazily built pipeline, the build jobs."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import asdict
+from typing import Any
+
+import crag
+from crag.api.http import ApiError, dumps
+from crag.api.schemas import AskRequest, BackendOut, HealthOut, IndexStats, ModelPresence, OllamaOut
+from crag.config import Settings
+from crag.contract import AnswerOut
+from crag.errors import CragError
+from crag.jobs import Builds
+from crag.models import BackendInfo, Embedder, embedded_gguf_path, ollama_health, resolve_backend
+from crag.pipeline import Pipeline
+from crag.store import RebuildNeeded, Store
+from crag.types import Answer, Trace
+
+log = logging.getLogger("crag.api")
+
+KEEPALIVE_SECONDS = 15.0  # an SSE comment while a slow stage runs, so proxies keep the stream open
+
+PipelineFactory = Callable[[Settings], Pipeline]
+EmbedderFactory = Callable[[Settings, bool], Embedder]  # (settings, rebuild) -> the embedder a build uses
+
+
+class Service:
+    """State shared by the routes: the settings, the lazily built pipeline, the build jobs."""
+
+    def __init__(self, settings: Settings, pipeline_factory: PipelineFactory, embedder_factory: EmbedderFactory):
+        self.settings = settings
+        self.pipeline_factory = pipeline_factory
+        self.embedder_factory = embedder_factory
+        self._pipeline: Pipeline | None = None
+        self._pipeline_lock = threading.Lock()
+        self.builds = Builds(settings, self._embedder_for, self._after_build)
+
+    def pipeline(self) -> Pipeline:
+        """Built on first use (it loads models) and reused. A failure is not kept: the next request retries."""
+        with self._pipeline_lock:
+            if self._pipeline is None:
+                try:
+                    self._pipeline = self.pipeline_factory(self.settings)
+                except RebuildNeeded:
+                    raise
+                except CragError as exc:
+                    raise ApiError(503, str(exc)) from None
+            return self._pipeline
+
+    def _embedder_for(self, rebuild: bool) -> Embedder:
+        loaded = self._pipeline
+        if loaded is not None and not rebuild:
+            return loaded.retriever.embedder
+        return self.embedder_factory(self.settings, rebuild)
+
+    def _after_build(self, embedder: Embedder) -> None:
+        # A rebuild may have moved the index to another embedder: the next question opens it with that one.
+        with self._pipeline_lock:
+            if self._pipeline is not None and self._pipeline.retriever.embedder.name != embedder.name:
+                self._pipeline = None
+
+    # ---- /ask
+
+    def ask(self, req: AskRequest) -> dict[str, Any]:
+        pipeline = self.pipeline()
+        return _answer(pipeline.ask(req.question, _history(req), web=req.web), pipeline.backend)
+
+    def ask_events(self, req: AskRequest) -> Iterator[bytes]:
+        """Server-Sent Events for one answer. The pipeline is loaded and the question checked before the
+        response starts, so a backend that is down is a 503 and a bad question a 4xx, not a stream."""
+        pipeline = self.pipeline()
+        events: queue.Queue[tuple[str, dict[str, Any]] | None] = queue.Queue()
+        stop = threading.Event()
+        stream = pipeline.stream(
+            req.question, _history(req), on_step=lambda stage: events.put(("stage", {"stage": stage})), web=req.web
+        )
+
+        def work() -> None:
+            # One thread runs the whole answer: stages arrive as they happen, not with the first token.
+            try:
+                for delta in stream:
+                    if stop.is_set():  # the client went away
+                        return
+                    events.put(("token", {"text": delta}))
+                answer = stream.answer
+                events.put(("done" if answer.complete else "error", _answer(answer, pipeline.backend)))
+            except Exception as exc:  # noqa: BLE001 - reported to the client as an error event
+                events.put(("error", _partial(req.question, stream.text, pipeline.backend, exc)))
+            finally:
+                events.put(None)
+
+        def generate() -> Iterator[bytes]:
+            threading.Thread(target=work, name="crag-ask", daemon=True).start()
+            try:
+                while True:
+                    try:
+                        item = events.get(timeout=KEEPALIVE_SECONDS)
+                    except queue.Empty:
+                        yield b": keep-alive\n\n"
+                        continue
+                    if item is None:
+                        return
+                    kind, data = item
+                    yield f"event: {kind}\ndata: {dumps(data)}\n\n".encode("utf-8", "backslashreplace")
+            finally:
+                stop.set()
+
+        return generate()
+
+    # ---- /health, /files
+
+    def health(self) -> dict[str, Any]:
+        s = self.settings
+        ollama = ollama_health(s.ollama_url)
+        loaded = self._pipeline
+        backend: BackendInfo | None = loaded.backend if loaded else None
+        backend_error = None
+        if backend is None:
+            try:
+                backend = resolve_backend(s, ollama)
+            except CragError as exc:
+                backend_error = str(exc)
+        try:
+            path = embedded_gguf_path(s)
+            gguf = ModelPresence(name=path.name, present=path.is_file())
+        except CragError:  # CRAG_EMBEDDED_GGUF names no file
+            gguf = ModelPresence(name=str(s.embedded_gguf), present=False)
+        index, index_error = None, None
+        try:
+            gen = Store(s.chroma_dir).active()
+        except CragError as exc:
+            gen, index_error = None, str(exc)
+        except OSError as exc:
+            gen, index_error = None, unreadable(s, exc)
+        if gen is not None:
+            index = IndexStats(
+                generation=gen.id, built_at=gen.built_at, embedder=gen.embedder, files=gen.files, chunks=gen.chunks
+            )
+        return HealthOut(
+            status="ok" if backend_error is None and index_error is None else "degraded",
+            version=crag.__version__,
+            backend=BackendOut(name=backend.name, model=backend.model, reason=backend.reason) if backend else None,
+            backend_error=backend_error,
+            embedded_model=gguf,
+            ollama=OllamaOut(
+                url=ollama.url,
+                reachable=ollama.reachable,
+                error=ollama.error or None,
+                chat_model=ModelPresence(name=s.chat_model, present=ollama.has(s.chat_model)),
+                embed_model=ModelPresence(name=s.embed_model, present=ollama.has(s.embed_model)),
+            ),
+            pipeline_loaded=loaded is not None,
+            embedder=loaded.retriever.embedder.name if loaded else None,
+            index=index,
+            index_error=index_error,
+            build_running=self.builds.running,
+        ).model_dump()
+
+    def files(self) -> dict[str, Any]:
+        store = Store(self.settings.chroma_dir)
+        try:
+            gen = store.active()
+            return {
+                "generation": gen.id if gen else None,
+                "files": [asdict(m) for m in store.manifest()] if gen else [],
+            }
+        except (OSError, ValueError) as exc:  # a manifest that is missing or not JSON
+            raise ApiError(409, unreadable(self.settings, exc)) from None
+
+
+def unreadable(settings: Settings, exc: Exception) -> str:
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+    return (
+        f'The index in {settings.chroma_dir} cannot be read ({why}): rebuild it with POST /index {{"rebuild": true}}.'
+    )
+
+
+def _history(req: AskRequest) -> list[tuple[str, str]]:
+    return [(turn.role, turn.content) for turn in req.history]
+
+
+def _answer(answer: Answer, backend: BackendInfo) -> dict[str, Any]:
+    """The answer contract; an incomplete answer (the model failed midway) says why."""
+    return AnswerOut.of(answer, backend).model_dump()
+
+
+def _partial(question: str, text: str, backend: BackendInfo, exc: Exception) -> dict[str, Any]:
+    """The answer so far, marked incomplete, with the error: the same shape as ``done``."""
+    if isinstance(exc, CragError):
+        message = str(exc)
+    else:
+        log.error("answer failed mid-stream", exc_info=exc)
+        message = f"The answer stopped early ({type(exc).__name__}); see the server log, then ask again."
+    trace = Trace(question=question, standalone_question=question)
+    return _answer(Answer(text.strip(), backend.name, backend.model, (), trace, complete=False, error=message), backend)

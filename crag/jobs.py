@@ -1,0 +1,142 @@
+"""Builds of the knowledge base as background jobs, one at a time: the runner the API and the app share.
+
+A build runs in a thread of the process that started it, so a page reload or a closed request does not
+stop it; its state is replaced whole on every update, so a reader always sees one consistent state.
+``sync`` still takes the store's cross-process lock, so builds of other processes (the CLI) are refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from crag import ingest
+from crag.config import Settings
+from crag.errors import CragError, IndexNotWritable
+from crag.models import Embedder
+from crag.store import BuildInProgress, Store
+from crag.types import Progress
+
+log = logging.getLogger("crag.jobs")
+
+JOBS_KEPT = 50  # finished build jobs remembered
+
+
+@dataclass(frozen=True)
+class Job:
+    """A background build. Replaced whole on every update, so a reader always sees one consistent state."""
+
+    id: str
+    rebuild: bool
+    started_at: str
+    state: str = "running"  # running | done | failed
+    progress: Progress = Progress("starting")
+    finished_at: str | None = None
+    result: dict[str, Any] | None = None
+    error: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        p = self.progress
+        return {
+            "job": self.id,
+            "state": self.state,
+            "rebuild": self.rebuild,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "progress": {
+                "stage": p.stage,
+                "file": p.file,
+                "file_index": p.file_index,
+                "file_count": p.file_count,
+                "page": p.page,
+                "page_count": p.page_count,
+                "fraction": round(p.fraction, 4),
+            },
+            "result": self.result,
+            "error": self.error or None,
+        }
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+class Builds:
+    """Builds of the index in background threads, one at a time."""
+
+    def __init__(self, settings: Settings, embedder_for: Callable[[bool], Embedder], built: Callable[[Embedder], None]):
+        self.settings = settings
+        self.embedder_for = embedder_for
+        self.built = built
+        self._lock = threading.Lock()
+        self._jobs: OrderedDict[str, Job] = OrderedDict()
+        self._running: str | None = None
+
+    @property
+    def running(self) -> str | None:
+        return self._running
+
+    def get(self, job_id: str) -> Job | None:
+        with self._lock:
+            return self._jobs.get(job_id)
+
+    def start(self, rebuild: bool) -> Job:
+        with self._lock:
+            if self._running is not None:
+                started = self._jobs[self._running].started_at
+                raise BuildInProgress(
+                    f"A knowledge-base build is already running (started {started}): wait for it to finish.",
+                    job=self._running,
+                )
+            # A build by another process (the CLI, the app) holds the store's lock: answer 409 now rather
+            # than accept a job that fails at once. ``sync`` takes the lock again for real.
+            try:
+                with Store(self.settings.chroma_dir).build_lock():
+                    pass
+            except OSError as exc:
+                raise IndexNotWritable(
+                    f"The index folder {self.settings.chroma_dir} cannot be written ({exc.strerror}): "
+                    "fix its permissions or set CRAG_CHROMA_DIR to a writable folder."
+                ) from None
+            job = Job(uuid.uuid4().hex, rebuild, _now())
+            self._jobs[job.id] = job
+            self._running = job.id
+            while len(self._jobs) > JOBS_KEPT:
+                oldest = next(iter(self._jobs))
+                if oldest == self._running:
+                    break
+                del self._jobs[oldest]
+        threading.Thread(target=self._run, args=(job.id, rebuild), name=f"crag-build-{job.id[:8]}", daemon=True).start()
+        return job
+
+    def _update(self, job_id: str, **changes: Any) -> None:
+        with self._lock:
+            self._jobs[job_id] = replace(self._jobs[job_id], **changes)
+            if changes.get("state", "running") != "running":
+                self._running = None
+
+    def _run(self, job_id: str, rebuild: bool) -> None:
+        try:
+            embedder = self.embedder_for(rebuild)
+            report = ingest.sync(
+                self.settings, embedder, rebuild=rebuild, on_progress=lambda p: self._update(job_id, progress=p)
+            )
+            self.built(embedder)
+        except CragError as exc:
+            self._update(job_id, state="failed", finished_at=_now(), error=str(exc))
+            return
+        except Exception:  # noqa: BLE001 - a build bug must fail its job, not the server
+            log.exception("build %s failed", job_id)
+            error = (
+                "The build failed unexpectedly; the previous knowledge base still answers. See the server log, "
+                "or run `python -m crag index` in a terminal for the same build with its details."
+            )
+            self._update(job_id, state="failed", finished_at=_now(), error=error)
+            return
+        self._update(job_id, state="done", finished_at=_now(), result=report.to_json())
