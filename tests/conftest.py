@@ -58,6 +58,50 @@ def settings(tmp_path: Path, closed_port_url: str) -> Settings:
     )
 
 
+@pytest.fixture
+def files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, closed_port_url: str) -> Iterator[Path]:
+    """The app's folders in tmp_path, Ollama on a closed port (auto falls back to the embedded backend),
+    and Streamlit's caches empty before and after: for the page's tests (tests/apptest.py)."""
+    import streamlit as st
+
+    folder = tmp_path / "Files"
+    folder.mkdir()
+    monkeypatch.setenv("CRAG_FILES_DIR", str(folder))
+    monkeypatch.setenv("CRAG_CHROMA_DIR", str(tmp_path / "chroma_db"))
+    monkeypatch.setenv("CRAG_OLLAMA_URL", closed_port_url)
+    st.cache_resource.clear()
+    st.cache_data.clear()
+    yield folder
+    st.cache_resource.clear()
+    st.cache_data.clear()
+
+
+@pytest.fixture
+def progress_spy(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, str]]:
+    """Every value a Streamlit progress bar took during the run (AppTest keeps only an element's last state)."""
+    from streamlit.elements.progress import ProgressMixin
+
+    seen: list[tuple[int, str]] = []
+    original = ProgressMixin.progress
+
+    def spy(self, value, text=None, **kwargs):
+        seen.append((value, text or ""))
+        return original(self, value, text=text, **kwargs)
+
+    monkeypatch.setattr(ProgressMixin, "progress", spy)
+    return seen
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator:
+    """A TestClient of the HTTP API over a pipeline of fakes (see tests/apiclient.py)."""
+    from tests.apiclient import make_client, settle
+
+    with make_client(settings) as c:
+        yield c
+        settle(c.app)
+
+
 @dataclass
 class FakeOllama:
     """A loopback server that answers like Ollama: its native ``/api/*`` and OpenAI ``/v1`` routes."""

@@ -1,91 +1,28 @@
-"""The HTTP API: every route and error path with fakes, the SSE stream event by event, a schema
-fuzz (schemathesis), and one run of the real server on loopback with the embedded backend."""
+"""The HTTP API over fakes: ask (JSON and Server-Sent Events), health, files, errors, the token."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import threading
-import time
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Iterator
 
-import httpx
 import pytest
-import schemathesis
 from fastapi.testclient import TestClient
-from hypothesis import HealthCheck, given
-from hypothesis import settings as hypothesis_settings
 from pydantic import SecretStr
-from schemathesis import GenerationMode
-from schemathesis.checks import not_a_server_error
 
-from crag import cli
-from crag.api import create_app, is_loopback
+from crag.api import create_app
 from crag.config import Settings
 from crag.contract import AnswerOut
-from crag.errors import BackendUnavailable, CragError
-from crag.models import Embedder
-from crag.store import RebuildNeeded, Store
+from crag.errors import BackendUnavailable
+from crag.store import RebuildNeeded
+from tests.apiclient import (
+    DOC,
+    QUESTION,
+    hash_embedder,
+    make_client,
+    sse,
+    wait_for_job,
+)
 from tests.fakes import FakeSearcher, HashEmbedder, ScriptedModel, chunk, pipeline
-from tests.helpers import free_port
-from tests.pdfs import manual_pdf
-
-ROOT = Path(__file__).resolve().parent.parent
-DOC = "The widget needs two processor cores and eight hundred megabytes of memory."
-QUESTION = "How much memory does the widget need?"
-
-
-def hash_embedder(settings: Settings, rebuild: bool) -> Embedder:
-    return HashEmbedder()
-
-
-def make_client(settings: Settings, fake=None, **kwargs) -> TestClient:
-    fake = fake or pipeline(settings, [chunk(DOC)], [0.9])
-    app = create_app(settings, pipeline_factory=lambda s: fake, embedder_factory=hash_embedder, **kwargs)
-    return TestClient(app)
-
-
-def settle(app) -> None:
-    """Let a build that a test started finish, so no thread outlives its test."""
-    deadline = time.monotonic() + 30
-    while app.state.service.builds.running and time.monotonic() < deadline:
-        time.sleep(0.02)
-
-
-@pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
-    with make_client(settings) as c:
-        yield c
-        settle(c.app)
-
-
-def sse(lines: Iterator[str]) -> list[tuple[str, dict]]:
-    """Server-Sent Events as (event, data), parsed line by line as a client would."""
-    events, fields = [], {}
-    for line in lines:
-        if line == "":
-            if fields:
-                events.append((fields["event"], json.loads(fields["data"])))
-            fields = {}
-        elif not line.startswith(":"):
-            name, _, value = line.partition(": ")
-            fields[name] = value
-    assert not fields, "the stream ended inside an event"
-    return events
-
-
-def wait_for_job(client: TestClient | httpx.Client, job: str, timeout: float = 60) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = client.get(f"/index/{job}").json()
-        if status["state"] != "running":
-            return status
-        time.sleep(0.05)
-    raise AssertionError(f"build {job} still running after {timeout} s")
-
 
 # ---------------------------------------------------------------------------------------------
 # /ask
@@ -305,133 +242,6 @@ def test_sse_crag_error_mid_stream_carries_its_message(settings: Settings) -> No
 
 
 # ---------------------------------------------------------------------------------------------
-# /index and /index/{job}
-
-
-class GatedEmbedder(HashEmbedder):
-    """Holds the build in its embedding stage until the test lets it go."""
-
-    def __init__(self) -> None:
-        self.waiting = threading.Event()
-        self.go = threading.Event()
-
-    def _embed(self, texts: Sequence[str]) -> list[list[float]]:
-        if list(texts) != ["dimension probe"]:
-            self.waiting.set()
-            assert self.go.wait(30)
-        return super()._embed(texts)
-
-
-def test_build_reports_progress_then_per_file_results(settings: Settings) -> None:
-    settings.files_dir.mkdir()
-    manual_pdf(settings.files_dir / "widget.pdf")
-    gated = GatedEmbedder()
-    app = create_app(settings, pipeline_factory=lambda s: pipeline(s, [], []), embedder_factory=lambda s, r: gated)
-    with TestClient(app) as client:
-        assert client.get("/files").json() == {"generation": None, "files": []}
-        r = client.post("/index", json={"rebuild": False})
-        assert r.status_code == 202
-        job = r.json()["job"]
-        assert len(job) == 32 and r.headers["location"] == r.json()["status_url"] == f"/index/{job}"
-        assert gated.waiting.wait(30)
-
-        running = client.get(f"/index/{job}").json()
-        assert running["state"] == "running" and running["result"] is None and running["finished_at"] is None
-        p = running["progress"]
-        assert (p["stage"], p["file"], p["file_index"], p["file_count"]) == ("embedding", "widget.pdf", 1, 1)
-        assert p["page_count"] >= 1 and 0 <= p["fraction"] < 1
-
-        second = client.post("/index", json={"rebuild": True})
-        assert second.status_code == 409 and job in second.json()["error"]
-        assert client.get("/health").json()["build_running"] == job
-
-        gated.go.set()
-        done = wait_for_job(client, job)
-        assert done["state"] == "done" and done["error"] is None and done["progress"]["stage"] == "done"
-        assert done["progress"]["fraction"] == 1.0
-        [result] = done["result"]["files"]
-        assert (result["file"], result["status"], result["pages"]) == ("widget.pdf", "indexed", 2)
-        assert result["chunks"] >= 1 and done["result"]["total_chunks"] == result["chunks"]
-
-        files = client.get("/files").json()
-        assert files["generation"] and [f["file"] for f in files["files"]] == ["widget.pdf"]
-        assert files["files"][0]["status"] == "indexed" and files["files"][0]["hash"]
-        health = client.get("/health").json()
-        assert health["index"]["chunks"] == result["chunks"] and health["index"]["embedder"] == "fake:hash"
-        assert health["build_running"] is None
-
-        # Incremental: nothing changed. A rebuild (empty body is an incremental sync) re-indexes.
-        again = wait_for_job(client, client.post("/index").json()["job"])
-        assert again["rebuild"] is False and again["result"]["files"][0]["status"] == "unchanged"
-        rebuilt = wait_for_job(client, client.post("/index", json={"rebuild": True}).json()["job"])
-        assert rebuilt["rebuild"] is True and rebuilt["result"]["files"][0]["status"] == "indexed"
-
-
-def test_build_in_another_process_is_409(client: TestClient, settings: Settings) -> None:
-    with Store(settings.chroma_dir).build_lock():
-        r = client.post("/index", json={})
-    assert r.status_code == 409 and "already running" in r.json()["error"]
-    assert client.get("/health").json()["build_running"] is None
-
-
-@pytest.mark.parametrize(
-    ("error", "message"),
-    [
-        (CragError("CRAG_PARSER=mineru needs CRAG_MINERU_URL."), "CRAG_PARSER=mineru needs CRAG_MINERU_URL."),
-        (RuntimeError("bug at /secret/path"), "The build failed unexpectedly; the previous knowledge base"),
-    ],
-)
-def test_failed_build_says_why_and_frees_the_lock(settings: Settings, error: Exception, message: str) -> None:
-    def embedder_factory(s: Settings, rebuild: bool) -> Embedder:
-        raise error
-
-    app = create_app(settings, pipeline_factory=lambda s: pipeline(s, [], []), embedder_factory=embedder_factory)
-    with TestClient(app) as client:
-        failed = wait_for_job(client, client.post("/index").json()["job"])
-        assert failed["state"] == "failed" and failed["error"].startswith(message) and failed["result"] is None
-        assert "secret" not in failed["error"]
-        assert client.post("/index").status_code == 202  # the failed job no longer blocks
-        settle(app)
-
-
-def test_build_uses_the_loaded_pipelines_embedder_unless_rebuilding(settings: Settings) -> None:
-    fake = pipeline(settings, [chunk(DOC)], [0.9])
-    asked = []
-
-    def embedder_factory(s: Settings, rebuild: bool) -> Embedder:
-        asked.append(rebuild)
-        return HashEmbedder()
-
-    app = create_app(settings, pipeline_factory=lambda s: fake, embedder_factory=embedder_factory)
-    with TestClient(app) as client:
-        wait_for_job(client, client.post("/index").json()["job"])
-        assert asked == [False]  # no pipeline yet: the factory chooses
-        client.post("/ask", json={"question": QUESTION})
-        wait_for_job(client, client.post("/index").json()["job"])
-        assert asked == [False]  # the pipeline's embedder
-        wait_for_job(client, client.post("/index", json={"rebuild": True}).json()["job"])
-        assert asked == [False, True]
-
-
-def test_index_folder_that_cannot_be_written_is_503(settings: Settings) -> None:
-    blocker = settings.chroma_dir.parent / "not-a-folder"
-    blocker.write_text("")
-    with make_client(settings.model_copy(update={"chroma_dir": blocker / "db"})) as client:
-        r = client.post("/index")
-    assert r.status_code == 503 and "CRAG_CHROMA_DIR" in r.json()["error"]
-
-
-def test_unknown_job_is_404(client: TestClient) -> None:
-    r = client.get("/index/0123456789abcdef0123456789abcdef")
-    assert r.status_code == 404 and "POST /index" in r.json()["error"]
-
-
-def test_invalid_index_body_is_422(client: TestClient) -> None:
-    assert client.post("/index", json={"rebuild": "yes please"}).status_code == 422
-    assert client.post("/index", json={"full": True}).status_code == 422
-
-
-# ---------------------------------------------------------------------------------------------
 # /health and /files
 
 
@@ -545,129 +355,3 @@ def test_right_token_passes(secured: TestClient) -> None:
     schema = secured.get("/openapi.json", headers=auth).json()
     assert schema["components"]["securitySchemes"]["bearer"] == {"type": "http", "scheme": "bearer"}
     assert TOKEN not in json.dumps(schema) and TOKEN not in secured.get("/health", headers=auth).text
-
-
-# ---------------------------------------------------------------------------------------------
-# `python -m crag serve`
-
-
-def test_serve_binds_loopback_by_default_and_warns_otherwise(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    import uvicorn
-
-    runs = []
-    monkeypatch.setattr(uvicorn, "run", lambda app, host, port, **kw: runs.append((host, port)))
-    assert cli.main(["serve"]) == 0
-    assert runs == [("127.0.0.1", 8000)] and "warning" not in capsys.readouterr().err
-    assert cli.main(["serve", "--host", "0.0.0.0", "--port", "9000"]) == 0
-    err = capsys.readouterr().err
-    assert runs[-1] == ("0.0.0.0", 9000) and "warning: 0.0.0.0 is not a loopback address" in err
-    assert "CRAG_API_TOKEN is NOT set" in err
-
-
-@pytest.mark.parametrize(
-    ("host", "loopback"), [("127.0.0.1", True), ("localhost", True), ("::1", True), ("0.0.0.0", False), ("x", False)]
-)
-def test_is_loopback(host: str, loopback: bool) -> None:
-    assert is_loopback(host) is loopback
-
-
-# ---------------------------------------------------------------------------------------------
-# Property-based fuzz of the OpenAPI schema: no input makes a 5xx.
-
-
-OPERATIONS = [("POST", "/ask"), ("POST", "/index"), ("GET", "/index/{job}"), ("GET", "/health"), ("GET", "/files")]
-POSITIVE, NEGATIVE = GenerationMode.POSITIVE, GenerationMode.NEGATIVE
-# Negative data needs a constraint to break: only the two request bodies have one (a path
-# parameter is any string; /health and /files take nothing).
-FUZZ = [(m, p, POSITIVE) for m, p in OPERATIONS] + [("POST", "/ask", NEGATIVE), ("POST", "/index", NEGATIVE)]
-FUZZ_EXAMPLES = 25  # per operation and mode: bounded, so `make test` stays quick
-
-
-# Hypothesis drives schemathesis's strategies directly: its pytest loader for fixtures
-# (`schemathesis.pytest.from_fixture`) reads a node attribute that pytest 9.2 removed.
-@pytest.mark.parametrize(("method", "path", "mode"), FUZZ, ids=[f"{m} {p} {g.value}" for m, p, g in FUZZ])
-def test_fuzz_finds_no_server_errors(settings: Settings, method: str, path: str, mode: GenerationMode) -> None:
-    settings.files_dir.mkdir()
-    app = create_app(
-        settings,
-        pipeline_factory=lambda s: pipeline(s, [chunk(DOC)], [0.9], searcher=FakeSearcher(error="offline")),
-        embedder_factory=hash_embedder,
-    )
-    schema = schemathesis.openapi.from_asgi("/openapi.json", app)
-    assert {(m.upper(), p) for p, ops in schema.raw_schema["paths"].items() for m in ops} == set(OPERATIONS)
-    operation = schema[path][method]
-    statuses: list[int] = []
-
-    @given(case=operation.as_strategy(mode))
-    @hypothesis_settings(
-        max_examples=FUZZ_EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck)
-    )
-    def fuzz(case) -> None:
-        statuses.append(case.call_and_validate(checks=[not_a_server_error]).status_code)
-
-    fuzz()
-    settle(app)
-    assert statuses and all(code < 500 for code in statuses)
-
-
-# ---------------------------------------------------------------------------------------------
-# The real server, over real HTTP, with the embedded backend
-
-
-@pytest.mark.integration
-def test_real_server_on_loopback(tmp_path: Path, closed_port_url: str) -> None:
-    files = tmp_path / "Files"
-    files.mkdir()
-    manual_pdf(files / "widget.pdf")
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAG_") and k != "OLLAMA_HOST"}
-    env |= {
-        "PYTHONPATH": str(ROOT),
-        "CRAG_OLLAMA_URL": closed_port_url,
-        "CRAG_WEB_SEARCH": "off",
-        "CRAG_FILES_DIR": str(files),
-        "CRAG_CHROMA_DIR": str(tmp_path / "db"),
-        "CRAG_MAX_ANSWER_TOKENS": "48",
-    }
-    log = (tmp_path / "server.log").open("w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "crag", "serve", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT
-    )
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as http:
-            deadline = time.monotonic() + 60
-            while True:
-                assert server.poll() is None, (tmp_path / "server.log").read_text()
-                try:
-                    health = http.get("/health")
-                    break
-                except httpx.TransportError:
-                    assert time.monotonic() < deadline, "the server did not start"
-                    time.sleep(0.2)
-            assert health.status_code == 200
-            body = health.json()
-            assert body["backend"]["name"] == "embedded" and body["ollama"]["reachable"] is False
-            assert body["index"] is None
-
-            done = wait_for_job(http, http.post("/index", json={}).json()["job"], timeout=240)
-            assert done["state"] == "done", done
-            assert done["result"]["files"][0]["status"] == "indexed"
-
-            r = http.post("/ask", json={"question": QUESTION})
-            assert r.status_code == 200, r.text
-            answer = r.json()
-            assert answer["backend"] == "embedded" and answer["action"] in ("correct", "ambiguous")
-            assert answer["sources"][0]["file"] == "widget.pdf" and answer["complete"] is True
-            assert http.get("/health").json()["pipeline_loaded"] is True
-
-            with http.stream("POST", "/ask", json={"question": QUESTION, "stream": True}) as streamed:
-                assert streamed.headers["content-type"].startswith("text/event-stream")
-                events = sse(streamed.iter_lines())
-            assert events[0] == ("stage", {"stage": "retrieving"}) and events[-1][0] == "done"
-            tokens = "".join(data["text"] for kind, data in events if kind == "token")
-            assert tokens.strip() == events[-1][1]["answer"] and events[-1][1]["backend"] == "embedded"
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        log.close()
-    assert f"http://127.0.0.1:{port}" in (tmp_path / "server.log").read_text()

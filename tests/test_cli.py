@@ -126,3 +126,32 @@ def test_index_while_another_build_runs_is_refused(tmp_path: Path) -> None:
         proc = run_cli("index", "--files", str(tmp_path), "--db", str(tmp_path / "db"), "--json", env={})
     assert proc.returncode == 2
     assert "already running" in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# `python -m crag serve`
+
+
+def test_serve_binds_loopback_by_default_and_warns_otherwise(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    import uvicorn
+
+    from crag import cli
+
+    runs = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, host, port, **kw: runs.append((app, host, port, kw["factory"])))
+    assert cli.main(["serve"]) == 0
+    assert runs == [("crag.api:app_from_environment", "127.0.0.1", 8000, True)]
+    assert "warning" not in capsys.readouterr().err
+    assert cli.main(["serve", "--host", "0.0.0.0", "--port", "9000"]) == 0
+    err = capsys.readouterr().err
+    assert runs[-1][1:3] == ("0.0.0.0", 9000) and "warning: 0.0.0.0 is not a loopback address" in err
+    assert "CRAG_API_TOKEN is NOT set" in err
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"), [("127.0.0.1", True), ("localhost", True), ("::1", True), ("0.0.0.0", False), ("x", False)]
+)
+def test_is_loopback(host: str, loopback: bool) -> None:
+    from crag.config import is_loopback
+
+    assert is_loopback(host) is loopback

@@ -1,0 +1,250 @@
+"""The Streamlit page's knowledge base: the empty state, rebuilds with progress, uploads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import crag.ingest
+import crag.models
+import crag.retriever
+from crag.ingest import SyncReport
+from crag.models import OllamaHealth
+from crag.pipeline import Pipeline
+from crag.store import BuildInProgress
+from crag.types import FileResult, Progress
+from tests import fakes
+from tests.apptest import (
+    CHUNKS,
+    app,
+    ask,
+    plain,
+    texts,
+    use_pipeline,
+)
+from tests.pdfs import manual_pdf
+
+# ---------------------------------------------------------------------------------------------
+# Empty knowledge base
+
+
+def test_an_empty_knowledge_base_says_what_to_do(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
+    use_pipeline(monkeypatch, [0.9])
+    at = app()
+    assert not at.exception
+    body = texts(at.main.markdown)
+    assert "Your knowledge base is empty" in body
+    assert str(files) in body.replace("\\", "") and "Rebuild knowledge base" in body
+    assert "Not built yet" in texts(at.sidebar.caption)
+    assert not at.chat_input[0].disabled  # the web can still answer
+
+
+def test_files_waiting_to_be_indexed_get_a_build_button(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
+    use_pipeline(monkeypatch, [0.9])
+    manual_pdf(files / "dropped by hand.pdf")
+    calls = []
+    monkeypatch.setattr(crag.ingest, "sync", lambda s, e, rebuild, on_progress: calls.append(rebuild) or SyncReport())
+    at = app()
+    assert "1 file waiting to be indexed" in texts(at.main.caption)
+    assert "not indexed yet" in at.sidebar.dataframe[0].value.to_string()
+    at.button(key="build_now_main").click().run()
+    assert not at.exception
+    assert calls == [False]  # the same incremental build as the sidebar's button
+
+
+# ---------------------------------------------------------------------------------------------
+# Rebuild
+
+
+def fake_sync(calls: list):
+    """A build of two files: one indexed, one failed. It reports progress as the real one does."""
+
+    def sync(settings, embedder, *, rebuild=False, on_progress=None):
+        calls.append({"rebuild": rebuild, "embedder": embedder.name})
+        for p in [
+            Progress("scanning"),
+            Progress("parsing", "bad.pdf", 1, 2),
+            Progress("parsing", "good.pdf", 2, 2),
+            Progress("parsing", "good.pdf", 2, 2, 1, 3),
+            Progress("parsing", "good.pdf", 2, 2, 3, 3),
+            Progress("embedding", "good.pdf", 2, 2, 0, 4),
+            Progress("writing", file_count=2),
+            Progress("done"),
+        ]:
+            on_progress(p)
+        return SyncReport(
+            files=[
+                FileResult("bad.pdf", "failed", error="bad.pdf: not a PDF (no PDF header). Convert it to PDF first."),
+                FileResult("good.pdf", "indexed", pages=3, chunks=4, seconds=0.4),
+            ],
+            total_chunks=4,
+            seconds=1.2,
+        )
+
+    return sync
+
+
+def test_rebuild_shows_stage_file_and_page_and_a_failed_file_does_not_stop_it(
+    monkeypatch: pytest.MonkeyPatch, files: Path, progress_spy: list
+) -> None:
+    use_pipeline(monkeypatch, [0.9])
+    calls: list = []
+    monkeypatch.setattr(crag.ingest, "sync", fake_sync(calls))
+    at = app()
+    at.button(key="rebuild").click().run()
+    assert not at.exception
+    assert calls == [{"rebuild": False, "embedder": "fake:hash"}]  # incremental, with the pipeline's embedder
+
+    shown = [text for _, text in progress_spy]
+    assert "Scanning the files folder…" in shown
+    assert "Reading **good\\.pdf** · file 2/2 · page 1/3" in shown
+    assert "Reading **good\\.pdf** · file 2/2 · page 3/3" in shown
+    assert "Embedding **good\\.pdf** · file 2/2 · chunk 0/4" in shown
+    assert [v for v, _ in progress_spy] == sorted(v for v, _ in progress_spy)  # it only moves forward
+
+    # After the build the page reran: the summary and the failed file's reason are in the sidebar.
+    assert "1 indexed · 1 failed · 4 chunks" in texts(at.sidebar.warning)
+    failed = texts(at.sidebar.error)
+    assert "bad\\.pdf" in failed and "not a PDF" in failed
+
+
+def test_full_rebuild_chooses_the_embedder_afresh(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
+    use_pipeline(monkeypatch, [0.9])
+    calls: list = []
+    monkeypatch.setattr(crag.ingest, "sync", fake_sync(calls))
+    chosen = []
+    monkeypatch.setattr(
+        crag.retriever, "index_embedder", lambda s, rebuild: chosen.append(rebuild) or fakes.HashEmbedder()
+    )
+    at = app()
+    at.toggle(key="full_rebuild").set_value(True).run()
+    at.button(key="rebuild").click().run()
+    assert calls[0]["rebuild"] is True and chosen == [True]
+    assert "Rebuilt from scratch" in texts(at.sidebar.warning)
+
+
+def test_a_failed_build_shows_the_fix_and_keeps_the_chat(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
+    use_pipeline(monkeypatch, [0.9])
+
+    def busy(*args, **kwargs):
+        raise BuildInProgress("A knowledge-base build is already running (pid 42): wait for it to finish.")
+
+    monkeypatch.setattr(crag.ingest, "sync", busy)
+    at = ask(app())
+    at.button(key="rebuild").click().run()
+    assert not at.exception
+    assert "wait for it to finish" in texts(at.sidebar.error)
+    assert [m.name for m in at.chat_message] == ["user", "assistant"]
+
+
+def test_a_crash_inside_the_build_is_an_error_not_a_traceback(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
+    use_pipeline(monkeypatch, [0.9])
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(crag.ingest, "sync", broken)
+    at = app()
+    at.button(key="rebuild").click().run()
+    assert not at.exception
+    error = texts(at.sidebar.error)
+    assert "disk on fire" in error and "previous knowledge base still answers" in error
+
+
+def test_a_real_build_lists_a_failed_file_with_its_reason(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
+    """The real sync (PyMuPDF, chunking, Chroma, BM25) with the fake pipeline's hash embedder."""
+    use_pipeline(monkeypatch, [0.9])
+    manual_pdf(files / "manual.pdf")
+    (files / "broken.pdf").write_bytes(b"this is not a PDF at all")
+    at = app()
+    at.button(key="rebuild").click().run()
+    assert not at.exception
+    status = plain(texts(at.sidebar.caption))
+    assert "fake:hash" in status and "pymupdf" in status  # embeddings and parser of the new index
+    assert [m.value for m in at.sidebar.metric] == ["1", str(at.sidebar.metric[1].value)]
+    table = at.sidebar.dataframe[0].value.set_index("file")
+    assert table.loc["manual.pdf", "status"] == "✅ indexed"
+    assert table.loc["broken.pdf", "status"] == "❌ failed"
+    assert "not a PDF" in table.loc["broken.pdf", "problem"]
+    assert any("broken\\.pdf" in e.value and "not a PDF" in e.value for e in at.sidebar.error)
+    assert "Your knowledge base is empty" not in texts(at.main.markdown)
+
+
+# ---------------------------------------------------------------------------------------------
+# Uploads
+
+
+def test_upload_saves_pdfs_and_refuses_bad_files(monkeypatch: pytest.MonkeyPatch, files: Path, tmp_path: Path) -> None:
+    use_pipeline(monkeypatch, [0.9])
+    pdf = manual_pdf(tmp_path / "source.pdf").read_bytes()
+    at = app()
+    at.sidebar.file_uploader[0].set_value(
+        [
+            ("../../My manual.pdf", pdf, "application/pdf"),
+            ("fake.pdf", b"GIF89a not a pdf", "application/pdf"),
+            ("copy.pdf", pdf, "application/pdf"),
+        ]
+    ).run()
+    assert not at.exception
+    assert sorted(p.name for p in files.iterdir()) == ["My manual.pdf"]
+    assert "Added **My manual\\.pdf**" in texts(at.sidebar.success)
+    assert "not a PDF" in texts(at.sidebar.error)
+    assert "already in the knowledge base folder" in texts(at.sidebar.info)
+    # The saved file is waiting for a rebuild, and the uploader is empty again.
+    assert "1 new file in the folder" in texts(at.sidebar.info)
+    assert not at.sidebar.file_uploader[0].value
+
+
+def test_ollama_health_is_asked_once_per_interval(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
+    use_pipeline(monkeypatch, [0.9])
+    asked = []
+    monkeypatch.setattr(
+        crag.models, "ollama_health", lambda url: asked.append(url) or OllamaHealth(url, False, error="refused")
+    )
+    at = app()
+    at.run()
+    assert len(asked) == 1
+    at.button(key="check_models").click().run()
+    assert len(asked) == 2
+
+
+def test_an_interrupted_answer_keeps_what_was_said(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
+    """The stop button (or any click during the stream) ends the run inside the stream."""
+    from streamlit.runtime.scriptrunner_utils.exceptions import StopException
+
+    class Interrupted(fakes.ScriptedModel):
+        async def _stream(self, messages, info):
+            self._record(messages, info)
+            yield "The widget needs "
+            raise StopException()
+
+    def from_settings(cls, settings):
+        return fakes.pipeline(settings, CHUNKS, [0.9, 0.1], model=Interrupted())
+
+    monkeypatch.setattr(Pipeline, "from_settings", classmethod(from_settings))
+    at = ask(app())
+    at.run()
+    assert not at.exception
+    messages = at.session_state.messages
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    assert messages[1]["content"].startswith("The widget needs")
+    assert "Stopped before the end" in at.chat_message[1].error[0].value
+
+
+def test_the_highlight_follows_the_chunks_that_were_used() -> None:
+    from crag.types import ScoredChunk, Source, Strip, Trace
+    from ui.answer import passage_boxes
+
+    used = fakes.chunk("The widget needs two cores.\n\nIt also needs a fan.", n=0)
+    other = fakes.chunk("Unrelated text on the same page.", n=1)
+    other = type(other)(**{**other.__dict__, "bboxes": ((1, 0, 500, 100, 520),)})
+    strips = (
+        Strip("The widget needs two cores. It also needs a fan.", 0.8, True, "local", "manual.pdf", (1,)),
+        Strip("Unrelated text on the same page.", -0.5, False, "local", "manual.pdf", (1,)),
+    )
+    trace = Trace("q", "q", retrieved=(ScoredChunk(used, 0.9), ScoredChunk(other, 0.1)), strips=strips)
+    # The pipeline took the boxes of the last chunk on that page; the trace knows better.
+    source = Source(1, "local", strips[0].text, file="manual.pdf", pages=(1,), bboxes=other.bboxes)
+    assert passage_boxes(source, trace) == used.bboxes
+    assert passage_boxes(source, None) == other.bboxes
