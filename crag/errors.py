@@ -15,3 +15,7 @@ class BackendUnavailable(CragError):
 
 class IndexNotWritable(CragError):
     """The index folder cannot be written: no build can run."""
+
+
+class BuildCancelled(CragError):
+    """A build stopped on request; the previous index still answers."""

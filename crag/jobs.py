@@ -18,7 +18,7 @@ from typing import Any
 
 from crag import ingest
 from crag.config import Settings
-from crag.errors import CragError, IndexNotWritable
+from crag.errors import BuildCancelled, CragError, IndexNotWritable
 from crag.models import Embedder
 from crag.store import BuildInProgress, Store
 from crag.types import Progress
@@ -35,11 +35,12 @@ class Job:
     id: str
     rebuild: bool
     started_at: str
-    state: str = "running"  # running | done | failed
+    state: str = "running"  # running | done | failed | cancelled
     progress: Progress = Progress("starting")
     finished_at: str | None = None
-    result: dict[str, Any] | None = None
+    report: ingest.SyncReport | None = None  # per-file results, once done
     error: str = ""
+    detail: str = ""  # the exception behind an unexpected failure: for a local user, never sent over HTTP
 
     def to_json(self) -> dict[str, Any]:
         p = self.progress
@@ -58,7 +59,7 @@ class Job:
                 "page_count": p.page_count,
                 "fraction": round(p.fraction, 4),
             },
-            "result": self.result,
+            "result": self.report.to_json() if self.report else None,
             "error": self.error or None,
         }
 
@@ -77,10 +78,25 @@ class Builds:
         self._lock = threading.Lock()
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._running: str | None = None
+        self._cancel: dict[str, threading.Event] = {}
 
     @property
     def running(self) -> str | None:
         return self._running
+
+    @property
+    def latest(self) -> Job | None:
+        """The running build, else the last one: what every page shows, after a reload too."""
+        with self._lock:
+            return next(reversed(self._jobs.values()), None)
+
+    def cancel(self, job_id: str) -> bool:
+        """Ask a running build to stop. It stops at its next progress step; the previous index stays."""
+        with self._lock:
+            event = self._cancel.get(job_id) if job_id == self._running else None
+        if event is not None:
+            event.set()
+        return event is not None
 
     def get(self, job_id: str) -> Job | None:
         with self._lock:
@@ -107,6 +123,7 @@ class Builds:
             job = Job(uuid.uuid4().hex, rebuild, _now())
             self._jobs[job.id] = job
             self._running = job.id
+            self._cancel[job.id] = threading.Event()
             while len(self._jobs) > JOBS_KEPT:
                 oldest = next(iter(self._jobs))
                 if oldest == self._running:
@@ -120,23 +137,32 @@ class Builds:
             self._jobs[job_id] = replace(self._jobs[job_id], **changes)
             if changes.get("state", "running") != "running":
                 self._running = None
+                self._cancel.pop(job_id, None)
 
     def _run(self, job_id: str, rebuild: bool) -> None:
+        cancelled = self._cancel[job_id]
+
+        def on_progress(p: Progress) -> None:
+            if cancelled.is_set():
+                raise BuildCancelled("The build was cancelled: the previous knowledge base still answers.")
+            self._update(job_id, progress=p)
+
         try:
             embedder = self.embedder_for(rebuild)
-            report = ingest.sync(
-                self.settings, embedder, rebuild=rebuild, on_progress=lambda p: self._update(job_id, progress=p)
-            )
+            report = ingest.sync(self.settings, embedder, rebuild=rebuild, on_progress=on_progress)
             self.built(embedder)
+        except BuildCancelled as exc:
+            self._update(job_id, state="cancelled", finished_at=_now(), error=str(exc))
+            return
         except CragError as exc:
             self._update(job_id, state="failed", finished_at=_now(), error=str(exc))
             return
-        except Exception:  # noqa: BLE001 - a build bug must fail its job, not the server
+        except Exception as exc:  # noqa: BLE001 - a build bug must fail its job, not the server
             log.exception("build %s failed", job_id)
             error = (
-                "The build failed unexpectedly; the previous knowledge base still answers. See the server log, "
+                "The build failed unexpectedly; the previous knowledge base still answers. See the log, "
                 "or run `python -m crag index` in a terminal for the same build with its details."
             )
-            self._update(job_id, state="failed", finished_at=_now(), error=error)
+            self._update(job_id, state="failed", finished_at=_now(), error=error, detail=f"{type(exc).__name__}: {exc}")
             return
-        self._update(job_id, state="done", finished_at=_now(), result=report.to_json())
+        self._update(job_id, state="done", finished_at=_now(), report=report)

@@ -368,6 +368,7 @@ class AnswerStream:
             standalone_question=question,
             action=action,
             retrieved=evaluation.graded,
+            thresholds=(o.lower_threshold, o.upper_threshold),
             terms=evaluation.terms,
             strips=tuple(strips),
             web_query=web.query,

@@ -10,7 +10,7 @@ import functools
 import logging
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import jieba
 
@@ -183,6 +183,15 @@ def join_lines(lines: Sequence[str], dehyphenate: bool = True) -> str:
 def width(text: str) -> int:
     """Length in English-character equivalents: a Chinese character carries about a token, like 4 letters."""
     return len(text) + 3 * sum(1 for c in text if HAN.match(c))
+
+
+def pages_label(pages: Iterable[int]) -> str:
+    pages = sorted(set(pages))
+    if not pages:
+        return ""
+    if len(pages) == 1:
+        return f"page {pages[0]}"
+    return f"pages {pages[0]}–{pages[-1]}"
 
 
 # ---------------------------------------------------------------------------------------------

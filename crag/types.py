@@ -141,6 +141,7 @@ class Trace:
     standalone_question: str
     action: Action | None = None
     retrieved: tuple[ScoredChunk, ...] = ()  # scored by the evaluator, in retrieval order
+    thresholds: tuple[float, float] = (-1.0, 1.0)  # (lower, upper) the action was decided with
     terms: TermCheck = TermCheck()
     strips: tuple[Strip, ...] = ()
     web_query: str = ""

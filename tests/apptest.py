@@ -7,11 +7,13 @@ The page reaches crag through module attributes, so each test swaps exactly the 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from crag.conversations import Conversations, Message
 from crag.pipeline import Pipeline
 from crag.types import WebResult
 from tests import fakes
@@ -58,3 +60,25 @@ def plain(markdown: str) -> str:
 
 def badges(at: AppTest) -> list[str]:
     return [m.value for m in at.markdown if "-badge[" in m.value]
+
+
+def settle(at: AppTest, timeout: float = 60.0) -> AppTest:
+    """Rerun the page until the process runs no build: builds run in a background thread."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        at.run()
+        if not _has_button(at, "cancel_build"):
+            return at
+        time.sleep(0.05)
+    raise AssertionError(f"the build still runs after {timeout} s")
+
+
+def _has_button(at: AppTest, key: str) -> bool:
+    return any(b.key == key for b in at.button)
+
+
+def saved(files: Path) -> list[Message]:
+    """The messages of the most recently active conversation, as stored."""
+    store = Conversations(files.parent / "chroma_db" / "conversations.sqlite3")
+    chats = store.list()
+    return store.messages(chats[0].id) if chats else []

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
 
 from crag.errors import BackendUnavailable
 from crag.models import resolve_backend
@@ -13,10 +15,12 @@ from crag.store import RebuildNeeded
 from tests import fakes
 from tests.apptest import (
     ANSWER,
+    APP,
     CHUNKS,
     app,
     ask,
     badges,
+    saved,
     texts,
     use_pipeline,
 )
@@ -91,7 +95,7 @@ def test_an_incorrect_answer_cites_the_web(monkeypatch: pytest.MonkeyPatch, file
     assert not sources.image
 
 
-def test_history_survives_reruns_and_new_chat_clears_it(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
+def test_history_survives_reruns_reloads_and_restarts(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
     use_pipeline(monkeypatch, [0.9])
     at = ask(app(), "How many cores does the widget need?")
     at = ask(at, "And how much memory does the widget need?")
@@ -102,10 +106,43 @@ def test_history_survives_reruns_and_new_chat_clears_it(monkeypatch: pytest.Monk
         "And how much memory does the widget need?",
     ]
     assert len(badges(at)) == 2
-    assert at.session_state.messages[1]["answer"].text == ANSWER
+    assert saved(files)[1].answer.text == ANSWER and saved(files)[1].complete
+    chat = at.query_params["chat"]
 
-    at.button(key="new_chat").click().run()
-    assert len(at.chat_message) == 0 and at.session_state.messages == []
+    st.cache_resource.clear()  # a restart: nothing of the process is left, the store is
+    reloaded = AppTest.from_file(APP, default_timeout=60)
+    reloaded.query_params["chat"] = chat  # a reload: the URL keeps the open conversation
+    reloaded.run()
+    assert [m.name for m in reloaded.chat_message] == ["user", "assistant"] * 2
+    assert len(badges(reloaded)) == 2, "the trace came back with the answer"
+    assert "How many cores does the widget need?" in [b.label for b in reloaded.sidebar.button]
+
+    reloaded.button(key="new_chat").click().run()
+    assert len(reloaded.chat_message) == 0 and "chat" not in reloaded.query_params
+    reloaded.button(key=f"chat-{chat}").click().run()  # reopened from the sidebar
+    assert len(reloaded.chat_message) == 4
+
+
+def test_a_chat_can_be_renamed_deleted_and_exported(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
+    use_pipeline(monkeypatch, [0.9])
+    at = ask(app(), "How many cores does the widget need?").run()  # the sidebar lists the new chat
+    chat = at.query_params["chat"]
+    at.text_input(key=f"title-{chat}").set_value("Widget cores").run()
+    at.button(key=f"rename-{chat}").click().run()
+    assert "Widget cores" in [b.label for b in at.sidebar.button]
+    export = at.chat_message[1].get("download_button")[0]
+    assert export.proto.label == "Export as Markdown"
+    at.button(key=f"delete-{chat}").click().run()
+    assert len(at.chat_message) == 0 and saved(files) == []
+
+
+def test_a_bad_question_is_refused_and_leaves_no_dangling_turn(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
+    use_pipeline(monkeypatch, [0.9])
+    at = ask(app(), "why? " * 500)
+    assert "limit is 2000" in at.error[0].value
+    assert len(at.chat_message) == 0 and saved(files) == []
+    at = ask(at, "\u200b\u200b")
+    assert "empty" in at.error[0].value and saved(files) == []
 
 
 def test_answer_settings_reach_the_pipeline(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
@@ -117,7 +154,7 @@ def test_answer_settings_reach_the_pipeline(monkeypatch: pytest.MonkeyPatch, fil
     at.selectbox(key="set_evaluator").set_value("similarity").run()
     at = ask(at)
     assert badges(at) == [":green-badge[:material/check_circle: Correct]"]  # 0.3 >= the new upper 0.25
-    trace = at.session_state.messages[-1]["answer"].trace
+    trace = saved(files)[-1].answer.trace
     assert len(trace.retrieved) == 1
     assert len(built) == 1, "answer settings are options of a question: the pipeline is not rebuilt"
 
@@ -230,9 +267,9 @@ def test_a_model_failure_mid_answer_keeps_the_page_and_the_partial_text(
     assert not at.exception
     assert "server went away" in at.error[0].value and "ask again" in at.error[0].value
     assert at.status[0].label == "Stopped before the end"
-    messages = at.session_state.messages
-    assert [m["role"] for m in messages] == ["user", "assistant"]
-    assert messages[1]["content"] == "Partial" and not messages[1]["answer"].complete
+    messages = saved(files)
+    assert [m.role for m in messages] == ["user", "assistant"]
+    assert messages[1].content == "Partial" and not messages[1].answer.complete and not messages[1].complete
     at.run()
     assert "server went away" in at.chat_message[1].error[0].value  # replayed with the history
     assert badges(at)  # the trace of the stopped answer is still there

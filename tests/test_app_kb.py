@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,10 @@ from tests.apptest import (
     CHUNKS,
     app,
     ask,
+    badges,
     plain,
+    saved,
+    settle,
     texts,
     use_pipeline,
 )
@@ -48,13 +52,33 @@ def test_files_waiting_to_be_indexed_get_a_build_button(monkeypatch: pytest.Monk
     at = app()
     assert "1 file waiting to be indexed" in texts(at.main.caption)
     assert "not indexed yet" in at.sidebar.dataframe[0].value.to_string()
-    at.button(key="build_now_main").click().run()
+    settle(at.button(key="build_now_main").click().run())
     assert not at.exception
     assert calls == [False]  # the same incremental build as the sidebar's button
 
 
 # ---------------------------------------------------------------------------------------------
 # Rebuild
+
+
+class Gate:
+    """A sync that stops at its n-th progress step until the test lets it go: a build caught running."""
+
+    def __init__(self, sync, pause_at: int) -> None:
+        self.sync, self.pause_at = sync, pause_at
+        self.paused, self.go = threading.Event(), threading.Event()
+
+    def __call__(self, settings, embedder, *, rebuild=False, on_progress=None):
+        steps = []
+
+        def report(p: Progress) -> None:
+            steps.append(p)
+            on_progress(p)
+            if len(steps) == self.pause_at:
+                self.paused.set()
+                assert self.go.wait(30)
+
+        return self.sync(settings, embedder, rebuild=rebuild, on_progress=report)
 
 
 def fake_sync(calls: list):
@@ -85,28 +109,59 @@ def fake_sync(calls: list):
     return sync
 
 
-def test_rebuild_shows_stage_file_and_page_and_a_failed_file_does_not_stop_it(
-    monkeypatch: pytest.MonkeyPatch, files: Path, progress_spy: list
+def test_a_rebuild_runs_in_the_background_with_live_progress_while_questions_are_answered(
+    monkeypatch: pytest.MonkeyPatch, files: Path
 ) -> None:
     use_pipeline(monkeypatch, [0.9])
     calls: list = []
-    monkeypatch.setattr(crag.ingest, "sync", fake_sync(calls))
+    gate = Gate(fake_sync(calls), pause_at=4)
+    monkeypatch.setattr(crag.ingest, "sync", gate)
     at = app()
     at.button(key="rebuild").click().run()
+    assert gate.paused.wait(30)
+    at.run()  # a rerun (a click, a reload) leaves the build alone and shows where it is
     assert not at.exception
     assert calls == [{"rebuild": False, "embedder": "fake:hash"}]  # incremental, with the pipeline's embedder
+    [bar] = at.sidebar.get("progress")
+    assert bar.proto.text == "Reading **good\\.pdf** · file 2/2 · page 1/3" and 0 < bar.proto.value < 100
+    assert at.button(key="rebuild").disabled and at.button(key="cancel_build")
 
-    shown = [text for _, text in progress_spy]
-    assert "Scanning the files folder…" in shown
-    assert "Reading **good\\.pdf** · file 2/2 · page 1/3" in shown
-    assert "Reading **good\\.pdf** · file 2/2 · page 3/3" in shown
-    assert "Embedding **good\\.pdf** · file 2/2 · chunk 0/4" in shown
-    assert [v for v, _ in progress_spy] == sorted(v for v, _ in progress_spy)  # it only moves forward
+    at = ask(at)  # the current knowledge base keeps answering
+    assert [m.name for m in at.chat_message] == ["user", "assistant"] and badges(at)
 
-    # After the build the page reran: the summary and the failed file's reason are in the sidebar.
+    gate.go.set()
+    at = settle(at)
     assert "1 indexed · 1 failed · 4 chunks" in texts(at.sidebar.warning)
     failed = texts(at.sidebar.error)
     assert "bad\\.pdf" in failed and "not a PDF" in failed
+
+
+def test_a_build_can_be_cancelled_and_the_old_index_stays(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
+    use_pipeline(monkeypatch, [0.9])
+    gate = Gate(fake_sync([]), pause_at=2)
+    monkeypatch.setattr(crag.ingest, "sync", gate)
+    at = app()
+    at.button(key="rebuild").click().run()
+    assert gate.paused.wait(30)
+    at.run().button(key="cancel_build").click().run()
+    gate.go.set()
+    at = settle(at)
+    assert "cancelled" in texts(at.sidebar.info) and "previous knowledge base still answers" in texts(at.sidebar.info)
+    assert not at.button(key="rebuild").disabled
+
+
+def test_two_sessions_share_one_build(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
+    """A second browser (or a reload) sees the build the first started, and cannot start another."""
+    use_pipeline(monkeypatch, [0.9])
+    gate = Gate(fake_sync([]), pause_at=3)
+    monkeypatch.setattr(crag.ingest, "sync", gate)
+    first = app()
+    first.button(key="rebuild").click().run()
+    assert gate.paused.wait(30)
+    second = app()
+    assert second.button(key="rebuild").disabled and second.button(key="cancel_build")
+    gate.go.set()
+    assert "1 indexed · 1 failed" in texts(settle(second).sidebar.warning)
 
 
 def test_full_rebuild_chooses_the_embedder_afresh(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
@@ -119,7 +174,7 @@ def test_full_rebuild_chooses_the_embedder_afresh(monkeypatch: pytest.MonkeyPatc
     )
     at = app()
     at.toggle(key="full_rebuild").set_value(True).run()
-    at.button(key="rebuild").click().run()
+    settle(at.button(key="rebuild").click().run())
     assert calls[0]["rebuild"] is True and chosen == [True]
     assert "Rebuilt from scratch" in texts(at.sidebar.warning)
 
@@ -132,7 +187,7 @@ def test_a_failed_build_shows_the_fix_and_keeps_the_chat(monkeypatch: pytest.Mon
 
     monkeypatch.setattr(crag.ingest, "sync", busy)
     at = ask(app())
-    at.button(key="rebuild").click().run()
+    settle(at.button(key="rebuild").click().run())
     assert not at.exception
     assert "wait for it to finish" in texts(at.sidebar.error)
     assert [m.name for m in at.chat_message] == ["user", "assistant"]
@@ -146,7 +201,7 @@ def test_a_crash_inside_the_build_is_an_error_not_a_traceback(monkeypatch: pytes
 
     monkeypatch.setattr(crag.ingest, "sync", broken)
     at = app()
-    at.button(key="rebuild").click().run()
+    settle(at.button(key="rebuild").click().run())
     assert not at.exception
     error = texts(at.sidebar.error)
     assert "disk on fire" in error and "previous knowledge base still answers" in error
@@ -158,7 +213,7 @@ def test_a_real_build_lists_a_failed_file_with_its_reason(monkeypatch: pytest.Mo
     manual_pdf(files / "manual.pdf")
     (files / "broken.pdf").write_bytes(b"this is not a PDF at all")
     at = app()
-    at.button(key="rebuild").click().run()
+    settle(at.button(key="rebuild").click().run())
     assert not at.exception
     status = plain(texts(at.sidebar.caption))
     assert "fake:hash" in status and "pymupdf" in status  # embeddings and parser of the new index
@@ -226,9 +281,9 @@ def test_an_interrupted_answer_keeps_what_was_said(monkeypatch: pytest.MonkeyPat
     at = ask(app())
     at.run()
     assert not at.exception
-    messages = at.session_state.messages
-    assert [m["role"] for m in messages] == ["user", "assistant"]
-    assert messages[1]["content"].startswith("The widget needs")
+    messages = saved(files)
+    assert [m.role for m in messages] == ["user", "assistant"]
+    assert messages[1].content.startswith("The widget needs") and not messages[1].complete
     assert "Stopped before the end" in at.chat_message[1].error[0].value
 
 

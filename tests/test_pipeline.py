@@ -326,3 +326,15 @@ def test_a_new_question_after_a_conversation_is_read_as_asked(settings) -> None:
     assert answer.action is Action.CORRECT
     assert answer.trace.standalone_question == "小部件需要几个处理器核心？"
     assert "小部件需要两个处理器核心" in answer.text
+
+
+def test_the_agents_are_built_once_and_can_be_overridden(settings) -> None:
+    """PydanticAI's own way to swap a model in tests: the pipeline's agents are module-level."""
+    from pydantic_ai.models.test import TestModel
+
+    from crag.pipeline import answer_agent
+
+    p = pipeline(settings, [chunk(DOC)], [0.9], ScriptedModel(answer="not this"))
+    with answer_agent.override(model=TestModel(custom_output_text="Two cores [1].")):
+        answer = p.ask("How many processor cores does the widget need?")
+    assert answer.text == "Two cores [1]." and [s.n for s in answer.cited_sources] == [1]

@@ -13,10 +13,12 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
+from crag.conversations import answer_markdown
 from crag.errors import CragError
+from crag.text import pages_label
 from crag.types import Answer, AnswerKind, Source, Trace
 from crag.websearch import OFF_REASON
-from ui.text import ACTIONS, action_reason, evidence_markdown, md_escape, no_images, pages_label, shorten
+from ui.text import ACTIONS, action_reason, evidence_markdown, md_escape, no_images, shorten
 
 CLOSE_UP_MARGIN = 54.0  # points of page shown above and below the passage (about four lines)
 ZONE_COLORS = {"Correct": "#21a366", "Ambiguous": "#f0a020", "Incorrect": "#e0443e"}
@@ -32,8 +34,8 @@ def text(content: str, kind: AnswerKind) -> None:
         st.markdown(no_images(content))
 
 
-def render(answer: Answer, thresholds: tuple[float, float], files_dir: Path, key: int) -> None:
-    """Badge and caption, the trace expander and the sources panel of one answer."""
+def render(answer: Answer, question: str, files_dir: Path, key: int) -> None:
+    """Badge and caption, the trace expander, the sources panel and the export of one answer."""
     trace = answer.trace
     with st.container(horizontal=True, vertical_alignment="center", gap="small"):
         if trace is not None and trace.action is not None:
@@ -44,8 +46,18 @@ def render(answer: Answer, thresholds: tuple[float, float], files_dir: Path, key
         # crag's message names the fix; the partial text above stays, and so does the trace below.
         st.error(no_images(answer.error) or "The model stopped before the answer was complete: ask again.")
     if trace is not None:
-        how_it_was_made(trace, thresholds, key)
+        how_it_was_made(trace, trace.thresholds, key)
     sources_panel(answer, files_dir, key)
+    st.download_button(
+        "Export as Markdown",
+        answer_markdown(question, answer),
+        file_name=f"answer-{key}.md",
+        mime="text/markdown",
+        icon=":material/download:",
+        key=f"export-{key}",
+        type="tertiary",
+        on_click="ignore",
+    )
 
 
 KIND_LABELS = {

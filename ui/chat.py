@@ -1,24 +1,42 @@
-"""The conversation: history replayed from session state, a question, live stages, a streamed answer."""
+"""The conversation: the open chat replayed from the store, a question, live stages, a streamed answer.
+
+Each turn is saved as it happens: the question at once, the answer when it starts (incomplete) and
+again as it streams and when it ends. A reload, a restart or a crash loses nothing that was shown.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import streamlit as st
 
 import crag.pipeline
 from crag.config import Settings
+from crag.conversations import Conversations, Message, title_of
 from crag.errors import CragError
+from crag.text import clean_question
 from crag.types import AnswerKind
 from ui import answer as answer_ui
 from ui import state
 from ui.text import md_escape, safe_stream, stage_label
 
+SAVE_EVERY = 1.0  # seconds between two saves of an answer that is streaming
 
-def render(settings: Settings, pipeline: crag.pipeline.Pipeline | None, options: dict[str, Any]) -> None:
-    for message in st.session_state.messages:
-        replay(message, settings)
+
+def render(
+    settings: Settings,
+    pipeline: crag.pipeline.Pipeline | None,
+    options: dict[str, Any],
+    store: Conversations,
+    chat: str | None,
+) -> None:
+    messages = store.messages(chat) if chat else []
+    question = ""
+    for message in messages:
+        replay(message, question, settings)
+        question = message.content if message.role == "user" else question
     placeholder = (
         "Ask a question about your documents"
         if pipeline is not None
@@ -27,32 +45,46 @@ def render(settings: Settings, pipeline: crag.pipeline.Pipeline | None, options:
     # "stop": while an answer streams, the send button becomes a stop button.
     prompt = st.chat_input(placeholder, disabled=pipeline is None, key="question", submit_mode="stop")
     if prompt and pipeline is not None:
-        ask(prompt, settings, pipeline, options)
+        ask(prompt, settings, pipeline, options, store, chat, messages)
 
 
-def replay(message: dict[str, Any], settings: Settings) -> None:
-    with st.chat_message(message["role"]):
-        if message["role"] == "user":
-            st.text(message["content"])
+def replay(message: Message, question: str, settings: Settings) -> None:
+    with st.chat_message(message.role):
+        if message.role == "user":
+            st.text(message.content)
             return
-        if message["content"]:
-            kind = message["answer"].kind if message["answer"] is not None else AnswerKind.GENERATED
-            answer_ui.text(message["content"], kind)
-        if message["error"]:
-            st.error(message["error"])
-        if message["answer"] is not None:
-            thresholds = message.get("thresholds", (settings.lower_threshold, settings.upper_threshold))
-            answer_ui.render(message["answer"], thresholds, settings.files_dir, key=message["id"])
+        if message.content:
+            answer_ui.text(message.content, message.answer.kind if message.answer else AnswerKind.GENERATED)
+        if message.answer is not None:
+            answer_ui.render(message.answer, question, settings.files_dir, key=message.id)
+        elif not message.complete:
+            st.error(message.error or "This answer stopped before its end: ask again.")
 
 
-def ask(question: str, settings: Settings, pipeline: crag.pipeline.Pipeline, options: dict[str, Any]) -> None:
-    history = [(m["role"], m["content"]) for m in st.session_state.messages if m["content"] and not m["error"]]
-    state.add_message("user", question)
+def ask(
+    question: str,
+    settings: Settings,
+    pipeline: crag.pipeline.Pipeline,
+    options: dict[str, Any],
+    store: Conversations,
+    chat: str | None,
+    previous: list[Message],
+) -> None:
+    try:
+        question = clean_question(question)  # the one check the CLI and the API make too
+    except CragError as exc:
+        st.error(str(exc), icon=":material/error:")  # nothing is saved: no question without a reply
+        return
+    if chat is None:
+        chat = store.create(title_of(question)).id
+        state.open_chat(chat)
+    history = [(m.role, m.content) for m in previous if m.content and m.complete]
+    store.add(chat, "user", question)
     with st.chat_message("user"):
         st.text(question)
 
     with st.chat_message("assistant"):
-        key = st.session_state.next_id  # the id the answer gets in the history below
+        reply = store.add(chat, "assistant", "", complete=False)
         status = st.status("Thinking…", expanded=False)
         started = time.perf_counter()
 
@@ -67,11 +99,11 @@ def ask(question: str, settings: Settings, pipeline: crag.pipeline.Pipeline, opt
             error = ""
             try:
                 if pipeline.answer_kind(options.get("answer_mode")) is AnswerKind.EVIDENCE:
-                    for _ in stream:  # quotes come whole, at once: set them as quotes
+                    for _ in saving(stream, store, reply):  # quotes come whole, at once: set them as quotes
                         pass
                     answer_ui.text(stream.text, stream.answer.kind)
                 else:
-                    st.write_stream(safe_stream(stream))
+                    st.write_stream(safe_stream(saving(stream, store, reply)))
             except CragError as exc:
                 error = str(exc)
             except Exception as exc:  # noqa: BLE001 - a failing model must not take the page or the history down
@@ -84,20 +116,28 @@ def ask(question: str, settings: Settings, pipeline: crag.pipeline.Pipeline, opt
             if answer is None:
                 status.update(label="Stopped", state="error")
                 st.error(error)
-                state.add_message("assistant", stream.text, None, error)
+                store.update(reply, stream.text, None, complete=False, error=error)
                 stored = True
                 return
             if answer.complete:
                 status.update(label=f"Answered in {time.perf_counter() - started:.1f} s", state="complete")
             else:
                 status.update(label="Stopped before the end", state="error")
-            thresholds = (options["lower_threshold"], options["upper_threshold"])
-            message = state.add_message("assistant", answer.text, answer)
-            message["thresholds"] = thresholds
+            store.update(reply, answer.text, answer, complete=answer.complete, error=answer.error)
             stored = True
-            answer_ui.render(answer, thresholds, settings.files_dir, key=key)
+            answer_ui.render(answer, question, settings.files_dir, key=reply)
         finally:
             # The stop button, or a click elsewhere, ends this run inside the stream (Streamlit raises a
-            # BaseException): keep what was said so far, so the history has no question without an answer.
+            # BaseException): keep what was said so far, marked incomplete.
             if not stored:
-                state.add_message("assistant", stream.text, None, "Stopped before the end of the answer.")
+                store.update(reply, stream.text, None, complete=False, error="Stopped before the end of the answer.")
+
+
+def saving(stream: crag.pipeline.AnswerStream, store: Conversations, reply: int) -> Iterator[str]:
+    """The stream, saved now and then as it goes: a crash keeps the partial answer."""
+    last = time.perf_counter()
+    for delta in stream:
+        yield delta
+        if time.perf_counter() - last > SAVE_EVERY:
+            store.update(reply, stream.text, complete=False)
+            last = time.perf_counter()

@@ -8,7 +8,8 @@ import streamlit as st
 
 from crag.config import Settings
 from crag.errors import CragError
-from ui import chat, sidebar, state
+from ui import chat as talk
+from ui import conversations, sidebar, state
 from ui.text import md_escape
 
 TITLE = "Chat with your PDFs"
@@ -38,20 +39,24 @@ def main() -> None:
 
 def run(settings: Settings, options: dict[str, Any]) -> None:
     pipeline, pipeline_error = state.pipeline(settings)
+    if state.reopen_if_rebuilt(settings, pipeline):  # a full rebuild moved the index to another embedder
+        pipeline, pipeline_error = state.pipeline(settings)
     kb = state.knowledge_base(settings)
+    with st.sidebar:
+        store, chat = conversations.render(settings)
     sidebar.render(settings, pipeline, pipeline_error, kb)
     if pipeline_error:
         st.error(pipeline_error)
     if kb.empty and not kb.error:
         empty_state(settings, kb, options["web"])
-    elif kb.generation is not None and not st.session_state.messages and not st.session_state.get("question"):
+    elif kb.generation is not None and chat is None and not st.session_state.get("question"):
         gen = kb.generation
         st.info(
             f"Ready: {gen.files} file{'s' if gen.files != 1 else ''}, {gen.chunks} passages. Ask a question below; "
             "each answer shows its CRAG action, how it was made, and the pages it comes from.",
             icon=":material/forum:",
         )
-    chat.render(settings, pipeline, options)
+    talk.render(settings, pipeline, options, store, chat)
 
 
 def empty_state(settings: Settings, kb: state.KnowledgeBase, web: bool) -> None:

@@ -10,16 +10,14 @@ import crag.pipeline
 from crag.config import Settings
 from crag.errors import CragError
 from crag.ingest.uploads import AlreadyPresent, save_upload
-from crag.types import AnswerKind, Progress
-from ui import state
+from crag.types import AnswerKind
+from ui import builds, state
 from ui.text import (
     FILE_STATUS,
-    build_summary,
     built_at,
     human_bytes,
     md_escape,
     no_images,
-    progress_text,
 )
 
 ANSWER_MODES = {
@@ -38,14 +36,7 @@ def render(
     settings: Settings, pipeline: crag.pipeline.Pipeline | None, pipeline_error: str, kb: state.KnowledgeBase
 ) -> None:
     with st.sidebar:
-        st.button(
-            "New chat",
-            icon=":material/add_comment:",
-            key="new_chat",
-            on_click=state.new_chat,
-            width="stretch",
-            help="Clear the conversation. The knowledge base is kept.",
-        )
+        st.divider()
         knowledge_base(settings, pipeline, kb)
         st.divider()
         model_status(settings, pipeline, pipeline_error)
@@ -77,7 +68,7 @@ def knowledge_base(settings: Settings, pipeline: crag.pipeline.Pipeline | None, 
         n = len(kb.pending)
         st.info(f"{n} new file{'s' if n > 1 else ''} in the folder: rebuild to index {'them' if n > 1 else 'it'}.")
     upload(settings)
-    rebuild(settings, pipeline)
+    builds.rebuild(settings)
 
 
 def files_list(kb: state.KnowledgeBase) -> None:
@@ -140,64 +131,6 @@ def upload(settings: Settings) -> None:
         st.rerun()
     for kind, note in ss.upload_notes:
         getattr(st, kind)(note)
-
-
-def rebuild(settings: Settings, pipeline: crag.pipeline.Pipeline | None) -> None:
-    ss = st.session_state
-    full = st.toggle(
-        "Full rebuild",
-        key="full_rebuild",
-        help="Re-read and re-embed every file, not only new and changed ones. "
-        "Use it after changing the parser or the embedding model.",
-    )
-    clicked = st.button(
-        "Rebuild knowledge base", type="primary", icon=":material/refresh:", key="rebuild", width="stretch"
-    )
-    if clicked or ss.pop("build_now", False):
-        run_build(settings, pipeline, full)
-    build_result()
-
-
-def run_build(settings: Settings, pipeline: crag.pipeline.Pipeline | None, full: bool) -> None:
-    st.session_state.upload_notes = []  # "click Rebuild" is done
-    bar = st.progress(0.0, text="Starting the build…")
-    shown = [0.0]
-
-    def on_progress(p: Progress) -> None:
-        shown[0] = max(shown[0], p.fraction)  # a bar that goes back looks broken
-        bar.progress(shown[0], text=progress_text(p))
-
-    try:
-        report = state.build(settings, pipeline, full, on_progress)
-    except CragError as exc:
-        st.session_state.build = {"error": str(exc)}
-    except Exception as exc:  # noqa: BLE001 - a build bug must not take the page down
-        st.session_state.build = {
-            "error": (
-                f"The build failed ({type(exc).__name__}: {md_escape(str(exc))}). The previous knowledge base "
-                f"still answers. Check the files in {md_escape(str(settings.files_dir))} and rebuild; "
-                "`python -m crag index` in a terminal runs the same build and prints the details."
-            )
-        }
-    else:
-        st.session_state.build = {"report": report, "full": full}
-    st.rerun()  # redraw the status above with the new index
-
-
-def build_result() -> None:
-    build = st.session_state.build
-    if not build:
-        return
-    if "error" in build:
-        st.error(f"**The knowledge base was not rebuilt.** {build['error']}")
-        return
-    report = build["report"]
-    failed = [f for f in report.files if f.status == "failed"]
-    summary = build_summary((f.status for f in report.files), report.total_chunks, report.seconds)
-    what = "Rebuilt from scratch" if build["full"] else "Updated"
-    (st.warning if failed else st.success)(f"{what}: {summary}.", icon="⚠️" if failed else "✅")
-    for f in failed:
-        st.error(f"**{md_escape(f.file)}** was not indexed: {no_images(f.error)}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,12 +2,19 @@
 
 ``crag`` is reached through module attributes (``crag.ingest.sync``, ``Pipeline.from_settings``,
 ``crag.models.ollama_health``) at call time, so tests can swap any piece for a fake.
+
+What outlives a session lives in the process: the build job runner (a build goes on through reruns,
+reloads and other sessions, which all see it) and the conversation store (SQLite beside the index).
+The open conversation is in the page's URL (``?chat=``), so a reload reopens it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import tempfile
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import streamlit as st
@@ -18,10 +25,11 @@ import crag.pipeline
 import crag.retriever
 import crag.store
 from crag.config import Settings, load_settings
+from crag.conversations import Conversations
 from crag.errors import CragError
-from crag.ingest import SyncReport
+from crag.jobs import Builds
 from crag.store import Generation
-from crag.types import FileResult, OnProgress
+from crag.types import FileResult
 
 # Widget keys of the answer settings: per-question options for this session, on top of the environment's.
 TOP_K, THRESHOLDS, WEB, EVALUATOR, ANSWER_MODE = "set_top_k", "set_thresholds", "set_web", "set_evaluator", "set_answer"
@@ -29,23 +37,48 @@ TOP_K, THRESHOLDS, WEB, EVALUATOR, ANSWER_MODE = "set_top_k", "set_thresholds", 
 
 def init() -> None:
     ss = st.session_state
-    ss.setdefault("messages", [])  # {"id", "role", "content", "answer": Answer | None, "error": str}
-    ss.setdefault("next_id", 0)
     ss.setdefault("uploader", 0)  # the uploader's key suffix: a new key empties it after a save
     ss.setdefault("upload_notes", [])  # (kind, message) of the last upload
-    ss.setdefault("build", None)  # the last build: {"report": SyncReport} or {"error": str}
+    ss.setdefault("build_error", "")  # why the last click on Rebuild started nothing
 
 
-def add_message(role: str, content: str, answer: Any = None, error: str = "") -> dict[str, Any]:
-    ss = st.session_state
-    message = {"id": ss.next_id, "role": role, "content": content, "answer": answer, "error": error}
-    ss.next_id += 1
-    ss.messages.append(message)
-    return message
+# ---------------------------------------------------------------------------------------------
+# Conversations
+
+
+@st.cache_resource
+def _conversations(path: str) -> Conversations:
+    return Conversations(Path(path))
+
+
+def conversations(settings: Settings) -> Conversations:
+    """The store every session shares. Raises ``HistoryUnavailable`` when it cannot be written."""
+    return _conversations(str(settings.chroma_dir / "conversations.sqlite3"))
+
+
+def temporary_conversations() -> Conversations:
+    """Where conversations go while the index folder cannot be written: lost when the machine restarts."""
+    return _conversations(str(Path(tempfile.gettempdir()) / f"crag-conversations-{os.getuid()}.sqlite3"))
+
+
+def current_chat(store: Conversations) -> str | None:
+    """The open conversation (from the URL), or None for a new one not saved yet."""
+    chat = st.query_params.get("chat")
+    if chat and store.get(chat) is None:  # deleted, or a stale link
+        del st.query_params["chat"]
+        return None
+    return chat or None
+
+
+def open_chat(chat: str | None) -> None:
+    if chat:
+        st.query_params["chat"] = chat
+    elif "chat" in st.query_params:
+        del st.query_params["chat"]
 
 
 def new_chat() -> None:
-    st.session_state.messages = []
+    open_chat(None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -90,10 +123,16 @@ def _pipeline(key: str, _settings: Settings) -> crag.pipeline.Pipeline:
     return crag.pipeline.Pipeline.from_settings(_settings)
 
 
+# The pipelines this process has loaded: an incremental build embeds with the one that answers, rather
+# than load the same model a second time.
+_loaded: dict[str, crag.pipeline.Pipeline] = {}
+
+
 def pipeline(settings: Settings) -> tuple[crag.pipeline.Pipeline | None, str]:
     """The pipeline, or None and a message that says what to do. A failure is not cached: the next run retries."""
     try:
-        return _pipeline(_key(settings), settings), ""
+        loaded = _loaded[_key(settings)] = _pipeline(_key(settings), settings)
+        return loaded, ""
     except CragError as exc:
         return None, str(exc)
     except Exception as exc:  # noqa: BLE001 - the page stays up whatever the model layer raises
@@ -106,6 +145,41 @@ def pipeline(settings: Settings) -> tuple[crag.pipeline.Pipeline | None, str]:
 def forget_pipeline() -> None:
     """Rebuild the pipeline on the next run: after a model pull, or an index built with another embedder."""
     _pipeline.clear()
+    _loaded.clear()
+
+
+def reopen_if_rebuilt(settings: Settings, pipeline: crag.pipeline.Pipeline | None) -> bool:
+    """A full rebuild may move the index to another embedder: then the pipeline opens it anew."""
+    try:
+        active = crag.store.Store(settings.chroma_dir).active()
+    except CragError:
+        return False
+    if pipeline is not None and active is not None and active.embedder != pipeline.retriever.embedder.name:
+        forget_pipeline()
+        return True
+    return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Builds: background jobs of the process
+
+
+@st.cache_resource
+def _builds(key: str, _settings: Settings) -> Builds:
+    def embedder_for(rebuild: bool) -> crag.models.Embedder:
+        # An incremental build keeps the index's embedder, already loaded by the pipeline; a full rebuild
+        # chooses afresh, which is how an index moves to Ollama's bge-m3 once it is pulled.
+        loaded = _loaded.get(key)
+        if loaded is not None and not rebuild:
+            return loaded.retriever.embedder
+        return crag.retriever.index_embedder(_settings, rebuild)
+
+    return Builds(_settings, embedder_for, lambda embedder: None)
+
+
+def builds(settings: Settings) -> Builds:
+    """The one job runner of this process for these settings: every session sees its builds."""
+    return _builds(_key(settings), settings)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,21 +242,3 @@ def knowledge_base(settings: Settings) -> KnowledgeBase:
     kb.files += [FileResult(name, "new") for name in sorted(on_disk - known)]
     kb.files.sort(key=lambda f: f.file.lower())
     return kb
-
-
-def build(
-    settings: Settings, pipeline: crag.pipeline.Pipeline | None, full: bool, on_progress: OnProgress
-) -> SyncReport:
-    """Sync the index with the files folder. Raises ``CragError`` (e.g. another build runs) and whatever breaks.
-
-    An incremental build embeds with the embedder the index already uses. A full rebuild chooses
-    afresh, so it is where the index moves to a better embedder (say Ollama's bge-m3 once pulled).
-    """
-    if pipeline is not None and not full:
-        embedder = pipeline.retriever.embedder  # already loaded, and the one the index was built with
-    else:
-        embedder = crag.retriever.index_embedder(settings, rebuild=full)
-    report = crag.ingest.sync(settings, embedder, rebuild=full, on_progress=on_progress)
-    if pipeline is not None and embedder.name != pipeline.retriever.embedder.name:
-        forget_pipeline()  # the next question opens the index with the embedder it was built with
-    return report

@@ -182,15 +182,6 @@ def built_at(stamp: str) -> str:
         return stamp
 
 
-def pages_label(pages: Iterable[int]) -> str:
-    pages = sorted(set(pages))
-    if not pages:
-        return ""
-    if len(pages) == 1:
-        return f"page {pages[0]}"
-    return f"pages {pages[0]}–{pages[-1]}"
-
-
 def human_bytes(n: int) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":

@@ -116,7 +116,7 @@ class BuildReportOut(BaseModel):
 
 class JobOut(BaseModel):
     job: str
-    state: Literal["running", "done", "failed"]
+    state: Literal["running", "done", "failed", "cancelled"]
     rebuild: bool
     started_at: str
     finished_at: str | None

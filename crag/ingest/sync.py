@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from crag.config import Settings
-from crag.errors import CragError
+from crag.errors import BuildCancelled, CragError
 from crag.ingest.base import Parser, PDFError
 from crag.ingest.chunking import chunk_blocks
 from crag.models import Embedder, count_tokens
@@ -232,6 +232,8 @@ def _index_file(
     report(Progress("parsing", name, index, count))
     try:
         parsed = parser.parse(path, on_page=on_page)
+    except BuildCancelled:
+        raise  # the whole build stops; it is not this file's failure
     except Exception as exc:  # noqa: BLE001 - a parser bug on one file must not stop the build
         error = str(exc) if isinstance(exc, PDFError) else f"{name}: could not be parsed ({type(exc).__name__}: {exc})"
         failed = FileResult(

@@ -1,0 +1,200 @@
+"""Conversations, kept across reloads and restarts: SQLite beside the index.
+
+Every answer is stored with its trace, so the action, how it was made and its sources show again after a
+restart. Each write is one transaction. An answer is written when it starts (marked incomplete) and
+again when it ends, so a crash mid-answer leaves the partial answer, marked incomplete, not a question
+without a reply.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import TypeAdapter
+
+from crag.errors import CragError
+from crag.text import pages_label
+from crag.types import Answer
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id TEXT PRIMARY KEY,
+    title TEXT NOT NULL,
+    created REAL NOT NULL,
+    updated REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+    content TEXT NOT NULL,
+    answer TEXT,
+    complete INTEGER NOT NULL DEFAULT 1,
+    error TEXT NOT NULL DEFAULT '',
+    created REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages (conversation, id);
+"""
+TITLE_CHARS = 60
+_ANSWER = TypeAdapter(Answer)
+
+
+@dataclass(frozen=True)
+class Conversation:
+    id: str
+    title: str
+    created: float
+    updated: float
+
+
+@dataclass(frozen=True)
+class Message:
+    id: int
+    role: str  # "user" | "assistant"
+    content: str
+    answer: Answer | None = None  # with its trace, for the expander and the sources
+    complete: bool = True
+    error: str = ""
+
+
+class HistoryUnavailable(CragError):
+    """The conversation store cannot be used."""
+
+
+def title_of(question: str) -> str:
+    """A conversation's first title: its first question, shortened."""
+    text = " ".join(question.split())
+    return text if len(text) <= TITLE_CHARS else text[: TITLE_CHARS - 1].rstrip() + "…"
+
+
+class Conversations:
+    """The conversation store in ``path`` (a SQLite file), shared by every session of the app."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with self._connect() as db:
+                db.executescript(SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            # A damaged file is kept aside, never deleted: what it holds may still be recovered.
+            aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+            path.replace(aside)
+            with self._connect() as db:
+                db.executescript(SCHEMA)
+            self.recovered = f"The chat history in {path} was damaged ({exc}); it was kept as {aside.name}."
+        except OSError as exc:
+            raise HistoryUnavailable(
+                f"The chat history cannot be stored in {path.parent} ({exc.strerror}): "
+                "fix the folder's permissions or set CRAG_CHROMA_DIR to a writable folder."
+            ) from None
+        else:
+            self.recovered = ""
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        """One transaction: committed whole, or rolled back whole."""
+        db = sqlite3.connect(self.path, timeout=10)
+        try:
+            db.execute("PRAGMA foreign_keys = ON")
+            db.execute("PRAGMA journal_mode = WAL")  # readers never wait for the writer
+            with db:
+                yield db
+        finally:
+            db.close()
+
+    def create(self, title: str = "New chat") -> Conversation:
+        now = time.time()
+        conversation = Conversation(uuid.uuid4().hex, title, now, now)
+        with self._connect() as db:
+            db.execute("INSERT INTO conversations VALUES (?, ?, ?, ?)", (conversation.id, title, now, now))
+        return conversation
+
+    def list(self) -> list[Conversation]:
+        """Most recently active first."""
+        with self._connect() as db:
+            rows = db.execute("SELECT id, title, created, updated FROM conversations ORDER BY updated DESC").fetchall()
+        return [Conversation(*row) for row in rows]
+
+    def get(self, conversation: str) -> Conversation | None:
+        with self._connect() as db:
+            row = db.execute("SELECT id, title, created, updated FROM conversations WHERE id = ?", (conversation,))
+            found = row.fetchone()
+        return Conversation(*found) if found else None
+
+    def rename(self, conversation: str, title: str) -> None:
+        title = " ".join(title.split())[:200]
+        if title:
+            with self._connect() as db:
+                db.execute("UPDATE conversations SET title = ? WHERE id = ?", (title, conversation))
+
+    def delete(self, conversation: str) -> None:
+        with self._connect() as db:
+            db.execute("DELETE FROM conversations WHERE id = ?", (conversation,))
+
+    def messages(self, conversation: str) -> list[Message]:
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT id, role, content, answer, complete, error FROM messages WHERE conversation = ? ORDER BY id",
+                (conversation,),
+            ).fetchall()
+        return [
+            Message(id_, role, content, _ANSWER.validate_json(answer) if answer else None, bool(complete), error)
+            for id_, role, content, answer, complete, error in rows
+        ]
+
+    def add(
+        self,
+        conversation: str,
+        role: str,
+        content: str,
+        answer: Answer | None = None,
+        complete: bool = True,
+        error: str = "",
+    ) -> int:
+        """A message at the end of the conversation; its id."""
+        now = time.time()
+        with self._connect() as db:
+            cursor = db.execute(
+                "INSERT INTO messages (conversation, role, content, answer, complete, error, created) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (conversation, role, content, _dump(answer), int(complete), error, now),
+            )
+            db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation))
+            return int(cursor.lastrowid)
+
+    def update(
+        self, message: int, content: str, answer: Answer | None = None, complete: bool = True, error: str = ""
+    ) -> None:
+        with self._connect() as db:
+            db.execute(
+                "UPDATE messages SET content = ?, answer = ?, complete = ?, error = ? WHERE id = ?",
+                (content, _dump(answer), int(complete), error, message),
+            )
+
+
+def _dump(answer: Answer | None) -> str | None:
+    return _ANSWER.dump_json(answer).decode() if answer is not None else None
+
+
+def answer_markdown(question: str, answer: Answer) -> str:
+    """One answer as Markdown, with its sources: to keep or to share."""
+    lines = [f"## {question}", "", answer.text, ""]
+    cited = answer.cited_sources or answer.sources
+    if cited:
+        lines += ["### Sources" if answer.cited_sources else "### Given to the model, not cited", ""]
+        for s in cited:
+            where = f"{s.file}, {pages_label(s.pages)}" if s.kind == "local" else f"{s.title or s.url} <{s.url}>"
+            lines.append(f"[{s.n}] {where}: “{s.snippet}”")
+        lines.append("")
+    made = [answer.kind.value, answer.backend, answer.model]
+    if answer.action is not None:
+        made.insert(0, f"CRAG action: {answer.action.value}")
+    lines.append(f"*{' · '.join(made)}*")
+    return "\n".join(lines) + "\n"

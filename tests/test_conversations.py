@@ -1,0 +1,101 @@
+"""Conversations in SQLite: kept across restarts with their traces, atomic, and never lost to a damaged file."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from crag.conversations import Conversations, answer_markdown, title_of
+from crag.types import Action, Answer, AnswerKind, ScoredChunk, Source, TermCheck, Trace
+from tests.fakes import chunk
+
+
+def answer(text: str = "“The widget needs two cores.” [1]", complete: bool = True) -> Answer:
+    c = chunk("The widget needs two cores.")
+    trace = Trace(
+        question="How many cores?",
+        standalone_question="How many cores?",
+        action=Action.CORRECT,
+        retrieved=(ScoredChunk(c, 0.9, "similarity"),),
+        thresholds=(-0.8, 0.55),
+        terms=TermCheck(("widget",)),
+    )
+    source = Source(1, "local", c.text, file="manual.pdf", pages=(1,), chunk_ids=(c.id,), bboxes=c.bboxes)
+    return Answer(text, "embedded", "SmolLM2", (source,), trace, complete, "", AnswerKind.EVIDENCE)
+
+
+def test_a_conversation_and_its_answers_survive_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "chroma_db" / "conversations.sqlite3"
+    store = Conversations(path)
+    conversation = store.create(title_of("How many cores does the widget need?"))
+    store.add(conversation.id, "user", "How many cores does the widget need?")
+    store.add(conversation.id, "assistant", answer().text, answer())
+
+    reopened = Conversations(path)  # a new process, after a restart
+    assert [c.title for c in reopened.list()] == ["How many cores does the widget need?"]
+    user, assistant = reopened.messages(conversation.id)
+    assert (user.role, user.content, user.answer) == ("user", "How many cores does the widget need?", None)
+    assert assistant.answer == answer(), "the trace comes back whole: the expander and the sources render again"
+
+
+def test_a_crash_mid_answer_leaves_the_partial_answer_marked_incomplete(tmp_path: Path) -> None:
+    store = Conversations(tmp_path / "c.sqlite3")
+    conversation = store.create()
+    store.add(conversation.id, "user", "How many cores?")
+    message = store.add(conversation.id, "assistant", "The widget needs", complete=False)
+    # ... the process dies here ...
+    [_, partial] = Conversations(tmp_path / "c.sqlite3").messages(conversation.id)
+    assert (partial.content, partial.complete) == ("The widget needs", False)
+    store.update(message, "The widget needs two cores [1].", answer(), complete=True)
+    assert store.messages(conversation.id)[1].complete is True
+
+
+def test_rename_delete_and_order(tmp_path: Path) -> None:
+    store = Conversations(tmp_path / "c.sqlite3")
+    first, second = store.create("first"), store.create("second")
+    store.add(first.id, "user", "newer activity")
+    assert [c.title for c in store.list()] == ["first", "second"], "the most recently active first"
+    store.rename(second.id, "  renamed\n chat ")
+    store.rename(second.id, "   ")  # an empty title is not a title
+    assert store.get(second.id).title == "renamed chat"
+    store.delete(first.id)
+    assert [c.id for c in store.list()] == [second.id] and store.messages(first.id) == []
+
+
+def test_a_damaged_file_is_kept_aside_and_a_new_one_started(tmp_path: Path) -> None:
+    path = tmp_path / "c.sqlite3"
+    path.write_bytes(b"this is not a database, it is " * 100)
+    store = Conversations(path)
+    assert "damaged" in store.recovered and store.list() == []
+    [aside] = tmp_path.glob("c.sqlite3.damaged-*")
+    assert aside.read_bytes().startswith(b"this is not a database"), "nothing is lost"
+
+
+def test_writers_in_several_threads_lose_nothing(tmp_path: Path) -> None:
+    store = Conversations(tmp_path / "c.sqlite3")
+    conversation = store.create()
+
+    def write(n: int) -> None:
+        for i in range(20):
+            store.add(conversation.id, "user", f"{n}-{i}")
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(store.messages(conversation.id)) == 80
+
+
+def test_an_answer_exports_as_markdown_with_its_sources() -> None:
+    text = answer_markdown("How many cores?", answer())
+    assert text.startswith("## How many cores?\n\n“The widget needs two cores.” [1]")
+    assert "### Sources" in text and "[1] manual.pdf, page 1: “The widget needs two cores.”" in text
+    assert "CRAG action: correct · evidence · embedded · SmolLM2" in text
+    uncited = answer_markdown("How many cores?", Answer("Two.", "ollama", "qwen3", answer().sources))
+    assert "### Given to the model, not cited" in uncited
+
+
+def test_titles_are_short() -> None:
+    assert title_of("  How   many\ncores? ") == "How many cores?"
+    assert len(title_of("x" * 500)) == 60 and title_of("x" * 500).endswith("…")

@@ -1,0 +1,103 @@
+"""Rebuilding the knowledge base from the sidebar, as a background job of the process.
+
+The build runs in its own thread (``crag.jobs``), not in this page's script: a click, a question or a
+reload reruns the page and leaves the build alone. Every session sees the build of the process; a
+fragment refreshes its progress every second, and the page redraws when it ends.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from crag.config import Settings
+from crag.errors import CragError
+from crag.jobs import Job
+from ui import state
+from ui.text import build_summary, md_escape, no_images, progress_text
+
+REFRESH_RUNNING = 1.0  # seconds between two looks at a running build
+REFRESH_IDLE = 5.0  # between two looks for a build another session started
+
+
+def rebuild(settings: Settings) -> None:
+    """The Rebuild button (off while a build runs), and the build's status under it."""
+    ss = st.session_state
+    runner = state.builds(settings)
+    running = runner.running is not None
+    full = st.toggle(
+        "Full rebuild",
+        key="full_rebuild",
+        help="Re-read and re-embed every file, not only new and changed ones. "
+        "Use it after changing the parser or the embedding model.",
+    )
+    clicked = st.button(
+        "Rebuild knowledge base",
+        type="primary",
+        icon=":material/refresh:",
+        key="rebuild",
+        width="stretch",
+        disabled=running,
+        help="A build is running: its progress is below." if running else None,
+    )
+    if (clicked or ss.pop("build_now", False)) and not running:
+        start(settings, full)
+    if ss.build_error:
+        st.error(f"**The knowledge base was not rebuilt.** {ss.build_error}")
+    ss.build_seen = seen(runner.latest)  # what this whole page is drawn with; the fragment watches for changes
+    st.fragment(status, run_every=REFRESH_RUNNING if runner.running else REFRESH_IDLE)(settings)
+
+
+def seen(job: Job | None) -> tuple[str, str] | None:
+    return (job.id, job.state) if job else None
+
+
+def start(settings: Settings, full: bool) -> None:
+    ss = st.session_state
+    ss.upload_notes = []  # "click Rebuild" is done
+    ss.build_error = ""
+    try:
+        state.builds(settings).start(full)
+    except CragError as exc:  # another build (here or in another process), an unwritable folder
+        ss.build_error = md_escape(str(exc))
+        return
+    st.rerun()  # the page as it is while a build runs: the button off, the progress on
+
+
+def status(settings: Settings) -> None:
+    """The latest build of the process: progress and Cancel while it runs, its outcome once it ended.
+
+    A change (a build started elsewhere, a build ended) redraws the whole page: the knowledge base's
+    figures, the Rebuild button, the chat's notice.
+    """
+    ss = st.session_state
+    runner = state.builds(settings)
+    job = runner.latest
+    if seen(job) != ss.get("build_seen"):
+        st.rerun()  # the whole page
+    if job is None:
+        return
+    if job.state == "running":
+        st.progress(job.progress.fraction, text=progress_text(job.progress))
+        if st.button("Cancel the build", key="cancel_build", icon=":material/stop_circle:", width="stretch"):
+            runner.cancel(job.id)
+            st.caption("Cancelling: the build stops at its next step; the current knowledge base keeps answering.")
+        else:
+            st.caption("Questions are answered from the current knowledge base until the build is done.")
+        return
+    outcome(job)
+
+
+def outcome(job: Job) -> None:
+    what = "Rebuilt from scratch" if job.rebuild else "Updated"
+    if job.state == "cancelled":
+        st.info(job.error, icon=":material/stop_circle:")
+    elif job.state == "failed":
+        detail = f" ({md_escape(job.detail)})" if job.detail else ""
+        st.error(f"**The knowledge base was not rebuilt.** {no_images(job.error)}{detail}")
+    elif job.report is not None:
+        report = job.report
+        failed = [f for f in report.files if f.status == "failed"]
+        summary = build_summary((f.status for f in report.files), report.total_chunks, report.seconds)
+        (st.warning if failed else st.success)(f"{what}: {summary}.", icon="⚠️" if failed else "✅")
+        for f in failed:
+            st.error(f"**{md_escape(f.file)}** was not indexed: {no_images(f.error)}")

@@ -1,0 +1,63 @@
+"""The sidebar's conversations: a new chat, the saved ones to reopen, rename or delete."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from crag.config import Settings
+from crag.conversations import Conversations, HistoryUnavailable
+from ui import state
+from ui.text import md_escape
+
+SHOWN = 30  # conversations listed; the rest stay stored
+
+
+def render(settings: Settings) -> tuple[Conversations, str | None]:
+    """The list in the sidebar; returns the store and the open conversation (None: a new, unsaved chat)."""
+    st.button(
+        "New chat",
+        icon=":material/add_comment:",
+        key="new_chat",
+        on_click=state.new_chat,
+        width="stretch",
+        help="Start a new conversation. The others are kept below; the knowledge base is not touched.",
+    )
+    try:
+        store = state.conversations(settings)
+    except HistoryUnavailable as exc:
+        store = state.temporary_conversations()
+        st.warning(f"{md_escape(str(exc))} Until then conversations are kept in {md_escape(str(store.path))}.")
+    if store.recovered:
+        st.warning(md_escape(store.recovered))
+    current = state.current_chat(store)
+    chats = store.list()
+    if chats:
+        with st.expander(f"Conversations ({len(chats)})", expanded=True, icon=":material/forum:"):
+            for chat in chats[:SHOWN]:
+                st.button(
+                    chat.title,
+                    key=f"chat-{chat.id}",
+                    type="secondary" if chat.id == current else "tertiary",
+                    icon=":material/chat:" if chat.id == current else None,
+                    on_click=state.open_chat,
+                    args=(chat.id,),
+                    width="stretch",
+                )
+            if current is not None:
+                manage(store, current)
+    return store, current
+
+
+def manage(store: Conversations, current: str) -> None:
+    chat = store.get(current)
+    if chat is None:
+        return
+    with st.popover("Rename or delete this chat", icon=":material/edit:", width="stretch"):
+        title = st.text_input("Title", value=chat.title, key=f"title-{chat.id}", max_chars=200)
+        if st.button("Rename", key=f"rename-{chat.id}", icon=":material/edit:") and title.strip():
+            store.rename(chat.id, title)
+            st.rerun()
+        if st.button("Delete this chat", key=f"delete-{chat.id}", icon=":material/delete:", type="primary"):
+            store.delete(chat.id)
+            state.new_chat()
+            st.rerun()
