@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+import crag.websearch.fetch as fetch_module
 from crag.types import WebResult
 from crag.websearch import fetch_main_text, fetch_pages
 
@@ -45,6 +46,7 @@ HTML_TAG = re.compile(r"<[a-zA-Z/!][^>]*>")
 class Pages:
     url: str
     requests: list[str] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
 
 
 @pytest.fixture
@@ -71,9 +73,19 @@ def pages() -> Iterator[Pages]:
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             state.requests.append(self.path)
+            state.headers.append(dict(self.headers))
             if self.path == "/redirect":
                 self.send_response(302)
                 self.send_header("Location", "/article")
+                self.end_headers()
+            elif self.path.startswith("/hops/"):  # /hops/n: n redirects before the article
+                hops = int(self.path.rsplit("/", 1)[1])
+                self.send_response(301)
+                self.send_header("Location", f"/hops/{hops - 1}" if hops > 1 else "/article")
+                self.end_headers()
+            elif self.path == "/redirect-file":
+                self.send_response(302)
+                self.send_header("Location", "file:///etc/passwd")
                 self.end_headers()
             elif self.path == "/huge-nolength":
                 # No Content-Length: the client only learns the size by reading.
@@ -168,6 +180,36 @@ def test_private_addresses_are_refused_by_default(pages: Pages) -> None:
     assert fetch_main_text(pages.url + "/article", timeout=5) == ""
     assert fetch_main_text(pages.url.replace("127.0.0.1", "localhost") + "/article", timeout=5) == ""
     assert pages.requests == []
+
+
+def test_the_request_asks_for_html_without_compression(pages: Pages) -> None:
+    fetch(pages.url + "/article")
+    assert pages.headers[0]["Accept-Encoding"] == "identity"
+    assert pages.headers[0]["User-Agent"].startswith("Mozilla/5.0 (compatible; crag-kb/")
+    assert pages.headers[0]["Accept"].startswith("text/html")
+
+
+def test_at_most_five_redirects_are_followed(pages: Pages) -> None:
+    assert "Camellia sinensis" in fetch(pages.url + "/hops/5")
+    pages.requests.clear()
+    assert fetch(pages.url + "/hops/6") == ""
+    assert pages.requests == ["/hops/6", "/hops/5", "/hops/4", "/hops/3", "/hops/2", "/hops/1"]
+
+
+def test_every_redirect_target_is_checked_before_it_is_asked(pages: Pages, monkeypatch: pytest.MonkeyPatch) -> None:
+    checked: list[str] = []
+    real_check = fetch_module._check_url
+
+    def check(url: str, allow_private: bool) -> None:
+        checked.append(url)
+        real_check(url, allow_private=len(checked) == 1)  # the page found is let in; where it sends us is not
+
+    monkeypatch.setattr(fetch_module, "_check_url", check)
+    assert fetch_main_text(pages.url + "/redirect", timeout=5) == ""
+    assert checked == [pages.url + "/redirect", pages.url + "/article"]
+    assert pages.requests == ["/redirect"]  # 127.0.0.1 is not public: the target was never asked
+
+    assert fetch(pages.url + "/redirect-file") == ""  # not http(s), even with private addresses allowed
 
 
 def test_fetch_pages_fills_the_top_results_and_keeps_order(pages: Pages, closed_port_url: str) -> None:

@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import http.client
 import ipaddress
 import logging
 import socket
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
+import httpx
 import trafilatura
 
 from crag.types import WebResult
@@ -30,6 +28,13 @@ DEFAULT_MAX_BYTES = 2_000_000  # an article's HTML is rarely over 1 MB; bigger i
 USER_AGENT = "Mozilla/5.0 (compatible; crag-kb/0.1; fetches pages found by a web search for a local PDF chat)"
 MIN_TEXT_CHARS = 20  # letters and digits; about four English words or one short Chinese sentence
 HTML_TYPES = ("text/html", "application/xhtml+xml")
+MAX_REDIRECTS = 5
+_HEADERS = {
+    "User-Agent": USER_AGENT,
+    "Accept": "text/html,application/xhtml+xml;q=0.9",
+    "Accept-Language": "en,zh;q=0.8",
+    "Accept-Encoding": "identity",  # no decompression bombs, and max_bytes caps the real size
+}
 
 
 class _Blocked(Exception):
@@ -54,55 +59,40 @@ def _check_url(url: str, allow_private: bool) -> None:
             raise _Blocked(f"{parts.hostname} resolves to the non-public address {address}")
 
 
-class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
-    """Re-checks every redirect target, so a public page cannot bounce the fetch to a private address."""
-
-    max_redirections = 5
-
-    def __init__(self, allow_private: bool) -> None:
-        self.allow_private = allow_private
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]  # stdlib's
-        try:
-            _check_url(newurl, self.allow_private)
-        except _Blocked as exc:
-            raise urllib.error.HTTPError(newurl, code, f"redirect refused: {exc}", headers, fp) from None
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
-
-
 def _download(url: str, timeout: float, max_bytes: int, allow_private: bool) -> tuple[bytes, str | None] | None:
-    """The body and declared charset of an HTML page, or None when it is not a small HTML page."""
-    _check_url(url, allow_private)
-    opener = urllib.request.build_opener(_CheckedRedirects(allow_private))
-    request = urllib.request.Request(
-        url,
-        headers={
-            "User-Agent": USER_AGENT,
-            "Accept": "text/html,application/xhtml+xml;q=0.9",
-            "Accept-Language": "en,zh;q=0.8",
-            "Accept-Encoding": "identity",  # no decompression bombs, and max_bytes caps the real size
-        },
-    )
-    # urllib's timeout bounds each socket operation; the deadline bounds a server that drips bytes.
+    """The body and declared charset of an HTML page, or None when it is not a small HTML page.
+
+    Redirects are followed here rather than by httpx, so every target is checked before it is asked (a public
+    page cannot bounce the fetch to a private address) and a redirect's own body is never read.
+    """
+    # httpx's timeout bounds each socket operation; the deadline bounds the whole fetch (a server that drips bytes).
     deadline = time.monotonic() + timeout
-    with opener.open(request, timeout=timeout) as response:
-        if response.headers.get_content_type() not in HTML_TYPES:
-            return None
-        declared = response.headers.get("Content-Length")
-        if declared and declared.isdigit() and int(declared) > max_bytes:
-            return None
-        body = bytearray()
-        while len(body) <= max_bytes:
+    with httpx.Client(headers=_HEADERS, timeout=timeout) as client:
+        for _ in range(1 + MAX_REDIRECTS):
+            _check_url(url, allow_private)
             if time.monotonic() > deadline:
                 return None
-            # read1 returns what has arrived; read(n) would block until n bytes and outlive the deadline.
-            piece = response.read1(min(65536, max_bytes + 1 - len(body)))
-            if not piece:
-                break
-            body += piece
-        if len(body) > max_bytes:
+            with client.stream("GET", url) as response:
+                if response.next_request is None:
+                    return _read_html(response, max_bytes, deadline)
+                url = str(response.next_request.url)
+    return None  # too many redirects
+
+
+def _read_html(response: httpx.Response, max_bytes: int, deadline: float) -> tuple[bytes, str | None] | None:
+    content_type = response.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
+    if not response.is_success or content_type not in HTML_TYPES:
+        return None
+    declared = response.headers.get("Content-Length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        return None
+    body = bytearray()
+    # iter_raw yields what has arrived, as sent: nothing is decompressed, so max_bytes caps the real size.
+    for piece in response.iter_raw():
+        body += piece
+        if len(body) > max_bytes or time.monotonic() > deadline:
             return None
-        return bytes(body), response.headers.get_content_charset()
+    return bytes(body), response.charset_encoding
 
 
 def _extract(body: bytes, charset: str | None, url: str) -> str:
@@ -149,7 +139,8 @@ def fetch_main_text(
     """
     try:
         page = _download(url, timeout, max_bytes, allow_private)
-    except (_Blocked, urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
+    except (_Blocked, httpx.HTTPError, httpx.InvalidURL, OSError, ValueError, ImportError) as exc:
+        # ImportError: httpx wants the socksio package when ALL_PROXY or HTTPS_PROXY is a socks:// proxy.
         logger.info("not fetching %s: %r", url, exc)
         return ""
     if page is None:
