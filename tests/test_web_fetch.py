@@ -16,7 +16,7 @@ import pytest
 
 import crag.websearch.fetch as fetch_module
 from crag.types import WebResult
-from crag.websearch import fetch_main_text, fetch_pages
+from crag.websearch import FETCH_TIMEOUT, fetch_main_text, fetch_pages
 
 pytestmark = pytest.mark.reliability  # junk pages, slow servers, private addresses
 
@@ -210,6 +210,15 @@ def test_every_redirect_target_is_checked_before_it_is_asked(pages: Pages, monke
     assert pages.requests == ["/redirect"]  # 127.0.0.1 is not public: the target was never asked
 
     assert fetch(pages.url + "/redirect-file") == ""  # not http(s), even with private addresses allowed
+
+
+def test_fetch_pages_caps_the_timeout_at_the_page_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    timeouts: list[float] = []
+    monkeypatch.setattr(fetch_module, "fetch_main_text", lambda url, timeout, *a, **k: timeouts.append(timeout) or "")
+    results = [WebResult(title="a", url="https://example.org/a", snippet="s")]
+    fetch_pages(results, timeout=120)  # the model timeout, which Pipeline.search_web passes
+    fetch_pages(results, timeout=2)
+    assert timeouts == [FETCH_TIMEOUT, 2] and FETCH_TIMEOUT == 10
 
 
 def test_fetch_pages_fills_the_top_results_and_keeps_order(pages: Pages, closed_port_url: str) -> None:

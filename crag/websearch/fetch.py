@@ -160,7 +160,10 @@ def fetch_pages(
     """``results`` with ``text`` filled in for the first ``top_n``, fetched concurrently.
 
     A page that cannot be fetched keeps an empty ``text``; the snippet still stands. Order is kept.
+    ``timeout`` is capped at ``FETCH_TIMEOUT``: callers pass their own (the model's 120 s), and a page that
+    takes longer than a few seconds is not worth holding an answer for.
     """
+    timeout = min(timeout, FETCH_TIMEOUT)
     todo = [i for i, r in enumerate(results[: max(0, top_n)]) if not r.text]
     out = list(results)
     if not todo:
