@@ -41,6 +41,10 @@ class CachedSearcher(Searcher):
     One JSON file per (normalised query, max_results). Files that cannot be read or parsed are treated as
     missing. Writes go to a temporary file that is renamed over the entry, so a reader never sees half a
     file. Empty answers are not stored: with ddgs a silent rate limit also looks like "no results".
+
+    Not diskcache (installed only as llama-cpp-python's dependency): it would save about 30 lines, but it
+    unpickles what a foreign ``cache.db`` holds where these files are only ever parsed as JSON, an injected
+    clock still needs the entry's own time, and one corrupt database would drop every entry, not one.
     """
 
     VERSION = 1

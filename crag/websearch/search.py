@@ -145,6 +145,8 @@ class DDGSearcher(Searcher):
         query = " ".join(query.split())
         if not query or max_results < 1:
             return []
+        # A loop, not tenacity: the bound is on the time spent sleeping (not the clock, which also counts slow
+        # searches) and the final reason comes from the same _classify; tenacity took 12 more lines for that.
         delay, waited = self.backoff, 0.0
         for attempt in range(1, self.attempts + 1):
             try:
