@@ -25,6 +25,7 @@ from crag.models import Embedder, embedded_chat
 from crag.pipeline import Pipeline
 from crag.retriever import Retriever
 from crag.store import Store
+from crag.types import FileResult
 
 SCALES_FULL = (1, 2, 5, 10)
 SCALES_QUICK = (1, 5)
@@ -56,7 +57,7 @@ def scaling(settings: Settings, embedder: Embedder, questions: list[str], scales
                 writer.add(chunks, [vectors[c.id] for c in reader.chunks])
                 for c in chunks:
                     counts[c.file] = counts.get(c.file, 0) + 1
-            writer.commit([{"file": f, "status": "indexed", "chunks": k} for f, k in counts.items()])
+            writer.commit([FileResult(f, "indexed", chunks=k) for f, k in counts.items()])
             retriever = Retriever(scaled, embedder)
             for q in questions[:5]:  # warm caches (jieba, the embedder, Chroma's segments) before timing
                 retriever.retrieve(q, 5, "hybrid")
