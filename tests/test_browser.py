@@ -3,7 +3,9 @@
 It walks the product's path once, for real: upload an English and a Chinese PDF, rebuild the knowledge
 base, ask in English and in Chinese on the embedded backend (no Ollama: it points at a closed port; no web
 search), check that each answer quotes the document's sentence with its citation, open "How this answer
-was made" and the sources. Screenshots go to test-output/.
+was made" and the sources; then rebuild from scratch while asking (the answer comes from the current
+index and the rebuild completes), and reload (the conversation is still there). Screenshots go to
+test-output/.
 """
 
 from __future__ import annotations
@@ -159,9 +161,31 @@ def test_upload_rebuild_ask_and_inspect_in_a_real_browser(streamlit_url: str, tm
         quoted = zh_answer.get_by_test_id("stMarkdownContainer").filter(has_text="文档中的相关内容").first.inner_text()
         assert "文档中的相关内容" in quoted and "它需要两个处理器核心" in quoted and "[1]" in quoted, quoted
 
-        # The history survives a rerun (a widget interaction) and "New chat" clears it.
-        sidebar.get_by_text("Answer settings").click()
-        expect(messages).to_have_count(4)
+        # A full rebuild runs in the background: a question asked meanwhile is answered from the current
+        # index, and the rebuild completes. A longer manual makes sure the build is still running.
+        long = manual_pdf(tmp_path / "long manual.pdf", topic="gadget", pages=40)
+        shutil.copy(long, tmp_path / "Files" / long.name)
+        sidebar.get_by_text("Full rebuild").click()
+        sidebar.get_by_role("button", name="Rebuild knowledge base").click()
+        expect(sidebar.get_by_role("button", name="Cancel the build")).to_be_visible(timeout=60_000)
+        chat.fill("How much memory does the widget need?")
+        chat.press("Enter")
+        expect(messages).to_have_count(6, timeout=60_000)
+        expect(messages.nth(5)).to_contain_text("no model wrote this", timeout=300_000)
+        assert "eight hundred megabytes" in messages.nth(5).inner_text()
+        assert sidebar.get_by_role("button", name="Cancel the build").is_visible(), "answered during the build"
+        page.screenshot(path=str(OUTPUT / "browser-during-rebuild.png"), full_page=True)
+        expect(sidebar).to_contain_text("Rebuilt from scratch", timeout=300_000)
+        expect(sidebar).to_contain_text("3 indexed")
+
+        # A reload keeps the conversation (it is in the URL and in the store), with its answers' details.
+        page.reload()
+        expect(messages).to_have_count(6, timeout=120_000)
+        expect(messages.nth(1).get_by_text("Correct").first).to_be_visible()
+        page.screenshot(path=str(OUTPUT / "browser-reloaded.png"), full_page=True)
+
+        # "New chat" starts an empty conversation; the previous one stays in the sidebar.
         sidebar.get_by_role("button", name="New chat").click()
         expect(messages).to_have_count(0, timeout=30_000)
+        expect(sidebar.get_by_role("button", name="How many processor cores does the widget need?")).to_be_visible()
         browser.close()
