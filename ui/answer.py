@@ -295,7 +295,8 @@ def sources_panel(answer: Answer, files_dir: Path, key: int) -> None:
                     web_source(source)
         others = [f"[{s.n}]" for s in answer.sources if s not in shown]
         if others:
-            st.caption(f"Also given to the model but not cited: {', '.join(others)}")
+            kept = "kept by refinement but not quoted" if answer.kind is AnswerKind.EVIDENCE else "given to the model"
+            st.caption(f"Also {kept}, not cited: {', '.join(others)}")
 
 
 def squash(text: str) -> str:
