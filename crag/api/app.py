@@ -22,6 +22,7 @@ from crag.api.http import (
     is_openai,
     status_for,
 )
+from crag.api.openai_compat import openai_router
 from crag.api.schemas import AskRequest, ErrorOut, FilesOut, HealthOut, IndexRequest, JobCreated, JobOut
 from crag.api.service import EmbedderFactory, PipelineFactory, Service
 from crag.config import Settings, load_settings
@@ -47,7 +48,9 @@ def create_app(
         version=crag.__version__,
         description=(
             "Ask your PDFs with Corrective RAG, build the knowledge base, and check the backends. "
-            'Errors are JSON `{"error": message}`; the message says what to do.'
+            'Errors are JSON `{"error": message}`; the message says what to do. Under `/v1`, an OpenAI-compatible '
+            'chat-completions API over the same knowledge base, with OpenAI\'s error shape `{"error": {"message", '
+            '"type", "param", "code"}}`.'
         ),
         default_response_class=Json,
         responses=UNAUTHORIZED if token else None,
@@ -118,6 +121,8 @@ def create_app(
     )
     def files() -> dict[str, Any]:
         return service.files()
+
+    app.include_router(openai_router(service))
 
     # Each handler answers in the shape of the path's clients: {"error": message} here, OpenAI's under /v1.
     @app.exception_handler(ApiError)
