@@ -51,7 +51,6 @@ _SOURCES_BLOCK = re.compile(r"\n+\*\*Sources\*\*\n+(?:- \[\d+\] [^\n]*(?:\n|$))+
 _MARKDOWN = re.compile(r"([\\`*_\[\]<>])")
 # Fields that say who asks or where to log, not what to answer: not worth a note.
 _BOOKKEEPING = frozenset({"user", "metadata", "store", "service_tier", "parallel_tool_calls"})
-_ERROR = {"model": OpenAIError}
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,13 @@ def openai_router(service: Service) -> APIRouter:
     def models() -> dict[str, Any]:
         return {"object": "list", "data": [_card(name, created) for name in MODELS]}
 
-    @router.get("/models/{model}", summary="One model", response_model=ModelCard, responses={404: _ERROR})
+    # "4XX" rather than 404 alone, or FastAPI would document a 422 that a string path parameter never gets.
+    @router.get(
+        "/models/{model}",
+        summary="One model",
+        response_model=ModelCard,
+        responses={"4XX": {"model": OpenAIError, "description": "No such model (code model_not_found)."}},
+    )
     def model(model: str) -> dict[str, Any]:
         _check_model(model)
         return _card(model, created)
