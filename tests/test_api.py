@@ -317,9 +317,19 @@ def test_unknown_route_and_wrong_method_are_json(client: TestClient) -> None:
 def test_openapi_docs(client: TestClient) -> None:
     assert client.get("/docs").status_code == 200
     schema = client.get("/openapi.json").json()
-    assert set(schema["paths"]) == {"/ask", "/index", "/index/{job}", "/health", "/files"}
+    assert set(schema["paths"]) == {
+        "/ask",
+        "/index",
+        "/index/{job}",
+        "/health",
+        "/files",
+        "/v1/models",
+        "/v1/models/{model}",
+        "/v1/chat/completions",
+    }
     assert "securitySchemes" not in schema.get("components", {})
-    assert "text/event-stream" in schema["paths"]["/ask"]["post"]["responses"]["200"]["content"]
+    for path in ("/ask", "/v1/chat/completions"):
+        assert "text/event-stream" in schema["paths"][path]["post"]["responses"]["200"]["content"]
 
 
 TOKEN = "s3cret-token-42"

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 import schemathesis
 from fastapi.testclient import TestClient
@@ -169,11 +170,21 @@ def test_invalid_index_body_is_422(client: TestClient) -> None:
 # Property-based fuzz of the OpenAPI schema: no input makes a 5xx.
 
 
-OPERATIONS = [("POST", "/ask"), ("POST", "/index"), ("GET", "/index/{job}"), ("GET", "/health"), ("GET", "/files")]
+OPERATIONS = [
+    ("POST", "/ask"),
+    ("POST", "/index"),
+    ("GET", "/index/{job}"),
+    ("GET", "/health"),
+    ("GET", "/files"),
+    ("GET", "/v1/models"),
+    ("GET", "/v1/models/{model}"),
+    ("POST", "/v1/chat/completions"),
+]
 POSITIVE, NEGATIVE = GenerationMode.POSITIVE, GenerationMode.NEGATIVE
-# Negative data needs a constraint to break: only the two request bodies have one (a path
-# parameter is any string; /health and /files take nothing).
-FUZZ = [(m, p, POSITIVE) for m, p in OPERATIONS] + [("POST", "/ask", NEGATIVE), ("POST", "/index", NEGATIVE)]
+# Negative data needs a constraint to break: only the request bodies have one (a path parameter
+# is any string; /health, /files and /v1/models take nothing).
+BODIES = ["/ask", "/index", "/v1/chat/completions"]
+FUZZ = [(m, p, POSITIVE) for m, p in OPERATIONS] + [("POST", p, NEGATIVE) for p in BODIES]
 FUZZ_EXAMPLES = 25  # per operation and mode: bounded, so `make test` stays quick
 
 
@@ -260,6 +271,19 @@ def test_real_server_on_loopback(tmp_path: Path, closed_port_url: str) -> None:
             assert events[0] == ("stage", {"stage": "retrieving"}) and events[-1][0] == "done"
             tokens = "".join(data["text"] for kind, data in events if kind == "token")
             assert tokens.strip() == events[-1][1]["answer"] and events[-1][1]["backend"] == "embedded"
+
+        # Any OpenAI client: the official SDK, plain and streamed, over the same knowledge base.
+        with openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", timeout=120) as client:
+            assert [m.id for m in client.models.list()] == ["crag-kb", "crag-kb-noweb"]
+            messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": QUESTION}]
+            completion = client.chat.completions.create(model="crag-kb", messages=messages)
+            content = completion.choices[0].message.content
+            assert "eight hundred megabytes" in content and "- [1] widget.pdf, page" in content
+            assert completion.model_extra["crag"]["backend"] == "embedded"
+            assert completion.model_extra["crag"]["sources"][0]["boxes"][0]["page"] >= 1
+            chunks = list(client.chat.completions.create(model="crag-kb-noweb", messages=messages, stream=True))
+            streamed = "".join(c.choices[0].delta.content or "" for c in chunks)
+            assert streamed.strip() == content and chunks[-1].choices[0].finish_reason == "stop"
     finally:
         server.terminate()
         server.wait(timeout=30)

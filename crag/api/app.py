@@ -11,7 +11,18 @@ from fastapi.responses import StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import crag
-from crag.api.http import INVALID, UNAUTHORIZED, ApiError, BearerAuth, Json, status_for
+from crag.api.http import (
+    INVALID,
+    UNAUTHORIZED,
+    ApiError,
+    BearerAuth,
+    Json,
+    error_code,
+    error_response,
+    is_openai,
+    status_for,
+)
+from crag.api.openai_compat import openai_router
 from crag.api.schemas import AskRequest, ErrorOut, FilesOut, HealthOut, IndexRequest, JobCreated, JobOut
 from crag.api.service import EmbedderFactory, PipelineFactory, Service
 from crag.config import Settings, load_settings
@@ -37,7 +48,9 @@ def create_app(
         version=crag.__version__,
         description=(
             "Ask your PDFs with Corrective RAG, build the knowledge base, and check the backends. "
-            'Errors are JSON `{"error": message}`; the message says what to do.'
+            'Errors are JSON `{"error": message}`; the message says what to do. Under `/v1`, an OpenAI-compatible '
+            'chat-completions API over the same knowledge base, with OpenAI\'s error shape `{"error": {"message", '
+            '"type", "param", "code"}}`.'
         ),
         default_response_class=Json,
         responses=UNAUTHORIZED if token else None,
@@ -109,38 +122,51 @@ def create_app(
     def files() -> dict[str, Any]:
         return service.files()
 
+    app.include_router(openai_router(service))
+
+    # Each handler answers in the shape of the path's clients: {"error": message} here, OpenAI's under /v1.
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> Json:
-        return Json({"error": exc.message}, status_code=exc.status)
+        return error_response(request.url.path, exc.status, exc.message, code=exc.code, param=exc.param)
 
     @app.exception_handler(CragError)
     async def _crag_error(request: Request, exc: CragError) -> Json:
         message = str(exc)
         if isinstance(exc, BuildInProgress) and exc.job:
             message += f" GET /index/{exc.job} shows its progress."
-        return Json({"error": message}, status_code=status_for(exc))
+        return error_response(request.url.path, status_for(exc), message, code=error_code(exc))
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Json:
         # loc and msg only: echoing the input could repeat a long or hostile body back.
         detail = [{"loc": [str(part) for part in e["loc"]], "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
         where = "; ".join(f"{'.'.join(d['loc'])}: {d['msg']}" for d in detail[:5])
+        path = request.url.path
+        if is_openai(path):
+            # OpenAI answers a request that breaks its schema with 400 (the SDK's BadRequestError), naming the field.
+            param = ".".join(detail[0]["loc"][1:]) if detail and detail[0]["loc"][:1] == ["body"] else None
+            message = f"Invalid request ({where}). Send a chat-completions body as OpenAI's API describes it."
+            return error_response(path, 400, message, code="invalid_request", param=param or None)
         message = f"Invalid request ({where}). Send a JSON body as /docs describes it."
-        return Json({"error": message, "detail": detail}, status_code=422)
+        return error_response(path, 422, message, detail=detail)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Json:
-        message = {
-            404: "No such route: see /docs for the routes of this API.",
-            400: "The request body could not be parsed: send UTF-8 JSON with `Content-Type: application/json`.",
-            405: "This route does not take this method: see /docs.",
-        }.get(exc.status_code, str(exc.detail))
-        return Json({"error": message}, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+        message, code = {
+            404: ("No such route: see /docs for the routes of this API.", "unknown_url"),
+            400: (
+                "The request body could not be parsed: send UTF-8 JSON with `Content-Type: application/json`.",
+                "invalid_json",
+            ),
+            405: ("This route does not take this method: see /docs.", "method_not_allowed"),
+        }.get(exc.status_code, (str(exc.detail), None))
+        headers = getattr(exc, "headers", None)
+        return error_response(request.url.path, exc.status_code, message, code=code, headers=headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Json:
         log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-        return Json({"error": "Internal error: see the server log."}, status_code=500)
+        return error_response(request.url.path, 500, "Internal error: see the server log.", code="internal_error")
 
     if token:
         app.add_middleware(BearerAuth, token=token)

@@ -1,9 +1,15 @@
-"""HTTP plumbing of the API: JSON that keeps Chinese readable, errors with their status, the bearer token."""
+"""HTTP plumbing of the API: JSON that keeps Chinese readable, errors with their status and shape, the bearer
+token.
+
+Errors have two shapes, chosen by the path: ``{"error": message}`` for the API's own routes, and OpenAI's
+``{"error": {"message", "type", "param", "code"}}`` under ``/v1``, where OpenAI clients read them.
+"""
 
 from __future__ import annotations
 
 import hmac
 import json
+import re
 from typing import Any
 
 from fastapi.responses import JSONResponse
@@ -27,12 +33,45 @@ def dumps(content: Any) -> str:
 
 
 class ApiError(Exception):
-    """An error with its HTTP status, raised by the routes."""
+    """An error with its HTTP status, raised by the routes. ``code`` and ``param`` only show under /v1."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.code = code
+        self.param = param
+
+
+def is_openai(path: str) -> bool:
+    """Whether a path is one of the OpenAI-compatible routes, whose clients expect OpenAI's error shape."""
+    return path == "/v1" or path.startswith("/v1/")
+
+
+def error_response(
+    path: str,
+    status: int,
+    message: str,
+    *,
+    code: str | None = None,
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> Json:
+    """An error in the shape the path's clients read. ``extra`` goes beside the message (``detail`` of a 422;
+    ``crag``, the trace, under /v1)."""
+    if not is_openai(path):
+        return Json({"error": message, **extra}, status_code=status, headers=headers)
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    body = {"message": message, "type": kind, "param": param, "code": code, **extra}
+    # The openai SDK retries 409 and 5xx on its own; each retry would run the whole pipeline again for an
+    # error that needs a person (start Ollama, rebuild the index), so say no.
+    return Json({"error": body}, status_code=status, headers={**(headers or {}), "x-should-retry": "false"})
+
+
+def error_code(exc: Exception) -> str:
+    """OpenAI-style error code of a CragError: its class in snake case (``RebuildNeeded`` -> ``rebuild_needed``)."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", type(exc).__name__).lower()
 
 
 def status_for(exc: CragError) -> int:
@@ -75,8 +114,11 @@ class BearerAuth:
                 await self.app(scope, receive, send)
                 return
             message = "The bearer token is wrong: send the value of CRAG_API_TOKEN as `Authorization: Bearer <token>`."
+            code = "invalid_api_key"
         else:
             message = (
                 "This server needs a token: send `Authorization: Bearer <token>` with the value of CRAG_API_TOKEN."
             )
-        await Json({"error": message}, status_code=401, headers={"WWW-Authenticate": "Bearer"})(scope, receive, send)
+            code = "missing_api_key"
+        response = error_response(scope["path"], 401, message, code=code, headers={"WWW-Authenticate": "Bearer"})
+        await response(scope, receive, send)

@@ -6,15 +6,16 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import crag
-from crag.api.http import ApiError, dumps
+from crag.api.http import ApiError, dumps, error_code
 from crag.api.schemas import AskRequest, BackendOut, HealthOut, IndexStats, ModelPresence, OllamaOut
 from crag.config import Settings
 from crag.contract import AnswerOut
 from crag.errors import CragError
+from crag.followups import History
 from crag.jobs import Builds
 from crag.models import BackendInfo, Embedder, embedded_gguf_path, ollama_health, resolve_backend
 from crag.pipeline import Pipeline
@@ -27,6 +28,16 @@ KEEPALIVE_SECONDS = 15.0  # an SSE comment while a slow stage runs, so proxies k
 
 PipelineFactory = Callable[[Settings], Pipeline]
 EmbedderFactory = Callable[[Settings, bool], Embedder]  # (settings, rebuild) -> the embedder a build uses
+Event = tuple[str, Any]  # ("stage", name) | ("token", text) | ("end", Answer): complete or not, always last
+
+
+@dataclass(frozen=True)
+class Answering:
+    """An answer in the making: the backend that makes it, and its events (None: KEEPALIVE_SECONDS of silence,
+    time for a keep-alive)."""
+
+    backend: BackendInfo
+    events: Iterator[Event | None]
 
 
 class Service:
@@ -49,7 +60,7 @@ class Service:
                 except RebuildNeeded:
                     raise
                 except CragError as exc:
-                    raise ApiError(503, str(exc)) from None
+                    raise ApiError(503, str(exc), code=error_code(exc)) from None
             return self._pipeline
 
     def _embedder_for(self, rebuild: bool) -> Embedder:
@@ -64,21 +75,20 @@ class Service:
             if self._pipeline is not None and self._pipeline.retriever.embedder.name != embedder.name:
                 self._pipeline = None
 
-    # ---- /ask
+    # ---- /ask, /v1/chat/completions
 
     def ask(self, req: AskRequest) -> dict[str, Any]:
         pipeline = self.pipeline()
         return _answer(pipeline.ask(req.question, _history(req), web=req.web), pipeline.backend)
 
-    def ask_events(self, req: AskRequest) -> Iterator[bytes]:
-        """Server-Sent Events for one answer. The pipeline is loaded and the question checked before the
-        response starts, so a backend that is down is a 503 and a bad question a 4xx, not a stream."""
+    def answer_events(self, question: str, history: History, web: bool | None) -> Answering:
+        """One answer made by a worker thread, as events. The pipeline is loaded and the question checked
+        here, before any response starts, so a backend that is down is a 503 and a bad question a 4xx,
+        not a stream."""
         pipeline = self.pipeline()
-        events: queue.Queue[tuple[str, dict[str, Any]] | None] = queue.Queue()
+        events: queue.Queue[Event | None] = queue.Queue()
         stop = threading.Event()
-        stream = pipeline.stream(
-            req.question, _history(req), on_step=lambda stage: events.put(("stage", {"stage": stage})), web=req.web
-        )
+        stream = pipeline.stream(question, history, on_step=lambda stage: events.put(("stage", stage)), web=web)
 
         def work() -> None:
             # One thread runs the whole answer: stages arrive as they happen, not with the first token.
@@ -86,31 +96,50 @@ class Service:
                 for delta in stream:
                     if stop.is_set():  # the client went away
                         return
-                    events.put(("token", {"text": delta}))
-                answer = stream.answer
-                events.put(("done" if answer.complete else "error", _answer(answer, pipeline.backend)))
-            except Exception as exc:  # noqa: BLE001 - reported to the client as an error event
-                events.put(("error", _partial(req.question, stream.text, pipeline.backend, exc)))
+                    events.put(("token", delta))
+                events.put(("end", stream.answer))
+            except Exception as exc:  # noqa: BLE001 - reported to the client as the end of the answer
+                events.put(("end", partial(stream.question, stream.text, pipeline.backend, exc)))
             finally:
                 events.put(None)
 
-        def generate() -> Iterator[bytes]:
+        def generate() -> Iterator[Event | None]:
             threading.Thread(target=work, name="crag-ask", daemon=True).start()
             try:
                 while True:
                     try:
                         item = events.get(timeout=KEEPALIVE_SECONDS)
                     except queue.Empty:
-                        yield b": keep-alive\n\n"
+                        yield None
                         continue
                     if item is None:
                         return
-                    kind, data = item
-                    yield f"event: {kind}\ndata: {dumps(data)}\n\n".encode("utf-8", "backslashreplace")
+                    yield item
             finally:
                 stop.set()
 
-        return generate()
+        return Answering(pipeline.backend, generate())
+
+    def ask_events(self, req: AskRequest) -> Iterator[bytes]:
+        """Server-Sent Events of /ask: ``stage``, ``token``, then ``done`` or ``error`` with the answer's JSON."""
+        answering = self.answer_events(req.question, _history(req), req.web)
+
+        def sse() -> Iterator[bytes]:
+            for event in answering.events:
+                if event is None:
+                    yield b": keep-alive\n\n"
+                    continue
+                kind, value = event
+                if kind == "stage":
+                    data: dict[str, Any] = {"stage": value}
+                elif kind == "token":
+                    data = {"text": value}
+                else:
+                    kind = "done" if value.complete else "error"
+                    data = _answer(value, answering.backend)
+                yield f"event: {kind}\ndata: {dumps(data)}\n\n".encode("utf-8", "backslashreplace")
+
+        return sse()
 
     # ---- /health, /files
 
@@ -189,12 +218,12 @@ def _answer(answer: Answer, backend: BackendInfo) -> dict[str, Any]:
     return AnswerOut.of(answer, backend).model_dump()
 
 
-def _partial(question: str, text: str, backend: BackendInfo, exc: Exception) -> dict[str, Any]:
-    """The answer so far, marked incomplete, with the error: the same shape as ``done``."""
+def partial(question: str, text: str, backend: BackendInfo, exc: Exception) -> Answer:
+    """The answer so far, marked incomplete, with the error: what a stream ends with when the pipeline raised."""
     if isinstance(exc, CragError):
         message = str(exc)
     else:
         log.error("answer failed mid-stream", exc_info=exc)
         message = f"The answer stopped early ({type(exc).__name__}); see the server log, then ask again."
     trace = Trace(question=question, standalone_question=question)
-    return _answer(Answer(text.strip(), backend.name, backend.model, (), trace, complete=False, error=message), backend)
+    return Answer(text.strip(), backend.name, backend.model, (), trace, complete=False, error=message)

@@ -1,0 +1,369 @@
+"""The OpenAI-compatible routes: ``GET /v1/models`` and ``POST /v1/chat/completions``, over the same pipeline.
+
+Any chat client that speaks OpenAI's API (Open WebUI, LibreChat, the ``openai`` SDK) can ask the knowledge base.
+The CRAG method is unchanged; only the envelope differs from ``POST /ask``:
+
+- the last user message is the question, earlier user and assistant messages the history; system messages
+  are not used (every client sends one, so they are noted in the trace rather than refused);
+- the reply's text is the answer with its ``[n]`` citations, then the sources as a Markdown list, so a
+  client that knows nothing of CRAG still shows them; the trace rides in an extra field, ``crag``;
+- what would change the reply's meaning (tools, n > 1, JSON output, images in the question) is refused
+  with a 400 that says why; sampling knobs are accepted and noted as ignored;
+- a model that fails mid-answer ends the stream with an OpenAI error chunk (the SDK raises ``APIError``)
+  carrying the partial answer in ``crag``; without streaming it is a 502 with the same error.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import StreamingResponse
+
+from crag.api.http import ApiError, Json, dumps, error_response
+from crag.api.openai_schemas import (
+    MODEL_DESCRIPTIONS,
+    MODELS,
+    ChatCompletion,
+    ChatMessage,
+    ChatRequest,
+    ModelCard,
+    ModelList,
+    OpenAIError,
+)
+from crag.api.schemas import MAX_TURN, MAX_TURNS
+from crag.api.service import Answering, Service
+from crag.contract import AnswerOut
+from crag.errors import CragError
+from crag.models import BackendInfo
+from crag.text import clean_question, pages_label, strip_invisible
+from crag.types import Answer, Source
+
+ROUTE = "/v1/chat/completions"
+SOURCES_HEADING = "**Sources**"
+# Our own sources list at the end of an earlier answer: the client sends it back as history, where it is noise.
+_SOURCES_BLOCK = re.compile(r"\n+\*\*Sources\*\*\n+(?:- \[\d+\] [^\n]*(?:\n|$))+\s*$")
+_MARKDOWN = re.compile(r"([\\`*_\[\]<>])")
+# Fields that say who asks or where to log, not what to answer: not worth a note.
+_BOOKKEEPING = frozenset({"user", "metadata", "store", "service_tier", "parallel_tool_calls"})
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A chat request read as a question for the pipeline."""
+
+    model: str
+    question: str
+    history: tuple[tuple[str, str], ...]
+    web: bool | None
+    include_usage: bool
+    notes: tuple[str, ...]  # what of the request was not used, for the trace
+
+
+def openai_router(service: Service) -> APIRouter:
+    """The /v1 routes. Their errors take OpenAI's shape in the app's handlers, which look at the path."""
+    router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])
+    created = int(time.time())
+
+    @router.get("/models", summary="The knowledge base, as OpenAI models", response_model=ModelList)
+    def models() -> dict[str, Any]:
+        return {"object": "list", "data": [_card(name, created) for name in MODELS]}
+
+    # "4XX" rather than 404 alone, or FastAPI would document a 422 that a string path parameter never gets.
+    @router.get(
+        "/models/{model}",
+        summary="One model",
+        response_model=ModelCard,
+        responses={"4XX": {"model": OpenAIError, "description": "No such model (code model_not_found)."}},
+    )
+    def model(model: str) -> dict[str, Any]:
+        _check_model(model)
+        return _card(model, created)
+
+    @router.post(
+        "/chat/completions",
+        summary="Ask the knowledge base in OpenAI's chat-completions format",
+        response_model=None,
+        responses={
+            200: {
+                "model": ChatCompletion,
+                "description": "The completion. With `stream: true`, Server-Sent Events: `data: {chunk}` where "
+                "`choices[0].delta.content` carries the text, then the sources, then a chunk with "
+                '`finish_reason: "stop"` and the trace in `crag`; then `data: [DONE]`. While the answer is '
+                "prepared, chunks with an empty delta carry `crag: {stage}`. A failure mid-answer is a chunk "
+                '`{"error": {...}}` before `[DONE]`.',
+                "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            },
+            "4XX": {"model": OpenAIError, "description": "A request this server cannot answer; the message says why."},
+            409: {"model": OpenAIError, "description": "The index must be rebuilt first."},
+            502: {"model": OpenAIError, "description": "The chat model failed midway; `crag` has the partial answer."},
+            503: {"model": OpenAIError, "description": "The chat backend is down or misconfigured."},
+        },
+    )
+    def chat_completions(req: ChatRequest) -> Any:
+        asked = read_request(req)
+        if req.stream:
+            answering = service.answer_events(asked.question, asked.history, asked.web)
+            return StreamingResponse(
+                _chunks(answering, asked),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+        pipeline = service.pipeline()
+        answer = pipeline.ask(asked.question, asked.history, web=asked.web)
+        return completion(answer, pipeline.backend, asked)
+
+    return router
+
+
+def _card(name: str, created: int) -> dict[str, Any]:
+    return {
+        "id": name,
+        "object": "model",
+        "created": created,
+        "owned_by": "crag",
+        "description": MODEL_DESCRIPTIONS[name],
+    }
+
+
+def _check_model(name: str) -> None:
+    if name not in MODELS:
+        known = " or ".join(f"`{m}`" for m in MODELS)
+        raise ApiError(
+            404,
+            f"The model `{name[:80]}` does not exist here: use {known} (GET /v1/models lists them).",
+            code="model_not_found",
+            param="model",
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# The request
+
+
+def _unsupported(message: str, param: str) -> ApiError:
+    return ApiError(400, message, code="unsupported_parameter", param=param)
+
+
+def _refuse_unsupported(req: ChatRequest) -> None:
+    """Refuse what would change what the reply is; a client that asked for it must not get something else."""
+    if req.n is not None and req.n != 1:
+        raise _unsupported(f"n={req.n} asks for several answers; the knowledge base gives one: set n to 1.", "n")
+    for field in ("tools", "functions"):
+        if getattr(req, field):
+            raise _unsupported(
+                f"`{field}` is not supported: the knowledge base answers from your documents and calls no tools. "
+                f"Leave `{field}` out.",
+                field,
+            )
+    for field in ("tool_choice", "function_call"):
+        if getattr(req, field) not in (None, "none", "auto"):
+            raise _unsupported(f"`{field}` can only be `none` or `auto`: this server calls no tools.", field)
+    kind = (req.response_format or {}).get("type", "text")
+    if kind != "text":
+        raise _unsupported(
+            f"response_format `{str(kind)[:40]}` is not supported: the answer is text with [n] citations, and "
+            "the trace comes as JSON in the `crag` field. Leave response_format out.",
+            "response_format",
+        )
+    if req.logprobs or req.top_logprobs:
+        raise _unsupported("logprobs are not supported: leave `logprobs` and `top_logprobs` out.", "logprobs")
+    if req.audio is not None or any(m != "text" for m in req.modalities or ()):
+        raise _unsupported(
+            'Only text replies are supported: leave `audio` out and `modalities` at ["text"].', "modalities"
+        )
+
+
+def _text(message: ChatMessage, param: str, strict: bool, notes: list[str]) -> str:
+    """The text of a message. Parts that are not text are refused in the question (``strict``), where
+    answering without them would answer another question, and dropped with a note from history."""
+    if message.content is None or isinstance(message.content, str):
+        return message.content or ""
+    texts = []
+    for i, part in enumerate(message.content):
+        if part.type == "text":
+            texts.append(part.text or "")
+        elif strict:
+            raise ApiError(
+                400,
+                f"The question has a part of type `{part.type[:40]}`; the knowledge base reads text only. Ask in words "
+                "(to ask about a picture's text, put it in a PDF in Files/ and rebuild).",
+                code="unsupported_content",
+                param=f"{param}.content.{i}",
+            )
+        else:
+            notes.append(
+                f"a part of type `{part.type[:40]}` in an earlier message was left out: the knowledge base reads text"
+            )
+    return "\n".join(texts)
+
+
+def read_request(req: ChatRequest) -> Asked:
+    """The question, the history and the options of a chat request; a 4xx with the reason for what cannot be
+    answered. Runs before any stream starts, so a bad request is an error status, not a broken stream."""
+    _check_model(req.model)
+    _refuse_unsupported(req)
+    notes: list[str] = []
+    last = len(req.messages) - 1
+    for i, message in enumerate(req.messages):
+        if message.role in ("tool", "function") or message.tool_calls or message.function_call:
+            raise _unsupported(
+                f"messages[{i}] is a tool call or its result; this server calls no tools. Send the conversation "
+                "as user and assistant messages.",
+                f"messages.{i}",
+            )
+    if req.messages[last].role != "user":
+        raise ApiError(
+            400,
+            f"The last message must be the question, with role `user`; it has role `{req.messages[last].role}`.",
+            code="invalid_question",
+            param=f"messages.{last}",
+        )
+    try:
+        # The one question check that the UI, the CLI and /ask use.
+        question = clean_question(_text(req.messages[last], f"messages.{last}", True, notes))
+    except CragError as exc:
+        raise ApiError(400, str(exc), code="invalid_question", param=f"messages.{last}.content") from None
+
+    history: list[tuple[str, str]] = []
+    system = False
+    for i, message in enumerate(req.messages[:last]):
+        if message.role in ("system", "developer"):
+            system = True
+            continue
+        text = strip_invisible(_text(message, f"messages.{i}", False, notes))
+        if message.role == "assistant":
+            text = _SOURCES_BLOCK.sub("", text)
+        if text := text.strip()[:MAX_TURN]:
+            history.append((message.role, text))
+    if system:
+        notes.append(
+            "the system message was not used: the knowledge base answers with its own instructions, from your documents"
+        )
+    if len(history) > MAX_TURNS:
+        notes.append(f"only the last {MAX_TURNS} of {len(history)} earlier messages were used")
+        history = history[-MAX_TURNS:]
+    ignored = sorted(k[:40] for k, v in (req.model_extra or {}).items() if k not in _BOOKKEEPING and v is not None)
+    if ignored:
+        shown = ", ".join(ignored[:10]) + (", ..." if len(ignored) > 10 else "")
+        notes.append(f"ignored (the knowledge base answers with its own settings): {shown}")
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    return Asked(req.model, question, tuple(history), MODELS[req.model], include_usage, tuple(dict.fromkeys(notes)))
+
+
+# ---------------------------------------------------------------------------------------------
+# The reply
+
+
+def _markdown(text: str) -> str:
+    return _MARKDOWN.sub(r"\\\1", " ".join(text.split()))
+
+
+def _label(source: Source) -> str:
+    if source.kind == "local":
+        pages = pages_label(source.pages)
+        return f"{_markdown(source.file)}, {pages}" if pages else _markdown(source.file)
+    url = source.url.replace(" ", "%20").replace("(", "%28").replace(")", "%29")
+    return f"[{_markdown(source.title or source.url)}]({url})"
+
+
+def sources_markdown(answer: Answer) -> str:
+    """The sources the text cites (all of them when it cites none), as a Markdown list to follow the answer."""
+    shown = answer.cited_sources or answer.sources
+    if not shown:
+        return ""
+    return f"\n\n{SOURCES_HEADING}\n\n" + "\n".join(f"- [{s.n}] {_label(s)}" for s in shown)
+
+
+def trace(answer: Answer, backend: BackendInfo, notes: tuple[str, ...]) -> dict[str, Any]:
+    """The ``crag`` field: /ask's JSON, each source with its boxes, and what of the request was not used."""
+    out = AnswerOut.of(answer, backend).model_dump()
+    out["notes"] = [*notes, *out["notes"]]
+    boxes = {s.n: s.bboxes for s in answer.sources}
+    for source in out["sources"]:
+        source["boxes"] = [{"page": b[0], "bbox": list(b[1:])} for b in boxes.get(source["n"], ())]
+    return out
+
+
+def usage(answer: Answer) -> dict[str, int]:
+    """Tokens of every model call the answer took, from the trace; 0 when no model was called."""
+    prompt = answer.trace.input_tokens if answer.trace else 0
+    written = answer.trace.output_tokens if answer.trace else 0
+    return {"prompt_tokens": prompt, "completion_tokens": written, "total_tokens": prompt + written}
+
+
+def _why(answer: Answer) -> str:
+    return answer.error or "The answer stopped early: ask again."
+
+
+def completion(answer: Answer, backend: BackendInfo, asked: Asked) -> Json:
+    crag = trace(answer, backend, asked.notes)
+    if not answer.complete:
+        return error_response(ROUTE, 502, _why(answer), code="answer_incomplete", crag=crag)
+    return Json(
+        {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": asked.model,
+            "system_fingerprint": None,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": answer.text + sources_markdown(answer),
+                        "refusal": None,
+                    },
+                    "logprobs": None,
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": usage(answer),
+            "crag": crag,
+        }
+    )
+
+
+def _sse(data: dict[str, Any] | str) -> bytes:
+    text = data if isinstance(data, str) else dumps(data)
+    return f"data: {text}\n\n".encode("utf-8", "backslashreplace")
+
+
+def _chunks(answering: Answering, asked: Asked) -> Iterator[bytes]:
+    """The answer as chat.completion.chunk events, from the service's worker thread."""
+    head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk", "created": int(time.time())}
+    head |= {"model": asked.model, "system_fingerprint": None}
+    if asked.include_usage:
+        head["usage"] = None  # as OpenAI does: null on every chunk, the numbers on the last
+
+    def chunk(delta: dict[str, str], finish: str | None = None, **extra: Any) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return _sse({**head, "choices": [choice], **extra})
+
+    yield chunk({"role": "assistant", "content": ""})
+    for event in answering.events:
+        if event is None:
+            yield b": keep-alive\n\n"
+            continue
+        kind, value = event
+        if kind == "stage":
+            yield chunk({}, crag={"stage": value})
+        elif kind == "token":
+            yield chunk({"content": value})
+        elif value.complete:
+            if sources := sources_markdown(value):
+                yield chunk({"content": sources})
+            yield chunk({}, "stop", crag=trace(value, answering.backend, asked.notes))
+            if asked.include_usage:
+                yield _sse({**head, "choices": [], "usage": usage(value)})
+        else:
+            # OpenAI's own shape for a failure mid-stream: the SDK raises APIError with this message.
+            error = {"message": _why(value), "type": "server_error", "param": None, "code": "answer_incomplete"}
+            yield _sse({"error": {**error, "crag": trace(value, answering.backend, asked.notes)}})
+    yield _sse("[DONE]")
