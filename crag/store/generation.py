@@ -41,8 +41,17 @@ class Backend(Protocol):
     def _open(self, generation: Generation) -> Opened: ...
 
 
-def build_lexical(chunks: Sequence[Chunk]) -> LexicalIndex | None:
-    return LexicalIndex.build([lexical_tokens(index_text(c)) for c in chunks]) if chunks else None
+def chunk_tokens(chunk: Chunk) -> list[str]:
+    """What BM25 indexes of a chunk (jieba words for Chinese, stemmed English words)."""
+    return lexical_tokens(index_text(chunk))
+
+
+def build_lexical(chunks: Sequence[Chunk], tokens: Sequence[Sequence[str] | None] = ()) -> LexicalIndex | None:
+    """BM25 over the chunks, in order. ``tokens`` may hold each chunk's tokens, already cut (None: cut now)."""
+    if not chunks:
+        return None
+    cut = tokens or [None] * len(chunks)
+    return LexicalIndex.build([t if t is not None else chunk_tokens(c) for c, t in zip(chunks, cut, strict=True)])
 
 
 class GenerationWriter:

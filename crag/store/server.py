@@ -2,14 +2,15 @@
 
 Chroma is the single source of truth; nothing a reader needs is on the local disk:
 
-    gen-<id>            one collection per generation: vectors, chunk text, the chunk's fields as metadata
+    gen-<id>            one collection per generation: vectors, chunk text, and as metadata the chunk's
+                        fields, its place in the generation and its lexical tokens (cut once, by the build)
     crag-index          "active": the pointer (the active generation, as JSON); "manifest:<id>": its manifest
     crag-build-lease    the build lease (see ``lease.py``)
 
 A build writes a whole generation, then its manifest, then switches the pointer with one upsert. A build
 killed halfway leaves the pointer on the previous generation; the next build deletes the orphans.
-Each process builds the lexical index (BM25) in memory from the active generation's documents when it
-opens that generation, and follows a switch on its next query.
+Each process builds the lexical index (BM25) in memory from the active generation's documents and their
+tokens when it opens that generation, and follows a switch within ``POINTER_MAX_AGE`` of it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any, TypeVar
 from crag.errors import CragError
 from crag.store.chroma import is_missing, server_client, unreachable
 from crag.store.common import Generation, IndexUnavailable, RebuildNeeded, chunk_from_json, chunk_to_json
-from crag.store.generation import GenerationWriter, IndexReader, Opened, build_lexical
+from crag.store.generation import GenerationWriter, IndexReader, Opened, build_lexical, chunk_tokens
 from crag.store.lease import UNIT, Lease
 from crag.store.local import Store
 from crag.types import Chunk, FileResult
@@ -248,20 +249,23 @@ class ServerStore(Store):
             with self._reach():
                 collection = self.client.get_collection(generation.id)
                 total = collection.count()
-                records: list[tuple[int, Any]] = []
+                records: list[tuple[int, Chunk, list[str] | None]] = []
                 for offset in range(0, total, READ_BATCH):
                     got = collection.get(include=["documents", "metadatas"], limit=READ_BATCH, offset=offset)
                     for rid, text, meta in zip(got["ids"], got["documents"], got["metadatas"], strict=True):
                         data = {**json.loads(meta["chunk"]), "id": rid, "text": text}
-                        records.append((int(meta["seq"]), chunk_from_json(data)))
+                        tokens = meta["tokens"].split() if "tokens" in meta else None
+                        records.append((int(meta["seq"]), chunk_from_json(data), tokens))
         except (ValueError, TypeError, KeyError) as exc:
             raise RebuildNeeded(f"The index {self.where} is damaged ({exc}): rebuild the knowledge base.") from None
         except Exception as exc:  # noqa: BLE001 - chromadb raises its own types for a missing collection
             if isinstance(exc, CragError):
                 raise
             raise RebuildNeeded(f"The index {self.where} is damaged ({exc}): rebuild the knowledge base.") from None
-        chunks = [chunk for _, chunk in sorted(records, key=lambda r: r[0])]
-        return Opened(chunks, collection, build_lexical(chunks), self._manifest(generation.id))
+        records.sort(key=lambda r: r[0])
+        chunks = [chunk for _, chunk, _ in records]
+        lexical = build_lexical(chunks, [tokens for _, _, tokens in records])
+        return Opened(chunks, collection, lexical, self._manifest(generation.id))
 
 
 class ServerWriter(GenerationWriter):
@@ -274,7 +278,11 @@ class ServerWriter(GenerationWriter):
         for n, chunk in enumerate(chunks):
             fields = chunk_to_json(chunk)
             del fields["id"], fields["text"]  # the record's id and document
-            out.append({"file": chunk.file, "seq": first + n, "chunk": json.dumps(fields, ensure_ascii=False)})
+            # The tokens are cut once, here, rather than by every reader that opens the generation: jieba
+            # is most of a reader's open time. The embedded index likewise stores the BM25 its build made.
+            tokens = " ".join(chunk_tokens(chunk))  # a token holds no space (text.TOKEN, jieba on Han runs)
+            chunk_json = json.dumps(fields, ensure_ascii=False)
+            out.append({"file": chunk.file, "seq": first + n, "chunk": chunk_json, "tokens": tokens})
         return out
 
     def commit(self, manifest: list[FileResult]) -> Generation:
