@@ -58,6 +58,25 @@ class Settings(BaseSettings):
     # Paths
     files_dir: Path = Field(Path("Files"), description="Folder of PDFs that make the knowledge base.")
     chroma_dir: Path = Field(Path("chroma_db"), description="Folder of the persisted index.")
+    chroma_url: str | None = Field(
+        None,
+        description="A Chroma server (`chroma run`) that holds the index, shared by every app instance that "
+        "points at it, e.g. http://10.0.0.5:8000. Unset: embedded Chroma in chroma_dir.",
+    )
+    chroma_token: SecretStr | None = Field(
+        None, description="Token sent to the Chroma server (or the proxy in front of it). Never logged or shown."
+    )
+    chroma_token_header: Literal["Authorization", "X-Chroma-Token"] = Field(
+        "Authorization",
+        description="Header that carries chroma_token: Authorization (as `Bearer <token>`) or X-Chroma-Token.",
+    )
+    build_lease_seconds: float = Field(
+        30.0,
+        ge=2,
+        le=3600,
+        description="With a Chroma server: how long the build lease lasts unless renewed (a build renews it "
+        "every third of this); a killed build blocks the next one this long at most.",
+    )
 
     # Backends
     llm_backend: Literal["auto", "ollama", "openai", "embedded"] = Field(
@@ -139,6 +158,19 @@ class Settings(BaseSettings):
     def _url(cls, value: str) -> str:
         return normalize_ollama_url(value)
 
+    @field_validator("chroma_url")
+    @classmethod
+    def _chroma_url(cls, value: str | None) -> str | None:
+        value = (value or "").strip().rstrip("/")
+        if not value:
+            return None
+        if "://" not in value:
+            value = "http://" + value
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{value!r} is not a Chroma server URL such as http://10.0.0.5:8000")
+        return value
+
     @model_validator(mode="after")
     def _thresholds(self) -> Settings:
         if self.lower_threshold > self.upper_threshold:
@@ -146,6 +178,15 @@ class Settings(BaseSettings):
                 f"lower_threshold ({self.lower_threshold}) is above upper_threshold ({self.upper_threshold})"
             )
         return self
+
+    def chroma_headers(self) -> dict[str, str]:
+        """The headers every request to the Chroma server carries: the token, when one is set."""
+        if self.chroma_token is None:
+            return {}
+        token = self.chroma_token.get_secret_value()
+        if self.chroma_token_header == "Authorization":
+            return {"Authorization": f"Bearer {token}"}
+        return {"X-Chroma-Token": token}
 
     @property
     def threads(self) -> int:

@@ -20,7 +20,7 @@ from crag import ingest
 from crag.config import Settings
 from crag.errors import BuildCancelled, CragError, IndexNotWritable
 from crag.models import Embedder
-from crag.store import BuildInProgress, Store
+from crag.store import BuildInProgress, open_store
 from crag.types import Progress
 
 log = logging.getLogger("crag.jobs")
@@ -113,7 +113,7 @@ class Builds:
             # A build by another process (the CLI, the app) holds the store's lock: answer 409 now rather
             # than accept a job that fails at once. ``sync`` takes the lock again for real.
             try:
-                with Store(self.settings.chroma_dir).build_lock():
+                with open_store(self.settings).build_lock():
                     pass
             except OSError as exc:
                 raise IndexNotWritable(

@@ -6,7 +6,7 @@ import contextlib
 
 from crag.config import Settings
 from crag.models import Embedder, build_embedder
-from crag.store import IndexReader, Mode, RebuildNeeded, Store, index_text
+from crag.store import POINTER_MAX_AGE, IndexReader, Mode, RebuildNeeded, index_text, open_store
 from crag.text import cjk_share
 from crag.types import ScoredChunk
 
@@ -15,11 +15,13 @@ class Retriever:
     def __init__(self, settings: Settings, embedder: Embedder) -> None:
         self.settings = settings
         self.embedder = embedder
-        self.store = Store(settings.chroma_dir)
+        self.store = open_store(settings)
         self._reader: IndexReader | None = None
 
     def _current(self) -> IndexReader | None:
-        active = self.store.active()
+        # Asked on every query: on a Chroma server a recent answer is trusted, so a switch by a build
+        # elsewhere is followed within POINTER_MAX_AGE seconds without a request per query.
+        active = self.store.active(max_age=POINTER_MAX_AGE)
         if active is None:
             self._reader = None
         elif self._reader is None or self._reader.generation.id != active.id:
@@ -47,7 +49,7 @@ class Retriever:
             hits = reader.search(question, vector, k, mode, dense_weight=weight)
         except Exception:
             # A rebuild may swap generations and drop the old one between our check and our query:
-            # then the new generation answers. Any other failure is real.
+            # then the new generation answers. Any other failure is real. The pointer is read afresh.
             active = self.store.active()
             if active is None or active.id == reader.generation.id:
                 raise
@@ -66,7 +68,7 @@ def index_embedder(settings: Settings, rebuild: bool = False) -> Embedder:
     """The embedder for this index: an existing index keeps the one it was built with (in auto mode);
     a full rebuild chooses afresh, which is how an index moves to Ollama's bge-m3 once it is pulled."""
     try:
-        active = None if rebuild else Store(settings.chroma_dir).active()
+        active = None if rebuild else open_store(settings).active()
     except RebuildNeeded:
         active = None
     return build_embedder(settings, prefer=active.embedder if active else None)

@@ -151,7 +151,7 @@ def forget_pipeline() -> None:
 def reopen_if_rebuilt(settings: Settings, pipeline: crag.pipeline.Pipeline | None) -> bool:
     """A full rebuild may move the index to another embedder: then the pipeline opens it anew."""
     try:
-        active = crag.store.Store(settings.chroma_dir).active()
+        active = crag.store.open_store(settings).active()
     except CragError:
         return False
     if pipeline is not None and active is not None and active.embedder != pipeline.retriever.embedder.name:
@@ -222,7 +222,7 @@ def knowledge_base(settings: Settings) -> KnowledgeBase:
     """What the index holds, per file, and which files of the folder it does not hold yet."""
     kb = KnowledgeBase()
     try:
-        store = crag.store.Store(settings.chroma_dir)
+        store = crag.store.open_store(settings)
         kb.generation = store.active()
         manifest = store.manifest() if kb.generation else []
         kb.error = store.verify()  # a damaged index is caught here, before any question hits it

@@ -19,7 +19,7 @@ from crag.followups import History
 from crag.jobs import Builds
 from crag.models import BackendInfo, Embedder, embedded_gguf_path, ollama_health, resolve_backend
 from crag.pipeline import Pipeline
-from crag.store import RebuildNeeded, Store
+from crag.store import RebuildNeeded, open_store
 from crag.types import Answer, Trace
 
 log = logging.getLogger("crag.api")
@@ -161,7 +161,7 @@ class Service:
             gguf = ModelPresence(name=str(s.embedded_gguf), present=False)
         index, index_error = None, None
         try:
-            gen = Store(s.chroma_dir).active()
+            gen = open_store(s).active()
         except CragError as exc:
             gen, index_error = None, str(exc)
         except OSError as exc:
@@ -191,7 +191,7 @@ class Service:
         ).model_dump()
 
     def files(self) -> dict[str, Any]:
-        store = Store(self.settings.chroma_dir)
+        store = open_store(self.settings)
         try:
             gen = store.active()
             return {

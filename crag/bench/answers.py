@@ -35,7 +35,7 @@ from crag.evidence import flatten
 from crag.ingest import sync
 from crag.pipeline import Pipeline, decide_action
 from crag.refine import injection_reason
-from crag.store import Store
+from crag.store import open_store
 from crag.text import split_sentences
 from crag.types import Action, Answer, AnswerKind, cited
 
@@ -75,7 +75,7 @@ def build(settings: Settings, pdfs: dict[str, Path]) -> None:
         target = settings.files_dir / name
         if not target.exists():
             target.write_bytes(path.read_bytes())
-    store = Store(settings.chroma_dir)
+    store = open_store(settings)
     manifest = {m.file for m in store.manifest()} if store.active() else set()
     if manifest != set(pdfs):
         from crag.retriever import index_embedder
@@ -86,7 +86,7 @@ def build(settings: Settings, pdfs: dict[str, Path]) -> None:
 def injection_filter(settings: Settings) -> dict[str, Any]:
     """How many real sentences of the corpus the prompt-injection filter would drop, with the PDF rules and
     with the stricter web rules. The corpus holds no injection, so every drop is a fact lost."""
-    reader = Store(settings.chroma_dir).reader()
+    reader = open_store(settings).reader()
     sentences = list(
         dict.fromkeys(
             s for c in reader.chunks for paragraph in c.text.split("\n\n") for s in split_sentences(paragraph)

@@ -18,7 +18,7 @@ from crag.errors import BuildCancelled, CragError
 from crag.ingest.base import Parser, PDFError
 from crag.ingest.chunking import chunk_blocks
 from crag.models import Embedder, count_tokens
-from crag.store import RebuildNeeded, Store, index_text
+from crag.store import RebuildNeeded, Store, index_text, open_store
 from crag.types import FileResult, OnProgress, Progress
 
 EMBED_BATCH = 64
@@ -108,7 +108,7 @@ def sync(
     """Bring the index in line with the files folder. Raises ``BuildInProgress`` if a build runs."""
     started = time.perf_counter()
     report = on_progress or (lambda p: None)
-    store = Store(settings.chroma_dir)
+    store = open_store(settings)
     parser = parser or choose_parser(settings)
     chunking = chunking_settings(settings)
     with store.build_lock():

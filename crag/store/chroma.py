@@ -1,0 +1,73 @@
+"""Chroma, embedded (``PersistentClient``) or a server (``HttpClient``). The one module that imports chromadb."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import chromadb
+import httpx
+from chromadb.api.client import SharedSystemClient
+from chromadb.errors import AuthorizationError, ChromaAuthError, NotFoundError
+
+_servers: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
+_servers_lock = threading.Lock()
+
+
+def _settings() -> chromadb.Settings:
+    return chromadb.Settings(anonymized_telemetry=False)
+
+
+def embedded_client(path: Path) -> Any:
+    return chromadb.PersistentClient(path=str(path), settings=_settings())
+
+
+def forget_embedded() -> None:
+    """chromadb keeps one embedded client per path per process; a discarded folder needs a new one."""
+    SharedSystemClient.clear_system_cache()
+    # The cache holds the server clients' systems too: those clients are dead now.
+    with _servers_lock:
+        _servers.clear()
+
+
+def server_client(url: str, headers: Mapping[str, str]) -> Any:
+    """One client per server and headers for the process: creating one costs requests (tenant, database)."""
+    key = (url, tuple(sorted(headers.items())))
+    with _servers_lock:
+        client = _servers.get(key)
+        if client is None:
+            parts = urlsplit(url if "://" in url else f"http://{url}")
+            ssl = parts.scheme == "https"
+            client = chromadb.HttpClient(
+                host=parts.hostname or "127.0.0.1",
+                port=parts.port or (443 if ssl else 8000),
+                ssl=ssl,
+                headers=dict(headers) or None,
+                settings=_settings(),
+            )
+            _servers[key] = client
+    return client
+
+
+def is_missing(exc: BaseException) -> bool:
+    """A collection or record that is not there (deleted by a newer build, or never written)."""
+    return isinstance(exc, NotFoundError)
+
+
+def unreachable(exc: BaseException) -> str | None:
+    """Why the server cannot be used, when that is what ``exc`` says; None for any other failure."""
+    if isinstance(exc, ChromaAuthError | AuthorizationError):
+        return f"it refused the credentials ({exc})"
+    if isinstance(exc, httpx.TransportError):
+        return f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, ValueError) and "Could not connect" in str(exc):  # HttpClient() checks the server
+        return "nothing answers there"
+    # A proxy in front of Chroma answers 401/403 with its own body: chromadb raises a bare Exception
+    # (a ValueError while the client is created).
+    text = str(exc)
+    if type(exc) in (Exception, ValueError) and any(s in text for s in ("401", "403", "Unauthorized", "Forbidden")):
+        return f"it refused the request ({text[:200]})"
+    return None

@@ -1,0 +1,194 @@
+"""A generation of the index: written by a ``GenerationWriter``, opened for queries by an ``IndexReader``.
+
+Both work on either backend. A backend (the embedded ``Store``, the ``ServerStore``) creates the
+collection through its client, finishes a writer's ``commit`` and loads what a reader needs (``_open``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from crag.store.common import Generation, Mode, RebuildNeeded, fuse, index_text, new_generation_id
+from crag.store.lexical import LexicalIndex
+from crag.text import lexical_tokens
+from crag.text import phrase as text_phrase
+from crag.types import Chunk, FileResult, ScoredChunk
+
+WRITE_BATCH = 1000  # records per Chroma request; a server refuses batches over ~5000
+
+
+@dataclass(frozen=True)
+class Opened:
+    """What a backend loads for one generation."""
+
+    chunks: list[Chunk]  # in the order they were written: the lexical index's rows
+    collection: Any
+    lexical: LexicalIndex | None
+    manifest: list[FileResult]
+
+
+class Backend(Protocol):
+    client: Any
+
+    @property
+    def where(self) -> str: ...  # "in chroma_db" or "on the Chroma server at ...": for messages
+
+    def _open(self, generation: Generation) -> Opened: ...
+
+
+def chunk_tokens(chunk: Chunk) -> list[str]:
+    """What BM25 indexes of a chunk (jieba words for Chinese, stemmed English words)."""
+    return lexical_tokens(index_text(chunk))
+
+
+def build_lexical(chunks: Sequence[Chunk], tokens: Sequence[Sequence[str] | None] = ()) -> LexicalIndex | None:
+    """BM25 over the chunks, in order. ``tokens`` may hold each chunk's tokens, already cut (None: cut now)."""
+    if not chunks:
+        return None
+    cut = tokens or [None] * len(chunks)
+    return LexicalIndex.build([t if t is not None else chunk_tokens(c) for c, t in zip(chunks, cut, strict=True)])
+
+
+class GenerationWriter:
+    """A generation being built. Nothing is visible to queries until ``commit``."""
+
+    def __init__(self, store: Backend, embedder: str, dimension: int, chunking: dict[str, Any]) -> None:
+        self.store = store
+        self.id = new_generation_id()
+        self.embedder, self.dimension, self.chunking = embedder, dimension, chunking
+        self._prepare()
+        # The collection describes itself too, so it can be checked without the pointer.
+        metadata = {"hnsw:space": "cosine", "embedder": embedder, **{k: str(v) for k, v in chunking.items()}}
+        self.collection = store.client.create_collection(self.id, metadata=metadata, embedding_function=None)
+        self.chunks: list[Chunk] = []
+
+    def _prepare(self) -> None:
+        """Whatever the backend needs before the collection exists."""
+
+    def _metadatas(self, chunks: Sequence[Chunk], first: int) -> list[dict[str, Any]]:
+        """Per-chunk metadata; ``first`` is the position of ``chunks[0]`` in the generation."""
+        return [{"file": c.file} for c in chunks]
+
+    def add(self, chunks: Sequence[Chunk], embeddings: Sequence[Sequence[float]]) -> None:
+        if not chunks:
+            return
+        for start in range(0, len(chunks), WRITE_BATCH):
+            part = chunks[start : start + WRITE_BATCH]
+            self.collection.add(
+                ids=[c.id for c in part],
+                embeddings=np.asarray(embeddings[start : start + WRITE_BATCH], dtype=np.float32),
+                documents=[c.text for c in part],
+                metadatas=self._metadatas(part, len(self.chunks) + start),
+            )
+        self.chunks.extend(chunks)
+
+    def carry(self, reader: IndexReader, file: str) -> int:
+        """Copy an unchanged file's chunks and vectors from the active generation: no parsing, no embedding."""
+        chunks = [c for c in reader.chunks if c.file == file]
+        if chunks:
+            self.add(chunks, reader.vectors([c.id for c in chunks]))
+        return len(chunks)
+
+    def generation(self, manifest: list[FileResult]) -> Generation:
+        return Generation(
+            id=self.id,
+            built_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            embedder=self.embedder,
+            dimension=self.dimension,
+            chunking=self.chunking,
+            files=sum(1 for m in manifest if m.status in ("indexed", "unchanged")),
+            chunks=len(self.chunks),
+        )
+
+    def commit(self, manifest: list[FileResult]) -> Generation:
+        """Make this generation the active one, complete, in one step."""
+        raise NotImplementedError
+
+
+class IndexReader:
+    """One generation, opened for queries. Checked against its manifest before it answers."""
+
+    def __init__(self, store: Backend, generation: Generation) -> None:
+        self.generation = generation
+        opened = store._open(generation)
+        self.chunks, self.collection, self._bm25 = opened.chunks, opened.collection, opened.lexical
+        expected = {m.file: m.chunks for m in opened.manifest if m.status in ("indexed", "unchanged")}
+        actual: dict[str, int] = {}
+        for chunk in self.chunks:
+            actual[chunk.file] = actual.get(chunk.file, 0) + 1
+        if expected != actual or generation.chunks != len(self.chunks):
+            raise RebuildNeeded(
+                f"The index {store.where} disagrees with its manifest (files or chunk counts differ): "
+                "rebuild the knowledge base."
+            )
+        try:
+            count = self.collection.count()
+        except Exception as exc:  # noqa: BLE001 - chromadb raises its own types for a missing collection
+            raise RebuildNeeded(f"The index {store.where} is damaged ({exc}): rebuild the knowledge base.") from None
+        if count != len(self.chunks):
+            raise RebuildNeeded(
+                f"The index {store.where} is inconsistent ({count} vectors for "
+                f"{len(self.chunks)} chunks): rebuild the knowledge base."
+            )
+        self.by_id = {c.id: c for c in self.chunks}
+        self.n_docs = len(self.chunks)
+        self._df: dict[str, int] | None = None
+        self._phrases: str | None = None
+
+    def doc_frequency(self, token: str) -> int:
+        """In how many chunks a lexical token occurs: the index's own IDF, read off the BM25 matrix."""
+        if self._df is None:
+            self._df = self._bm25.doc_frequencies() if self._bm25 else {}
+        return self._df.get(token, 0)
+
+    def mentions(self, phrase: str) -> bool:
+        """Whether any chunk contains this ``text.phrase`` (a name, an identifier)."""
+        if self._phrases is None:
+            self._phrases = "\n".join(text_phrase(index_text(c)) for c in self.chunks)
+        return phrase in self._phrases
+
+    def vectors(self, ids: Sequence[str]) -> list[list[float]]:
+        """The stored vectors of these chunks, in order."""
+        by_id: dict[str, Any] = {}
+        for start in range(0, len(ids), WRITE_BATCH):
+            got = self.collection.get(ids=list(ids[start : start + WRITE_BATCH]), include=["embeddings"])
+            by_id.update(zip(got["ids"], got["embeddings"], strict=True))
+        return [by_id[i] for i in ids]
+
+    def check_embedder(self, embedder: str) -> None:
+        if embedder != self.generation.embedder:
+            raise RebuildNeeded(
+                f"Rebuild needed: the index was built with embeddings from {self.generation.embedder}, "
+                f"but the app now uses {embedder}. Run a full rebuild (Rebuild knowledge base with "
+                "'full rebuild', or `python -m crag index --rebuild`)."
+            )
+
+    def dense(self, vector: Sequence[float], n: int) -> list[ScoredChunk]:
+        if not self.chunks:
+            return []
+        got = self.collection.query(
+            query_embeddings=[list(vector)], n_results=min(n, len(self.chunks)), include=["distances"]
+        )
+        return [
+            ScoredChunk(self.by_id[i], 1.0 - float(d)) for i, d in zip(got["ids"][0], got["distances"][0], strict=True)
+        ]
+
+    def lexical(self, query: str, n: int) -> list[ScoredChunk]:
+        if self._bm25 is None:
+            return []
+        return [ScoredChunk(self.chunks[row], score) for row, score in self._bm25.retrieve(lexical_tokens(query), n)]
+
+    def search(
+        self, query: str, vector: Sequence[float] | None, k: int, mode: Mode = "hybrid", dense_weight: float = 1.0
+    ) -> list[ScoredChunk]:
+        if mode == "dense":
+            return self.dense(vector or [], k)
+        if mode == "lexical":
+            return self.lexical(query, k)
+        pool = max(4 * k, 20)
+        return fuse([self.dense(vector or [], pool), self.lexical(query, pool)], [dense_weight, 1.0])[:k]
