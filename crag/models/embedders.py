@@ -33,6 +33,9 @@ class Embedder(ABC):
     # BM25 for Chinese queries when they do not.
     multilingual: bool = True
     cache_size: int = 2048
+    # The most tokens (as ``count_tokens`` counts them, special tokens aside) a text is embedded whole with;
+    # the chunker keeps heading + text within it. None: not known, chunks are sized by CRAG_CHUNK_TOKENS only.
+    max_tokens: int | None = None
 
     @abstractmethod
     def _embed(self, texts: Sequence[str]) -> list[list[float]]:
@@ -75,6 +78,7 @@ class LocalEmbedder(Embedder):
 
     name = "local:all-MiniLM-L6-v2"
     multilingual = False  # trained on English pairs: Chinese text embeds poorly
+    max_tokens = 254  # its window, max_seq_length 256 in the packaged sentence_bert_config.json, less [CLS] and [SEP]
 
     def __init__(self, threads: int = 0) -> None:
         import os
