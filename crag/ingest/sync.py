@@ -115,8 +115,12 @@ def sync(
     rebuild: bool = False,
     parser: Parser | None = None,
     on_progress: OnProgress | None = None,
+    pipelined: bool = True,
 ) -> SyncReport:
-    """Bring the index in line with the files folder. Raises ``BuildInProgress`` if a build runs."""
+    """Bring the index in line with the files folder. Raises ``BuildInProgress`` if a build runs.
+
+    ``pipelined=False`` parses, chunks and embeds one file after the other, as builds did before: the
+    benchmark measures both in one run."""
     started = time.perf_counter()
     report = on_progress or (lambda p: None)
     store = Store(settings.chroma_dir)
@@ -166,7 +170,7 @@ def sync(
         current = {r.file for r in results} | {c.file for c in carried} | {p.name for p in plan}
         removed = [FileResult(f, "removed") for f in old_by_file if f not in current]
         staging = _Staging(store, embedder, chunking, previous[0] if previous else None, carried)
-        built = index_files(plan, parser, embedder, staging.add, settings, report)
+        built = index_files(plan, parser, embedder, staging.add, settings, report, pipelined)
         results += built.results
         changed = {p.name for p in plan} - retried
         if previous and staging.writer is None and not (rebuild or removed or changed):

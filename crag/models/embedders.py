@@ -51,6 +51,10 @@ class Embedder(ABC):
         with self._cache_lock:
             return [cache[t].tolist() for t in texts]
 
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        """Vectors for a build: computed, never cached (a build's chunks are not what the next questions ask)."""
+        return self._embed(texts) if texts else []
+
     def remember(self, texts: Sequence[str], vectors: Sequence[Sequence[float]]) -> None:
         """Keep vectors computed elsewhere (the index's) for these texts."""
         with self._cache_lock:
