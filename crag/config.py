@@ -190,7 +190,13 @@ class Settings(BaseSettings):
 
     @property
     def threads(self) -> int:
-        return self.embedded_threads or os.cpu_count() or 1
+        return self.embedded_threads or cpu_threads()
+
+
+def cpu_threads() -> int:
+    """The cores this process may run on (a container's or taskset's limit, not the machine's count)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity else os.cpu_count() or 1
 
 
 def load_settings(**overrides: object) -> Settings:

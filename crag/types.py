@@ -261,6 +261,10 @@ class FileResult:
     hash: str = ""
     parser: str = ""
     parser_version: str = ""
+    # What the file looked like when it was hashed: a file with the same size and modification time is not
+    # read again. 0 when not known (older manifests, a file changed just before the build): it is hashed.
+    size: int = 0
+    mtime_ns: int = 0
 
     @classmethod
     def from_json(cls, data: dict) -> FileResult:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
+
+import pytest
+
 from crag.ingest.chunking import chunk_blocks, split_sentences
 from crag.types import Block, ParsedPDF
 
@@ -130,3 +134,133 @@ def test_ids_are_stable_and_carry_metadata() -> None:
     assert chunk.id.startswith("f00d") and chunk.file == "dir/a.pdf" and chunk.parser == "test"
     assert chunk.file_hash == "f00d" * 16 and chunk.section == "Intro"
     assert chunk.parser_version == "1"
+
+
+# The embedder's window: heading path + text never exceed ``max_tokens`` -----------------------------
+
+
+def fits(chunks, limit: int) -> bool:
+    return all(words(c.section) + words(c.text) <= limit for c in chunks)
+
+
+def test_heading_and_text_fit_the_window() -> None:
+    heading = " ".join(f"h{i}" for i in range(12))  # a 12-word heading, 24 words as a path of two
+    text = " ".join(sentence(n) for n in range(8))
+    doc = parsed(
+        block("title", heading, order=0, level=1),
+        block("title", heading.upper(), order=1, level=2),
+        block("text", text, order=2),
+    )
+    chunks = chunk_blocks(doc, "a.pdf", "abc", words, chunk_tokens=40, overlap=10, max_tokens=60)
+    assert fits(chunks, 60) and chunks[0].section == f"{heading} > {heading.upper()}"
+    assert max(words(c.text) for c in chunks) <= 60 - 24, "the heading's tokens come out of the text's share"
+    assert " ".join(dict.fromkeys(s for c in chunks for s in split_sentences(c.text))) == text
+    # Without a window the text alone fills chunk_tokens, as before.
+    assert max(words(c.text) for c in chunk_blocks(doc, "a.pdf", "abc", words, chunk_tokens=40, overlap=10)) == 40
+
+
+def test_a_heading_path_longer_than_half_the_window_keeps_its_innermost_headings() -> None:
+    doc = parsed(
+        block("title", " ".join(["outer"] * 30), order=0, level=1),
+        block("title", "Inner", order=1, level=2),
+        block("text", sentence(1), order=2),
+    )
+    (chunk,) = chunk_blocks(doc, "a.pdf", "abc", words, chunk_tokens=30, max_tokens=40)
+    assert chunk.section == "Inner" and chunk.text == sentence(1)
+
+
+def test_overlap_shrinks_rather_than_push_a_chunk_past_the_window() -> None:
+    text = " ".join([sentence(0, 4), sentence(1, 4), sentence(2, 27), sentence(3, 4)])
+    chunks = chunk_blocks(
+        parsed(block("text", text)), "a.pdf", "abc", words, chunk_tokens=30, overlap=10, max_tokens=30
+    )
+    assert fits(chunks, 30)
+    assert [words(c.text) for c in chunks] == [8, 27, 4], "no chunk of overlap alone, none over 30"
+
+
+def test_a_table_larger_than_the_window_is_cut_between_rows() -> None:
+    rows = [f"| {i} | {i * i} |" for i in range(40)]
+    table = "| n | square |\n|---|---|\n" + "\n".join(rows)
+    doc = parsed(
+        block("title", "Squares", order=0, level=1),
+        block("caption", "Table 3: squares", order=1),
+        block("table", table, order=2),
+    )
+    chunks = chunk_blocks(doc, "a.pdf", "abc", words, chunk_tokens=20, max_tokens=60)
+    assert len(chunks) > 1 and fits(chunks, 60)
+    assert chunks[0].text.startswith("Table 3: squares\n\n| n | square |\n|---|---|\n| 0 | 0 |")
+    assert all(c.text.startswith("| n | square |\n|---|---|\n") for c in chunks[1:]), "the header row on every piece"
+    assert [r for c in chunks for r in c.text.split("\n") if r in rows] == rows, "every row once, in order"
+    assert {c.block_types for c in chunks} == {("caption", "table")}
+    # A table that fits the window stays whole, however small chunk_tokens is.
+    assert len(chunk_blocks(doc, "a.pdf", "abc", words, chunk_tokens=20, max_tokens=400)) == 1
+
+
+def test_an_html_table_and_an_equation_larger_than_the_window() -> None:
+    html = "<table>" + "".join(f"<tr><td>row {i}</td><td>value {i}</td></tr>" for i in range(30)) + "</table>"
+    equation = " + ".join(f"x_{i}" for i in range(60))
+    doc = parsed(block("table", html), block("equation", equation, order=1))
+    chunks = chunk_blocks(doc, "a.pdf", "abc", words, chunk_tokens=20, max_tokens=25)
+    assert fits(chunks, 25)
+    assert "".join(c.text for c in chunks if "table" in c.block_types) == html
+    assert " ".join(c.text for c in chunks if "equation" in c.block_types) == equation
+
+
+def test_chunks_fed_page_by_page_equal_those_of_the_whole_file() -> None:
+    from crag.ingest.chunking import Chunker
+
+    blocks = [
+        block("title", "1 Intro", page=1, order=0, level=1),
+        block("text", " ".join(sentence(n) for n in range(5)), page=1, order=1),
+        block("caption", "Table 1: squares", page=1, order=2),
+        block("table", "| a |\n|---|\n| 1 |", page=2, order=0),
+        block("text", sentence(9), page=2, order=1),
+        block("title", "2 Use", page=2, order=2, level=1),
+        block("text", sentence(10), page=3, order=0),
+    ]
+    whole = chunk_blocks(parsed(*blocks), "a.pdf", "abc", words, chunk_tokens=30, overlap=10, max_tokens=45)
+    chunker = Chunker("a.pdf", "abc", words, 30, 10, 45)
+    paged = [c for page in (1, 2, 3) for c in chunker.add([b for b in blocks if b.page == page])] + chunker.finish()
+    assert [(c.id, c.text, c.section, c.pages) for c in paged] == [(c.id, c.text, c.section, c.pages) for c in whole]
+    assert any(c.text.startswith("Table 1: squares\n\n| a |") for c in whole), "a caption on the page before"
+
+
+# Real text: the benchmark corpus, MiniLM's own tokenizer ---------------------------------------------
+
+# Pages with what overflowed MiniLM's window before: tables of contents read as tables (4,439 tokens on
+# bzip2's page 3), and paragraphs under long Chinese and English heading paths.
+REAL_PAGES = {
+    "bzip2-manual.pdf": [3, 5, 11],
+    "ctex-faq.pdf": [1, 2, 9, 41],
+    "asymptote-faq-zh-cn.pdf": [6],
+    "debian-faq.en.pdf": [19, 20, 50, 51],
+}
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("apt-get") is None, reason="the corpus comes from Debian packages (apt-get)")
+def test_real_chunks_fit_minilm_with_their_heading() -> None:
+    from crag.bench.corpus import default_cache_dir, fetch_corpus
+    from crag.ingest.chunking import Chunker
+    from crag.ingest.pymupdf import PyMuPDFParser
+    from crag.models import LocalEmbedder, count_tokens
+    from crag.store import index_text
+
+    pdfs = fetch_corpus(default_cache_dir())
+    parser, window = PyMuPDFParser(), LocalEmbedder.max_tokens
+    for name, pages in REAL_PAGES.items():
+        doc = parser.parse(pdfs[name], pages)
+        chunks = chunk_blocks(doc, name, "f" * 64, count_tokens, 220, 32, max_tokens=window)
+        sizes = [count_tokens(index_text(c)) for c in chunks]
+        assert max(sizes) <= window, (name, max(sizes))
+        everything = "\n".join(c.text for c in chunks)
+        for b in doc.blocks:
+            if b.type in ("text", "list", "caption", "table") and b.text.strip():
+                for line in b.text.split("\n")[2:] if b.type == "table" else split_sentences(b.text):
+                    assert line.strip() in everything, (name, b.page, line)  # nothing is lost on the way
+        chunker = Chunker(name, "f" * 64, count_tokens, 220, 32, window)
+        paged = [c for p in pages for c in chunker.add([b for b in doc.blocks if b.page == p])] + chunker.finish()
+        assert [(c.text, c.section) for c in paged] == [(c.text, c.section) for c in chunks]
+    # Without the window, the same pages overflow: the test would catch a regression.
+    doc = parser.parse(pdfs["bzip2-manual.pdf"], [3])
+    assert max(count_tokens(index_text(c)) for c in chunk_blocks(doc, "b", "f" * 64, count_tokens, 220, 32)) > window

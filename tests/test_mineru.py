@@ -274,3 +274,83 @@ def test_configuration_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr("crag.ingest.mineru.importlib.util.find_spec", lambda name: None)
     with pytest.raises(ConfigError, match=r'pip install "mineru-vl-utils\[transformers\]"'):
         MinerUParser(model_path=tmp_path)
+
+
+def test_the_page_limit_holds_before_any_request(stub: MinerUStub, pdf: Path, fallback: PyMuPDFParser) -> None:
+    parser = MinerUParser(server_url=stub.url, fallback=fallback, max_pages=1)
+    with pytest.raises(PDFError, match=r"2 pages, over the limit of 1 \(CRAG_MAX_PAGES\)"):
+        parser.parse(pdf)
+    assert stub.requests == []
+
+
+def test_choose_parser_passes_the_page_limit(stub: MinerUStub) -> None:
+    from crag.config import load_settings
+    from crag.ingest import choose_parser
+
+    parser = choose_parser(load_settings(mineru_url=stub.url, max_pages=7))
+    assert isinstance(parser, MinerUParser) and parser.max_pages == 7
+
+
+def repeated(pdf: Path, path: Path, times: int) -> Path:
+    """The stub's two pages, ``times`` over: page 2k+1 shows page 1's layout, page 2k+2 page 2's."""
+    doc = pymupdf.open()
+    for _ in range(times):
+        doc.insert_pdf(pymupdf.open(pdf))
+    doc.save(path)
+    return path
+
+
+def test_consecutive_failures_give_up_on_mineru_for_the_build(
+    stub: MinerUStub, pdf: Path, fallback: PyMuPDFParser, tmp_path: Path
+) -> None:
+    stub.fail_pages = {1, 2}
+    parser = MinerUParser(server_url=stub.url, fallback=fallback, dpi=DPI, max_failures=3)
+    progress: list[tuple] = []
+    first = parser.parse(repeated(pdf, tmp_path / "six.pdf", 3), on_page=lambda *a: progress.append(a))
+    assert len(stub.chat_requests("layout")) == 3, "no request after the third failure in a row"
+    assert first.parser == "pymupdf", "MinerU did not finish it: parsed again once MinerU works"
+    assert [w.split(":")[0] for w in first.warnings[:3]] == ["page 1", "page 2", "page 3"]
+    assert first.warnings[3].startswith("MinerU given up for this build: it failed on 3 pages in a row (last: ")
+    assert first.warnings[3].endswith("; pages 4-6 parsed with PyMuPDF")
+    assert "checked each total twice" in " ".join(b.text for b in first.blocks if b.page == 6)
+    assert progress == [(n, 6) for n in range(1, 7)]
+
+    second = parser.parse(pdf)  # the next file of the same build: MinerU is not asked
+    assert len(stub.chat_requests("layout")) == 3
+    assert second.parser == "pymupdf" and second.warnings[0].startswith("MinerU not asked for the rest of this build")
+    assert "Quarterly Results" in " ".join(b.text for b in second.blocks)
+
+
+def test_a_page_that_works_resets_the_count(
+    stub: MinerUStub, pdf: Path, fallback: PyMuPDFParser, tmp_path: Path
+) -> None:
+    stub.fail_pages = {2}
+    parser = MinerUParser(server_url=stub.url, fallback=fallback, dpi=DPI, max_failures=2)
+    result = parser.parse(repeated(pdf, tmp_path / "four.pdf", 2))
+    assert result.parser == "mineru" and not parser.gave_up
+    assert [r.page for r in stub.chat_requests("layout")] == [1, 2, 1, 2]
+    assert [w.split(":")[0] for w in result.warnings] == ["page 2", "page 4"]
+
+
+def test_the_build_keeps_files_mineru_parsed_while_it_is_down(
+    stub: MinerUStub, pdf: Path, tmp_path: Path, closed_port_url: str
+) -> None:
+    """Through ``sync`` and ``choose_parser``: MinerU unreachable means PyMuPDF for new files, and no re-parse."""
+    import shutil
+
+    from crag.config import load_settings
+    from crag.ingest import sync
+    from tests.fakes import HashEmbedder
+
+    files = tmp_path / "Files"
+    files.mkdir()
+    shutil.copy(pdf, files / "report.pdf")
+    settings = load_settings(files_dir=files, chroma_dir=tmp_path / "db", mineru_url=stub.url)
+    embedder = HashEmbedder()
+    assert {f.parser for f in sync(settings, embedder).files} == {"mineru"}
+
+    down = settings.model_copy(update={"mineru_url": closed_port_url})
+    (files / "copy.pdf").write_bytes(pdf.read_bytes() + b"\n% another file\n")
+    report = {f.file: f for f in sync(down, embedder).files}
+    assert (report["report.pdf"].status, report["report.pdf"].parser) == ("unchanged", "mineru")
+    assert (report["copy.pdf"].status, report["copy.pdf"].parser) == ("indexed", "pymupdf")

@@ -64,7 +64,11 @@ def test_first_sync_indexes_and_reports_progress(kb: Settings, embedder: Embedde
 
     store = Store(kb.chroma_dir)
     gen = store.active()
-    assert gen.embedder == embedder.name and gen.chunking == {"chunk_tokens": 220, "chunk_overlap": 32}
+    assert gen.embedder == embedder.name and gen.chunking == {
+        "chunk_tokens": 220,
+        "chunk_overlap": 32,
+        "max_tokens": 254,
+    }
     manifest = {m.file: m for m in store.manifest()}
     assert manifest["widget.pdf"].parser == "pymupdf" and len(manifest["widget.pdf"].hash) == 64
 
@@ -121,7 +125,7 @@ def test_bad_files_get_a_status_and_the_rest_index(kb: Settings, embedder: Embed
     assert copy.status == "skipped" and "same content as widget.pdf" in copy.error
     assert report["widget.pdf"].status == "unchanged" and report["zh.pdf"].status == "unchanged"
     again = {f.file: f.status for f in sync(kb, embedder).files}
-    assert again["locked.pdf"] == "failed", "an unchanged failed file stays failed without re-parsing"
+    assert again["locked.pdf"] == "failed", "tried again, and failed again"
 
 
 def test_another_embedder_needs_a_rebuild(kb: Settings, embedder: Embedder) -> None:

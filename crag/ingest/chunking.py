@@ -5,12 +5,20 @@
 - Paragraphs are packed up to ``chunk_tokens``; one that is too long is split at sentence ends
   (Chinese sentence punctuation included), and consecutive chunks share ``overlap`` tokens.
 - Page headers, footers and page numbers are dropped.
+- With ``max_tokens`` (the embedder's window), heading path + text never exceed it: the embedder
+  would silently cut the rest. The text then gets what the heading leaves, the overlap shrinks when
+  it must, and a table or equation larger than the window is cut (a table between rows, its header
+  row repeated on every piece).
+
+``Chunker`` takes a file page by page, so a build embeds the first pages' chunks while the parser
+reads the next ones; ``chunk_blocks`` is the same for a whole parsed file.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from crag.text import join_sentences, split_sentences
 from crag.types import Block, Chunk, ParsedPDF
@@ -19,6 +27,7 @@ TokenCounter = Callable[[str], int]
 
 ATOMIC = ("table", "equation")
 DROPPED = ("header", "footer")
+MARKDOWN_RULE = re.compile(r"^\|?\s*:?-{3,}")  # the |---|---| line under a markdown table's header row
 
 
 @dataclass
@@ -28,17 +37,20 @@ class _Unit:
     text: str
     tokens: int
     blocks: tuple[Block, ...]
-    atomic: bool = False
+    atomic: bool = False  # a table or an equation: a chunk of its own, no overlap into it
+    whole: bool = False  # cut only to fit the embedder's window, never to chunk size (atomic, captions, code)
 
 
 @dataclass
 class _Draft:
     units: list[_Unit] = field(default_factory=list)
     tokens: int = 0
+    carried: int = 0  # leading units that are the previous chunk's overlap
 
 
 def _hard_split(text: str, limit: int, count: TokenCounter) -> list[str]:
-    """A 'sentence' longer than a chunk (a run-on line, a long URL list) is cut by size."""
+    """A 'sentence' longer than a chunk (a run-on line, a long URL list) is cut by size; a word longer
+    than a chunk, by characters."""
     words = text.split(" ") if " " in text else list(text)
     joiner = " " if " " in text else ""
     pieces, current = [], []
@@ -46,42 +58,234 @@ def _hard_split(text: str, limit: int, count: TokenCounter) -> list[str]:
         if current and count(joiner.join([*current, word])) > limit:
             pieces.append(joiner.join(current))
             current = []
+        if joiner and count(word) > limit:
+            pieces += _hard_split(word, limit, count)
+            continue
         current.append(word)
     if current:
         pieces.append(joiner.join(current))
+    return [p for p in pieces if p.strip()]
+
+
+def _pack_lines(
+    lines: Sequence[str], limit: int, count: TokenCounter, header: Sequence[str] = (), joiner: str = "\n"
+) -> list[str]:
+    """Lines packed into pieces of at most ``limit`` tokens, each opening with ``header``."""
+    head = count(joiner.join(header)) if header else 0
+    pieces: list[str] = []
+    current: list[str] = []
+    size = head
+    for line in lines:
+        tokens = count(line)
+        if tokens + head > limit:  # a row longer than a chunk: cut by size
+            for part in _hard_split(line, max(limit - head, 1), count):
+                pieces.append(joiner.join([*header, part]))
+            continue
+        if current and size + tokens > limit:
+            pieces.append(joiner.join([*header, *current]))
+            current, size = [], head
+        current.append(line)
+        size += tokens
+    if current:
+        pieces.append(joiner.join([*header, *current]))
     return pieces
 
 
-def _units(blocks: Sequence[Block], limit: int, count: TokenCounter) -> list[_Unit | Block]:
-    """Blocks as units, with titles left in place as section markers."""
-    kept = [b for b in blocks if b.type not in DROPPED and (b.text.strip() or b.type == "title")]
-    out: list[_Unit | Block] = []
-    i = 0
-    while i < len(kept):
-        block = kept[i]
-        if block.type == "title":
-            out.append(block)
-        elif block.type == "table":
-            group = [block]
-            if out and isinstance(out[-1], _Unit) and out[-1].blocks[-1].type == "caption":
-                group.insert(0, out.pop().blocks[0])
-            elif i + 1 < len(kept) and kept[i + 1].type == "caption":
-                group.append(kept[i + 1])
-                i += 1
-            text = "\n\n".join(b.text for b in group)
-            out.append(_Unit(text, count(text), tuple(group), atomic=True))
-        elif block.type in ATOMIC or block.type in ("caption", "code"):
-            out.append(_Unit(block.text, count(block.text), (block,), atomic=block.type in ATOMIC))
-        else:
-            tokens = count(block.text)
-            if tokens <= limit:
-                out.append(_Unit(block.text, tokens, (block,)))
+def _split_table(unit: _Unit, limit: int, count: TokenCounter) -> list[str]:
+    """A table too large for one chunk, cut between rows. Its header row opens every piece; its caption
+    stays on the first piece (a caption above) or the last (a caption below)."""
+    table = next(b for b in unit.blocks if b.type == "table")
+    before = "\n\n".join(b.text for b in unit.blocks[: unit.blocks.index(table)])
+    after = "\n\n".join(b.text for b in unit.blocks[unit.blocks.index(table) + 1 :])
+    lines, joiner = table.text.split("\n"), "\n"
+    if len(lines) == 1 and "</tr>" in table.text:  # MinerU's HTML: one line, rows end with </tr>
+        lines, joiner = [row for row in re.split(r"(?<=</tr>)", table.text) if row], ""
+    header = lines[:2] if len(lines) > 2 and MARKDOWN_RULE.match(lines[1].strip()) else []
+    body = lines[len(header) :]
+    room = limit - count(before) - count(after)
+    if room <= count("\n".join(header)) + 8:  # a caption that fills the window travels on its own
+        return [
+            *_pack_lines([before], limit, count),
+            *_pack_lines(lines, limit, count, joiner=joiner),
+            *_pack_lines([after], limit, count),
+        ]
+    pieces = _pack_lines(body, room, count, header, joiner)
+    if before:
+        pieces[0] = f"{before}\n\n{pieces[0]}"
+    if after:
+        pieces[-1] = f"{pieces[-1]}\n\n{after}"
+    return [p for p in pieces if p.strip()]
+
+
+def _fit(unit: _Unit, limit: int, room: int | None, count: TokenCounter) -> list[_Unit]:
+    """The unit as pieces that fit: text at most ``limit`` tokens, a whole unit at most ``room`` (the window
+    left by the heading; None: no window known, it stays whole)."""
+    if unit.whole:
+        if room is None or unit.tokens <= room:
+            return [unit]
+        limit = room
+    elif unit.tokens <= limit:
+        return [unit]
+    if any(b.type == "table" for b in unit.blocks):
+        texts = _split_table(unit, limit, count)
+    elif unit.atomic:
+        texts = _hard_split(unit.text, limit, count)
+    elif "\n" in unit.text:  # code: whole lines, still one below the other
+        texts = _pack_lines(unit.text.split("\n"), limit, count)
+    else:
+        texts = [
+            p for s in split_sentences(unit.text) for p in (_hard_split(s, limit, count) if count(s) > limit else [s])
+        ]
+    return [_Unit(t, count(t), unit.blocks, unit.atomic, unit.whole) for t in texts]
+
+
+class Chunker:
+    """Chunks of one file, fed page by page. ``add`` returns the chunks it completed; ``finish`` the rest.
+
+    Chunks come without ``parser``/``parser_version``: a parser may change its mind about a file at its end
+    (MinerU falling back for the whole file), so the build sets them once the file is parsed.
+    """
+
+    def __init__(
+        self,
+        file: str,
+        file_hash: str,
+        count: TokenCounter,
+        chunk_tokens: int = 256,
+        overlap: int = 32,
+        max_tokens: int | None = None,
+    ) -> None:
+        self.file, self.file_hash, self.count = file, file_hash, count
+        self.chunk_tokens, self.overlap, self.max_tokens = chunk_tokens, overlap, max_tokens
+        self.made = 0
+        self._headings: list[tuple[int, str]] = []
+        self._section = ""
+        self._budget = chunk_tokens  # for the text of a chunk
+        self._room: int | None = None  # the window less the heading path; None without a window
+        self._enter_section()
+        self._draft = _Draft()
+        self._blocks: list[Block] = []  # kept blocks not yet made units: the last waits for a caption below it
+        self._units: list[_Unit | Block] = []  # the last waits, in case a table below takes it as its caption
+        self._out: list[Chunk] = []
+
+    def add(self, blocks: Sequence[Block]) -> list[Chunk]:
+        self._blocks += [b for b in blocks if b.type not in DROPPED and (b.text.strip() or b.type == "title")]
+        self._make_units(final=False)
+        return self._take()
+
+    def finish(self) -> list[Chunk]:
+        self._make_units(final=True)
+        self._flush(carry=False)
+        return self._take()
+
+    def _take(self) -> list[Chunk]:
+        out, self._out = self._out, []
+        return out
+
+    def _make_units(self, final: bool) -> None:
+        """Blocks as units, with titles left in place as section markers; then pack the units."""
+        kept, i = self._blocks, 0
+        while i < len(kept) - (0 if final else 1):
+            block = kept[i]
+            if block.type == "title":
+                self._units.append(block)
+            elif block.type == "table":
+                group = [block]
+                last = self._units[-1] if self._units else None
+                if isinstance(last, _Unit) and last.blocks[-1].type == "caption":
+                    group.insert(0, self._units.pop().blocks[0])
+                elif i + 1 < len(kept) and kept[i + 1].type == "caption":
+                    group.append(kept[i + 1])
+                    i += 1
+                text = "\n\n".join(b.text for b in group)
+                self._units.append(_Unit(text, self.count(text), tuple(group), atomic=True, whole=True))
             else:
-                for sentence in split_sentences(block.text):
-                    for piece in _hard_split(sentence, limit, count) if count(sentence) > limit else [sentence]:
-                        out.append(_Unit(piece, count(piece), (block,)))
-        i += 1
-    return out
+                atomic = block.type in ATOMIC
+                whole = atomic or block.type in ("caption", "code")
+                self._units.append(_Unit(block.text, self.count(block.text), (block,), atomic, whole))
+            i += 1
+        self._blocks = kept[i:]
+        ready = self._units if final else self._units[:-1]
+        self._units = [] if final else self._units[-1:]
+        for item in ready:
+            self._pack(item)
+
+    def _pack(self, item: _Unit | Block) -> None:
+        if isinstance(item, Block):  # a title: close the chunk, enter the section
+            self._flush(carry=False)
+            level = item.level or 1
+            self._headings = [(lv, t) for lv, t in self._headings if lv < level] + [(level, item.text.strip())]
+            self._enter_section()
+            return
+        for piece in _fit(item, self._budget, self._room, self.count):
+            draft = self._draft
+            if draft.units and draft.tokens + piece.tokens > self._budget and draft.carried < len(draft.units):
+                self._flush(carry=not piece.atomic)
+            draft = self._draft
+            # Overlap is a courtesy: it shrinks, oldest sentence first, rather than push a chunk past its budget.
+            while draft.carried and draft.tokens + piece.tokens > self._budget:
+                draft.tokens -= draft.units.pop(0).tokens
+                draft.carried -= 1
+            draft.units.append(piece)
+            draft.tokens += piece.tokens
+
+    def _enter_section(self) -> None:
+        """The heading path, and what it leaves of the window for the text. A path longer than half the
+        window keeps its innermost headings."""
+        if self.max_tokens is None:
+            self._section = " > ".join(text for _, text in self._headings)
+            return
+        headings = [text for _, text in self._headings]
+        while len(headings) > 1 and self.count(" > ".join(headings)) > self.max_tokens // 2:
+            headings.pop(0)
+        section = " > ".join(headings)
+        if self.count(section) > self.max_tokens // 2:
+            section = _hard_split(section, self.max_tokens // 2, self.count)[0]
+        self._section = section
+        self._room = self.max_tokens - self.count(section)
+        self._budget = max(1, min(self.chunk_tokens, self._room))
+
+    def _flush(self, carry: bool) -> None:
+        units = self._draft.units
+        if not units or self._draft.carried == len(units):
+            self._draft = _Draft()
+            return
+        rest: list[_Unit] = []
+        # Counts add up across the units of a chunk (the tokenizer splits at spaces and around CJK), so this
+        # rarely fires; it keeps the promise when a join would merge two pieces into other tokens.
+        while self.max_tokens and len(units) > 1 and self._too_long(_join(units)):
+            rest.insert(0, units.pop())
+        blocks = [b for u in units for b in u.blocks]
+        self._out.append(
+            Chunk(
+                id=f"{self.file_hash[:16]}-{self.made:05d}",
+                text=_join(units),
+                file=self.file,
+                pages=tuple(sorted({b.page for b in blocks})),
+                section=self._section,
+                bboxes=tuple(dict.fromkeys((b.page, *b.bbox) for b in blocks)),
+                block_types=tuple(dict.fromkeys(b.type for b in blocks)),
+                file_hash=self.file_hash,
+            )
+        )
+        self.made += 1
+        if rest:
+            self._draft = _Draft(rest, sum(u.tokens for u in rest))
+            self._flush(carry)
+            return
+        tail: list[_Unit] = []
+        if carry:
+            # Overlap: the last whole sentences of this chunk open the next one.
+            budget = self.overlap
+            for unit in reversed(units):
+                if unit.atomic or unit.tokens > budget:
+                    break
+                tail.insert(0, unit)
+                budget -= unit.tokens
+        self._draft = _Draft(tail, sum(u.tokens for u in tail), carried=len(tail))
+
+    def _too_long(self, text: str) -> bool:
+        return self.max_tokens is not None and self.count(self._section) + self.count(text) > self.max_tokens
 
 
 def chunk_blocks(
@@ -91,59 +295,12 @@ def chunk_blocks(
     count: TokenCounter,
     chunk_tokens: int = 256,
     overlap: int = 32,
+    max_tokens: int | None = None,
 ) -> list[Chunk]:
     """Chunks for one parsed file. Ids are stable for the same content and settings."""
-    chunks: list[Chunk] = []
-    headings: list[tuple[int, str]] = []
-    draft = _Draft()
-
-    def section() -> str:
-        return " > ".join(text for _, text in headings)
-
-    def flush(carry: bool) -> None:
-        nonlocal draft
-        if not draft.units:
-            return
-        blocks = [b for u in draft.units for b in u.blocks]
-        chunks.append(
-            Chunk(
-                id=f"{file_hash[:16]}-{len(chunks):05d}",
-                text=_join(draft.units),
-                file=file,
-                pages=tuple(sorted({b.page for b in blocks})),
-                section=section(),
-                bboxes=tuple(dict.fromkeys((b.page, *b.bbox) for b in blocks)),
-                block_types=tuple(dict.fromkeys(b.type for b in blocks)),
-                parser=parsed.parser,
-                parser_version=parsed.parser_version,
-                file_hash=file_hash,
-            )
-        )
-        tail: list[_Unit] = []
-        if carry:
-            # Overlap: the last whole sentences of this chunk open the next one.
-            budget = overlap
-            for unit in reversed(draft.units):
-                if unit.atomic or unit.tokens > budget:
-                    break
-                tail.insert(0, unit)
-                budget -= unit.tokens
-        draft = _Draft(tail, sum(u.tokens for u in tail))
-
-    for item in _units(parsed.blocks, chunk_tokens, count):
-        if isinstance(item, Block):  # a title: close the chunk, enter the section
-            flush(carry=False)
-            level = item.level or 1
-            headings = [(lv, t) for lv, t in headings if lv < level] + [(level, item.text.strip())]
-            continue
-        if draft.units and draft.tokens + item.tokens > chunk_tokens:
-            flush(carry=not item.atomic)
-            if item.atomic:
-                draft = _Draft()
-        draft.units.append(item)
-        draft.tokens += item.tokens
-    flush(carry=False)
-    return chunks
+    chunker = Chunker(file, file_hash, count, chunk_tokens, overlap, max_tokens)
+    chunks = chunker.add(parsed.blocks) + chunker.finish()
+    return [replace(c, parser=parsed.parser, parser_version=parsed.parser_version) for c in chunks]
 
 
 def _join(units: Sequence[_Unit]) -> str:

@@ -24,7 +24,7 @@ from mineru_vl_utils import MinerUClient
 from mineru_vl_utils import __version__ as MINERU_VL_VERSION
 
 from crag.errors import ConfigError
-from crag.ingest.base import PageProgress, Parser, PDFError
+from crag.ingest.base import OnBlocks, PageProgress, Parser, PDFError
 from crag.ingest.pymupdf import PyMuPDFParser, page_sizes, render_page
 from crag.types import Block, ParsedPDF
 
@@ -70,6 +70,7 @@ TITLE_LEVELS = {"doc_title": 1, "title": 1, "paragraph_title": 2}
 # Containers are never sent for recognition; their members are separate blocks with the text.
 CONTAINERS = {"list", "image_block", "equation_block"}
 PAGE_DPI = 200  # what MinerU's own pipeline renders at; crops are recognised at this resolution
+MAX_FAILURES = 3  # pages in a row MinerU fails on (errors, timeouts) before a build stops asking it
 
 
 def _inside(inner: Sequence[float], outer: Sequence[float], threshold: float = 0.9) -> bool:
@@ -130,6 +131,17 @@ def _ocr_relay(on_page: PageProgress | None, done: int, count: int) -> PageProgr
     return relay
 
 
+def _shifted(on_page: PageProgress | None, before: int) -> PageProgress | None:
+    """Progress of the fallback on the last pages of a file, as pages of the whole file."""
+    if on_page is None:
+        return None
+
+    def relay(done: int, count: int, *stage: str) -> None:
+        on_page(before + done, before + count, *stage)
+
+    return relay
+
+
 def _label(parser: Parser) -> str:
     return {"pymupdf": "PyMuPDF", "mineru": "MinerU"}.get(parser.name, parser.name)
 
@@ -178,6 +190,8 @@ class MinerUParser(Parser):
         fallback: Parser | None = None,
         timeout: float = 120.0,
         dpi: int = PAGE_DPI,
+        max_pages: int | None = None,
+        max_failures: int = MAX_FAILURES,
     ) -> None:
         if server_url is None:  # a server, when given too, wins: it is faster than local weights
             if model_path is None:
@@ -201,6 +215,10 @@ class MinerUParser(Parser):
         self.fallback = fallback or PyMuPDFParser()
         self.timeout = timeout
         self.dpi = dpi
+        self.max_pages = max_pages
+        self.max_failures = max_failures
+        self.gave_up = ""  # why MinerU is no longer asked (the circuit breaker tripped); "" while it is
+        self._failures = 0  # pages MinerU failed on in a row
         self._client: MinerUClient | None = None
 
     def _connect(self) -> MinerUClient:
@@ -220,42 +238,94 @@ class MinerUParser(Parser):
         return self._client
 
     def parse(self, path: Path, pages: Sequence[int] | None = None, on_page: PageProgress | None = None) -> ParsedPDF:
-        sizes = page_sizes(path)  # also rejects unreadable files with a PDFError
+        return self.parse_into(path, None, pages, on_page)
+
+    def parse_into(
+        self,
+        path: Path,
+        on_blocks: OnBlocks | None,
+        pages: Sequence[int] | None = None,
+        on_page: PageProgress | None = None,
+    ) -> ParsedPDF:
+        sizes = page_sizes(path, self.max_pages)  # rejects unreadable and too long files before any request
         wanted = list(pages) if pages is not None else list(range(1, len(sizes) + 1))
         missing = [p for p in wanted if not 1 <= p <= len(sizes)]
         if missing:
             raise PDFError(f"{path.name}: has {len(sizes)} pages, so page {missing[0]} cannot be parsed.")
+        label = _label(self.fallback)
+        if self.gave_up:
+            result = self.fallback.parse_into(path, on_blocks, wanted, on_page)
+            note = f"MinerU not asked for the rest of this build: {self.gave_up}; parsed with {label}"
+            return replace(result, warnings=(note, *result.warnings))
         try:
             client = self._connect()
         except Exception as exc:  # noqa: BLE001 - any start-up failure means: use the fallback
             where = self.server_url or self.model_path
-            result = self.fallback.parse(path, wanted, on_page)
-            note = f"MinerU unavailable at {where} ({_reason(exc)}); parsed with {_label(self.fallback)}"
+            result = self.fallback.parse_into(path, on_blocks, wanted, on_page)
+            note = f"MinerU unavailable at {where} ({_reason(exc)}); parsed with {label}"
             return replace(result, warnings=(note, *result.warnings))
 
         blocks: list[Block] = []
         warnings: list[str] = []
+        parsed_by: Parser = self
         for done, number in enumerate(wanted, start=1):
+            if self.gave_up:  # in the middle of this file: its other pages go to the fallback
+                blocks += self._rest(path, on_blocks, wanted[done - 1 :], warnings, _shifted(on_page, done - 1))
+                parsed_by = self.fallback  # so the next sync with MinerU back parses the file again
+                break
             try:
                 image = render_page(path, number, self.dpi)
                 page_blocks = to_blocks(client.two_step_extract(image), number, sizes[number - 1])
             except Exception as exc:  # noqa: BLE001 - one bad page must not lose the document
                 failure: str | None = f"MinerU failed ({_reason(exc)})"
                 page_blocks = None
+                self._failed(exc)
             else:  # garbled layout output also ends here
                 failure = None if any(b.text for b in page_blocks) else "MinerU recognised no text"
+                self._failures = 0
             if failure is not None:
                 relay = _ocr_relay(on_page, done, len(wanted))
                 page_blocks = self._fallback_page(path, number, failure, page_blocks, warnings, relay)
             blocks.extend(page_blocks)
+            if on_blocks is not None:
+                on_blocks(page_blocks)
             if on_page:
                 on_page(done, len(wanted))
         if wanted and not any(b.text for b in blocks):
             raise PDFError(
-                f"{path.name}: neither MinerU nor {_label(self.fallback)} found any text "
+                f"{path.name}: neither MinerU nor {label} found any text "
                 f"({'; '.join(warnings) or 'blank or image-only pages'}). Check that the file shows text when opened."
             )
-        return ParsedPDF(tuple(blocks), len(wanted), self.name, self.version, tuple(warnings))
+        return ParsedPDF(tuple(blocks), len(wanted), parsed_by.name, parsed_by.version, tuple(warnings))
+
+    def _rest(
+        self,
+        path: Path,
+        on_blocks: OnBlocks | None,
+        pages: list[int],
+        warnings: list[str],
+        on_page: PageProgress | None,
+    ) -> list[Block]:
+        """The pages of a file left when MinerU was given up, parsed with the fallback."""
+        label = _label(self.fallback)
+        warnings.append(
+            f"MinerU given up for this build: {self.gave_up}; pages {pages[0]}-{pages[-1]} parsed with {label}"
+        )
+        try:
+            rest = self.fallback.parse_into(path, on_blocks, pages, on_page)
+        except PDFError as exc:  # no text on any of these pages; the others may have some
+            warnings.append(f"pages {pages[0]}-{pages[-1]}: {label} found no text either ({_reason(exc)})")
+            return []
+        warnings.extend(rest.warnings)
+        return list(rest.blocks)
+
+    def _failed(self, exc: BaseException) -> None:
+        """Count a page MinerU failed on; after ``max_failures`` in a row, give up on it for this parser's life
+        (one build: ``sync`` makes a parser per build). A server that is down or overloaded would otherwise
+        cost a timeout on every page left."""
+        self._failures += 1
+        if self._failures >= self.max_failures:
+            self.gave_up = f"it failed on {self._failures} pages in a row (last: {_reason(exc)})"
 
     def _fallback_page(
         self,

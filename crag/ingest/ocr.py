@@ -15,7 +15,6 @@ Three parts, used by the PyMuPDF parser page by page:
 from __future__ import annotations
 
 import math
-import os
 import threading
 import unicodedata
 from collections.abc import Callable, Sequence
@@ -26,6 +25,7 @@ from typing import Any, Literal
 import numpy as np
 import pymupdf
 
+from crag.config import cpu_threads
 from crag.errors import CragError
 from crag.ingest.ocr_layout import Box, OcrLine, paragraphs
 from crag.text import join_lines
@@ -122,12 +122,6 @@ Recognise = Callable[[np.ndarray], list[OcrLine]]
 _lock = threading.Lock()  # the engine keeps per-call state: one page at a time per process
 _engine: Any = None
 _engine_error: OcrUnavailable | None = None
-
-
-def cpu_threads() -> int:
-    """The cores this process may run on (a container's or taskset's limit, not the machine's count)."""
-    affinity = getattr(os, "sched_getaffinity", None)
-    return len(affinity(0)) if affinity else os.cpu_count() or 1
 
 
 def engine_version() -> str:

@@ -20,7 +20,7 @@ import pymupdf
 import pymupdf4llm  # noqa: F401 - importing it activates the layout model in PyMuPDF
 from pymupdf4llm.helpers import document_layout
 
-from crag.ingest.base import PageProgress, Parser, PDFError
+from crag.ingest.base import OnBlocks, PageProgress, Parser, PDFError
 from crag.text import join_lines, strip_invisible
 from crag.types import Block, ParsedPDF
 
@@ -80,9 +80,9 @@ def open_pdf(path: Path, max_pages: int | None = None) -> Iterator[pymupdf.Docum
         doc.close()
 
 
-def page_sizes(path: Path) -> list[tuple[float, float]]:
-    """(width, height) in PDF points for every page."""
-    with open_pdf(path) as doc:
+def page_sizes(path: Path, max_pages: int | None = None) -> list[tuple[float, float]]:
+    """(width, height) in PDF points for every page; a ``PDFError`` past ``max_pages``, as in ``open_pdf``."""
+    with open_pdf(path, max_pages) as doc:
         return [(page.rect.width, page.rect.height) for page in doc]
 
 
@@ -190,6 +190,15 @@ class PyMuPDFParser(Parser):
             self.version = f"{PyMuPDFParser.version} + {self.ocr.version}"
 
     def parse(self, path: Path, pages: Sequence[int] | None = None, on_page: PageProgress | None = None) -> ParsedPDF:
+        return self.parse_into(path, None, pages, on_page)
+
+    def parse_into(
+        self,
+        path: Path,
+        on_blocks: OnBlocks | None,
+        pages: Sequence[int] | None = None,
+        on_page: PageProgress | None = None,
+    ) -> ParsedPDF:
         blocks: list[Block] = []
         warnings: list[str] = []
         with open_pdf(path, self.max_pages) as doc:
@@ -213,6 +222,8 @@ class PyMuPDFParser(Parser):
                         blank += 1
                         warnings.append(self._no_text(number))
                 blocks.extend(page_blocks)
+                if on_blocks is not None:
+                    on_blocks(page_blocks)
                 if on_page:
                     on_page(done, len(wanted))
         if wanted and blank == len(wanted):

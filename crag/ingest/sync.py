@@ -1,27 +1,31 @@
 """The build: Files/ -> layout blocks -> chunks -> a new index generation.
 
-``sync`` is incremental: new files are parsed, changed files re-parsed, deleted files dropped,
-and unchanged files carried over from the active generation at the cost of a hash. Every file
-gets a status and, when it fails, a reason; one bad file never stops the others.
+``sync`` is incremental: new files are parsed, changed files re-parsed, deleted files dropped, files
+that failed tried again, and unchanged files carried over from the active generation. A file whose
+size and modification time match the manifest is not even read; another is hashed, and carried over
+when its content did not change. Every file gets a status and, when it fails, a reason; one bad file
+never stops the others. The parsing, chunking and embedding are in ``build``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from crag.config import Settings
-from crag.errors import BuildCancelled, CragError
-from crag.ingest.base import Parser, PDFError
-from crag.ingest.chunking import chunk_blocks
-from crag.models import Embedder, count_tokens
-from crag.store import RebuildNeeded, Store, index_text, open_store
-from crag.types import FileResult, OnProgress, Progress
+from crag.errors import CragError
+from crag.ingest.base import Parser
+from crag.ingest.build import Planned, index_files
+from crag.models import Embedder
+from crag.store import RebuildNeeded, Store, open_store
+from crag.types import Chunk, FileResult, OnProgress, Progress
 
-EMBED_BATCH = 64
+SETTLED_NS = 2_000_000_000  # a file's modification time is trusted once this old (2 s)
+PARSER_RANK = {"pymupdf": 0, "mineru": 1}  # MinerU reads layout, tables and equations better
 
 
 @dataclass(frozen=True)
@@ -44,8 +48,14 @@ class SyncReport:
         }
 
 
-def chunking_settings(settings: Settings) -> dict[str, Any]:
-    return {"chunk_tokens": settings.chunk_tokens, "chunk_overlap": settings.chunk_overlap}
+def chunking_settings(settings: Settings, embedder: Embedder) -> dict[str, Any]:
+    """What the chunks depend on; a change makes the next sync a full rebuild. The embedder's window is one:
+    chunks are cut to fit it."""
+    return {
+        "chunk_tokens": settings.chunk_tokens,
+        "chunk_overlap": settings.chunk_overlap,
+        "max_tokens": embedder.max_tokens,
+    }
 
 
 def choose_parser(settings: Settings, name: str | None = None) -> Parser:
@@ -75,6 +85,7 @@ def choose_parser(settings: Settings, name: str | None = None) -> Parser:
         model_path=settings.mineru_model_path,
         fallback=fallback,
         timeout=settings.request_timeout,
+        max_pages=settings.max_pages,
     )
 
 
@@ -104,13 +115,17 @@ def sync(
     rebuild: bool = False,
     parser: Parser | None = None,
     on_progress: OnProgress | None = None,
+    pipelined: bool = True,
 ) -> SyncReport:
-    """Bring the index in line with the files folder. Raises ``BuildInProgress`` if a build runs."""
+    """Bring the index in line with the files folder. Raises ``BuildInProgress`` if a build runs.
+
+    ``pipelined=False`` parses, chunks and embeds one file after the other, as builds did before: the
+    benchmark measures both in one run."""
     started = time.perf_counter()
     report = on_progress or (lambda p: None)
     store = open_store(settings)
     parser = parser or choose_parser(settings)
-    chunking = chunking_settings(settings)
+    chunking = chunking_settings(settings, embedder)
     with store.build_lock():
         try:
             store.collect_garbage()
@@ -118,79 +133,88 @@ def sync(
             store.discard()  # damaged beyond use: this build starts from scratch
             store.collect_garbage()
         report(Progress("scanning"))
-        previous = _previous(store, embedder, parser, chunking, rebuild)
+        previous = _previous(store, embedder, chunking, rebuild)
         old_by_file = {m.file: m for m in previous[1]} if previous else {}
         # Files already indexed come first, so a new copy of one is the duplicate, not the original.
         paths = sorted(scan(settings.files_dir), key=lambda p: _relative(p, settings) not in old_by_file)
 
         results: list[FileResult] = []
-        plan: list[tuple[Path, str, str]] = []  # (path, relative name, hash) to parse
-        carried: list[tuple[str, FileResult]] = []
+        plan: list[Planned] = []
+        retried: set[str] = set()  # failed last time with the same content: tried again, in case it was passing
+        carried: list[FileResult] = []
         seen_hashes: dict[str, str] = {}
         for path in paths:
             name = _relative(path, settings)
             if path.suffix.lower() != ".pdf":
                 results.append(FileResult(name, "skipped", error="not a PDF: only .pdf files are indexed"))
                 continue
-            digest = file_hash(path)
-            if digest in seen_hashes:
-                results.append(FileResult(name, "skipped", hash=digest, error=f"same content as {seen_hashes[digest]}"))
-                continue
-            seen_hashes[digest] = name
             old = old_by_file.get(name)
-            if (
-                old
-                and old.hash == digest
-                and old.status in ("indexed", "unchanged", "failed")
-                and not (
-                    # a file another parser version failed on is tried again: OCR reads the scans it refused
-                    old.status == "failed" and old.parser_version != parser.version
-                )
-            ):
-                carried.append((name, old))
+            try:
+                item = _look(path, name, old)
+            except OSError as exc:
+                error = f"{name}: cannot be read ({exc.strerror}). Check the file's permissions, then rebuild."
+                results.append(FileResult(name, "failed", error=error))
+                continue
+            if item.hash in seen_hashes:
+                dup = FileResult(name, "skipped", error=f"same content as {seen_hashes[item.hash]}")
+                results.append(replace(dup, hash=item.hash, size=item.size, mtime_ns=item.mtime_ns))
+                continue
+            seen_hashes[item.hash] = name
+            if old and old.hash == item.hash and old.status in ("indexed", "unchanged") and _keeps(old, parser):
+                carried.append(replace(old, size=item.size, mtime_ns=item.mtime_ns))
             else:
-                plan.append((path, name, digest))
+                plan.append(item)
+                if old and old.hash == item.hash and old.status == "failed":
+                    retried.add(name)
 
-        current = {r.file for r in results} | {n for n, _ in carried} | {n for _, n, _ in plan}
+        current = {r.file for r in results} | {c.file for c in carried} | {p.name for p in plan}
         removed = [FileResult(f, "removed") for f in old_by_file if f not in current]
-        if previous and not plan and not removed and not rebuild:
-            # Nothing changed: no new generation, the cost was the hashes.
-            results += [_unchanged(old) for _, old in carried]
+        staging = _Staging(store, embedder, chunking, previous[0] if previous else None, carried)
+        built = index_files(plan, parser, embedder, staging.add, settings, report, pipelined)
+        results += built.results
+        changed = {p.name for p in plan} - retried
+        if previous and staging.writer is None and not (rebuild or removed or changed):
+            # Nothing changed (files that failed before failed again): no new generation, the cost was the hashes.
+            results += [_unchanged(old) for old in carried]
             return _finish(results, previous[0].generation.chunks, 0, started, previous[0].generation.id, report)
 
-        writer = store.writer(embedder.name, embedder.dimension, chunking)
-        for name, old in carried:
-            if old.status == "failed":
-                results.append(_unchanged(old))
-            else:
-                writer.carry(previous[0], name)
-                results.append(_unchanged(old))
-        pages_parsed = 0
-        stages = {"parse": 0.0, "chunk": 0.0, "embed": 0.0, "write": 0.0}
-        for index, (path, name, digest) in enumerate(plan, start=1):
-            result, spent = _index_file(
-                path, name, digest, parser, embedder, writer, settings, index, len(plan), report
-            )
-            results.append(result)
-            if result.status == "indexed":
-                pages_parsed += result.pages
-            for stage, seconds in spent.items():
-                stages[stage] += seconds
         report(Progress("writing", file_count=len(plan)))
-        write_started = time.perf_counter()
+        mark = time.perf_counter()
+        writer = staging.open()
+        results += [_unchanged(old) for old in carried]
         manifest = [r for r in sorted(results, key=lambda r: r.file) if r.status != "removed"]
         gen = writer.commit(manifest)
-        stages["write"] += time.perf_counter() - write_started
+        built.stages["write"] += time.perf_counter() - mark
         results += removed
-        pps = pages_parsed / stages["parse"] if stages["parse"] else 0.0
-        return _finish(results, gen.chunks, pps, started, gen.id, report, stages)
+        pps = built.pages / built.stages["parse"] if built.stages["parse"] else 0.0
+        return _finish(results, gen.chunks, pps, started, gen.id, report, built.stages | staging.stages)
 
 
 def _relative(path: Path, settings: Settings) -> str:
     return path.relative_to(settings.files_dir).as_posix()
 
 
-def _previous(store: Store, embedder: Embedder, parser: Parser, chunking: dict, rebuild: bool):
+def _look(path: Path, name: str, old: FileResult | None) -> Planned:
+    """The file's hash, read only when its size or modification time differ from the manifest's."""
+    stat = path.stat()
+    if old and old.hash and old.mtime_ns and (old.size, old.mtime_ns) == (stat.st_size, stat.st_mtime_ns):
+        digest = old.hash
+    else:
+        digest = file_hash(path)
+    # A time this close to now may be shared with a change still to come (coarse file system clocks): not
+    # recorded, so the next sync reads the file rather than trust it.
+    settled = time.time_ns() - stat.st_mtime_ns > SETTLED_NS
+    return Planned(path, name, digest, stat.st_size, stat.st_mtime_ns if settled else 0)
+
+
+def _keeps(old: FileResult, parser: Parser) -> bool:
+    """An unchanged file keeps its chunks whichever parser made them, unless a better one is at hand now:
+    files MinerU parsed stay while it is down and PyMuPDF stands in, and files PyMuPDF parsed meanwhile
+    are parsed again once MinerU is back."""
+    return PARSER_RANK.get(old.parser, 0) >= PARSER_RANK.get(parser.name, 0)
+
+
+def _previous(store: Store, embedder: Embedder, chunking: dict, rebuild: bool):
     """The active generation, when its files can be carried over into the next one."""
     if rebuild:
         return None
@@ -203,78 +227,34 @@ def _previous(store: Store, embedder: Embedder, parser: Parser, chunking: dict, 
         return None  # a damaged or incompatible index is rebuilt from scratch
     if reader.generation.chunking != chunking:
         return None
-    manifest = [m for m in store.manifest() if m.parser in (parser.name, "")]
-    return reader, manifest
+    return reader, store.manifest()
+
+
+class _Staging:
+    """The next generation, begun when the build first has something to write (a new file's chunks, or at
+    its end), with the unchanged files carried over then: a sync that only tried failed files again, and saw
+    them fail again, leaves the index as it was."""
+
+    def __init__(self, store: Store, embedder: Embedder, chunking: dict, reader: Any, carried: list[FileResult]):
+        self.store, self.embedder, self.chunking, self.reader, self.carried = store, embedder, chunking, reader, carried
+        self.writer: Any = None
+        self.stages = {"carry": 0.0}
+
+    def open(self) -> Any:
+        if self.writer is None:
+            mark = time.perf_counter()
+            self.writer = self.store.writer(self.embedder.name, self.embedder.dimension, self.chunking)
+            for old in self.carried:
+                self.writer.carry(self.reader, old.file)
+            self.stages["carry"] += time.perf_counter() - mark
+        return self.writer
+
+    def add(self, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]]) -> None:
+        self.open().add(chunks, vectors)
 
 
 def _unchanged(old: FileResult) -> FileResult:
-    return replace(old, status="failed" if old.status == "failed" else "unchanged", seconds=0.0)
-
-
-def _index_file(
-    path: Path,
-    name: str,
-    digest: str,
-    parser: Parser,
-    embedder: Embedder,
-    writer: Any,
-    settings: Settings,
-    index: int,
-    count: int,
-    report: OnProgress,
-) -> tuple[FileResult, dict[str, float]]:
-    """Parse, chunk and embed one file. Returns its result and the seconds spent in each stage."""
-    start = time.perf_counter()
-
-    def on_page(done: int, total: int, stage: str = "parsing") -> None:
-        report(Progress(stage, name, index, count, done, total))
-
-    report(Progress("parsing", name, index, count))
-    try:
-        parsed = parser.parse(path, on_page=on_page)
-    except BuildCancelled:
-        raise  # the whole build stops; it is not this file's failure
-    except Exception as exc:  # noqa: BLE001 - a parser bug on one file must not stop the build
-        error = str(exc) if isinstance(exc, PDFError) else f"{name}: could not be parsed ({type(exc).__name__}: {exc})"
-        failed = FileResult(
-            name, "failed", seconds=_since(start), error=error, hash=digest, parser_version=parser.version
-        )
-        return failed, {"parse": _since(start)}
-    spent = {"parse": _since(start)}
-    mark = time.perf_counter()
-    chunks = chunk_blocks(parsed, name, digest, count_tokens, settings.chunk_tokens, settings.chunk_overlap)
-    spent["chunk"] = _since(mark)
-    if not chunks:
-        error = f"{name}: no text found to index."
-        failed = FileResult(
-            name, "failed", parsed.pages, seconds=_since(start), hash=digest, error=error, parser_version=parser.version
-        )
-        return failed, spent
-    mark = time.perf_counter()
-    vectors: list[list[float]] = []
-    for start_at in range(0, len(chunks), EMBED_BATCH):
-        report(Progress("embedding", name, index, count, start_at, len(chunks)))
-        vectors += embedder.embed([index_text(c) for c in chunks[start_at : start_at + EMBED_BATCH]])
-    spent["embed"] = _since(mark)
-    mark = time.perf_counter()
-    writer.add(chunks, vectors)
-    spent["write"] = _since(mark)
-    result = FileResult(
-        name,
-        "indexed",
-        parsed.pages,
-        len(chunks),
-        _since(start),
-        warnings=parsed.warnings,
-        hash=digest,
-        parser=parsed.parser,
-        parser_version=parsed.parser_version,
-    )
-    return result, spent
-
-
-def _since(start: float) -> float:
-    return round(time.perf_counter() - start, 3)
+    return replace(old, status="unchanged", seconds=0.0)
 
 
 def _finish(results, chunks, pps, started, generation, report, stages=None) -> SyncReport:

@@ -33,6 +33,9 @@ class Embedder(ABC):
     # BM25 for Chinese queries when they do not.
     multilingual: bool = True
     cache_size: int = 2048
+    # The most tokens (as ``count_tokens`` counts them, special tokens aside) a text is embedded whole with;
+    # the chunker keeps heading + text within it. None: not known, chunks are sized by CRAG_CHUNK_TOKENS only.
+    max_tokens: int | None = None
 
     @abstractmethod
     def _embed(self, texts: Sequence[str]) -> list[list[float]]:
@@ -47,6 +50,10 @@ class Embedder(ABC):
             self.remember(misses, self._embed(misses))
         with self._cache_lock:
             return [cache[t].tolist() for t in texts]
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        """Vectors for a build: computed, never cached (a build's chunks are not what the next questions ask)."""
+        return self._embed(texts) if texts else []
 
     def remember(self, texts: Sequence[str], vectors: Sequence[Sequence[float]]) -> None:
         """Keep vectors computed elsewhere (the index's) for these texts."""
@@ -75,6 +82,7 @@ class LocalEmbedder(Embedder):
 
     name = "local:all-MiniLM-L6-v2"
     multilingual = False  # trained on English pairs: Chinese text embeds poorly
+    max_tokens = 254  # its window, max_seq_length 256 in the packaged sentence_bert_config.json, less [CLS] and [SEP]
 
     def __init__(self, threads: int = 0) -> None:
         import os
