@@ -23,6 +23,7 @@ from tests.pdfs import manual_pdf
 pytestmark = [pytest.mark.integration, pytest.mark.reliability]
 ROOT = Path(__file__).resolve().parent.parent
 KILL_POINTS = 3
+EXTRA_FILES = 16
 
 
 def cli(*args: str, **kwargs) -> subprocess.Popen:
@@ -39,8 +40,8 @@ def test_kill_9_during_rebuild_keeps_the_old_index(tmp_path: Path) -> None:
     settings = load_settings(files_dir=files, chroma_dir=db, parser="pymupdf")
     embedder = LocalEmbedder()
     first = sync(settings, embedder)
-    for n in range(8):  # more work for the rebuild, so it can be caught halfway
-        manual_pdf(files / f"extra-{n}.pdf", topic=f"gizmo{n}", pages=4)
+    for n in range(EXTRA_FILES):  # more work for the rebuild, so it can be caught halfway
+        manual_pdf(files / f"extra-{n}.pdf", topic=f"gizmo{n}", pages=6)
 
     rng = random.Random(1234)
     store = Store(db)
@@ -52,7 +53,7 @@ def test_kill_9_during_rebuild_keeps_the_old_index(tmp_path: Path) -> None:
             if staging:
                 break
             time.sleep(0.05)
-        time.sleep(rng.uniform(0.0, 2.0))  # somewhere in parsing, embedding or writing
+        time.sleep(rng.uniform(0.0, 1.0))  # somewhere in parsing, embedding or writing
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -72,6 +73,6 @@ def test_kill_9_during_rebuild_keeps_the_old_index(tmp_path: Path) -> None:
     assert done.returncode == 0, err
     assert {f["status"] for f in json.loads(out)["files"]} == {"indexed"}
     active = store.active()
-    assert active.id != first.generation and active.files == 9
+    assert active.id != first.generation and active.files == EXTRA_FILES + 1
     assert [g.name for g in (db / "generations").iterdir()] == [active.id], "no staging leftovers"
     assert [getattr(c, "name", c) for c in Store(db).client.list_collections()] == [active.id]
