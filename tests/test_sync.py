@@ -187,7 +187,7 @@ def test_pipelined_and_sequential_builds_make_the_same_index(kb: Settings, tmp_p
     encrypted_pdf(kb.files_dir / "locked.pdf")
     other = kb.model_copy(update={"chroma_dir": tmp_path / "db2"})
     events: list[Progress] = []
-    piped = sync(kb, HashEmbedder(), rebuild=True, on_progress=events.append)
+    piped = sync(kb, HashEmbedder(), rebuild=True, on_progress=events.append, pipelined=True)
     plain = sync(other, HashEmbedder(), rebuild=True, pipelined=False)
     assert index_of(kb) == index_of(other)
     same = [replace(f, seconds=0.0, mtime_ns=0) for f in piped.files]
@@ -210,7 +210,7 @@ def test_cancelling_a_pipelined_build_keeps_the_index(kb: Settings) -> None:
             raise BuildCancelled("cancelled")
 
     with pytest.raises(BuildCancelled):
-        sync(kb, embedder, on_progress=cancel)
+        sync(kb, embedder, on_progress=cancel, pipelined=True)
     assert Store(kb.chroma_dir).active().id == first.generation
     assert not [t for t in threading.enumerate() if t.name == "crag-parse"], "the parser thread is gone"
     assert set(statuses(sync(kb, embedder)).values()) <= {"unchanged", "indexed"}
@@ -222,6 +222,6 @@ def test_a_bug_in_the_parser_thread_reaches_the_caller(kb: Settings, monkeypatch
             raise ZeroDivisionError("progress bug")
 
     with pytest.raises(ZeroDivisionError, match="progress bug"):
-        sync(kb, HashEmbedder(), on_progress=broken)
+        sync(kb, HashEmbedder(), on_progress=broken, pipelined=True)
     assert Store(kb.chroma_dir).active() is None
     assert not [t for t in threading.enumerate() if t.name == "crag-parse"]

@@ -1,12 +1,12 @@
 """Parse -> chunk -> embed, for the files a sync (re)indexes: ``index_files``.
 
-Pipelined (the default): a parser thread reads the files page by page and chunks each page as it comes,
-into a bounded queue; this thread embeds the chunks in batches and hands a file to the index once its last
-chunk is embedded. The layout model and OCR (onnxruntime) and the embedder (torch) do their heavy work
-outside the GIL, so on two cores the next pages are parsed while the previous chunks embed.
+Sequential (the default): each file parsed, then chunked, then embedded; the next one waits.
 
-Sequential: each file parsed, then chunked, then embedded, as builds ran before; the benchmark runs both
-in one process to measure the difference.
+Pipelined (opt-in): a parser thread reads the files page by page and chunks each page as it comes, into
+a bounded queue; this thread embeds the chunks in batches and hands a file to the index once its last
+chunk is embedded. Measured on 2 cores it is slower, not faster (``python -m crag.bench.build``): the
+layout parser and the embedder each keep both cores busy alone, so run together they only share them
+and add switching. It stays for machines with more cores than one stage can use, and the benchmark.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def index_files(
     add: AddToIndex,
     settings: Settings,
     report: OnProgress,
-    pipelined: bool = True,
+    pipelined: bool = False,
 ) -> Built:
     """Index the planned files through ``add``; every file gets a result, a failure never stops the others.
     Stage seconds are the time each stage was busy: pipelined, they overlap."""
@@ -134,7 +134,11 @@ def _sequential_file(
     built.stages["parse"] += _since(start)
     mark = time.perf_counter()
     chunker = _chunker(item, settings, embedder)
-    chunks = _labelled(chunker.add(parsed.blocks) + chunker.finish(), parsed)
+    try:
+        chunks = _labelled(chunker.add(parsed.blocks) + chunker.finish(), parsed)
+    except Exception as exc:  # noqa: BLE001 - a chunker bug on one file must not stop the build either
+        built.results.append(_failure(item, parser, exc, _since(start), parsed.pages))
+        return
     built.stages["chunk"] += _since(mark)
     if not chunks:
         built.results.append(_failure(item, parser, _no_text(item), _since(start), parsed.pages))
@@ -143,7 +147,7 @@ def _sequential_file(
     vectors: list[list[float]] = []
     for start_at in range(0, len(chunks), EMBED_BATCH):
         report(Progress("embedding", item.name, index, count, start_at, len(chunks)))
-        vectors += embedder.embed([index_text(c) for c in chunks[start_at : start_at + EMBED_BATCH]])
+        vectors += embedder.embed_documents([index_text(c) for c in chunks[start_at : start_at + EMBED_BATCH]])
     built.stages["embed"] += _since(mark)
     mark = time.perf_counter()
     add(chunks, vectors)
