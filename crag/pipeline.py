@@ -29,7 +29,7 @@ from crag.evaluator import Evaluator, LLMEvaluator, SimilarityEvaluator, Usage, 
 from crag.followups import History, conversation_query, rewrite_problem
 from crag.messages import model_failure_message, near_miss_note, no_answer_message
 from crag.models import BackendInfo, build_chat_model, resolve_backend
-from crag.refine import local_strips, refine, web_strips
+from crag.refine import keep_closest, local_strips, refine, web_strips
 from crag.retriever import Retriever, open_retriever
 from crag.store import Mode, fuse, index_text
 from crag.text import clean_question, content_words, language
@@ -40,6 +40,7 @@ OnStep = Callable[[str], None]
 
 STRIPS_KEPT = 8  # strips that survive refinement, local and web each
 STRIP_FLOOR = -0.2  # a strip below this is noise even when few strips exist
+CLOSEST_KEPT = 3  # Ambiguous with no strip above the floor: the closest passages shown, said to be such
 WEB_RESULTS = 5
 WEB_PAGES_FETCHED = 2
 
@@ -323,6 +324,10 @@ class AnswerStream:
                 # The paper's fallback: the documents matched, yet no strip of them survived refinement.
                 action = Action.AMBIGUOUS
                 self.notes.append("Correct, but no strip survived refinement: treated as Ambiguous")
+            if action is Action.AMBIGUOUS and not any(s.kept for s in strips):
+                strips = keep_closest(strips, CLOSEST_KEPT)
+                if any(s.kept for s in strips):
+                    self.notes.append("no strip reached the floor: the closest passages are shown as such")
 
         web = WebKnowledge()
         if action in (Action.INCORRECT, Action.AMBIGUOUS) and o.web:

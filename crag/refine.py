@@ -170,3 +170,17 @@ def refine(question: str, strips: Sequence[Strip], scorer: SimilarityEvaluator, 
         else:
             marked.append(replace(s, reason=f"not among the {keep} best strips"))
     return sorted((s for s in marked if s.kept), key=lambda s: s.order) + [s for s in marked if not s.kept]
+
+
+def keep_closest(strips: Sequence[Strip], count: int) -> list[Strip]:
+    """Ambiguous, and no strip reached the floor: keep the ``count`` best all the same, marked as the closest
+    passages (the answer says they may not answer). A strip dropped as a possible injection stays dropped."""
+    ranked = sorted((s for s in strips if not s.kept and "floor" in s.reason), key=lambda s: -s.score)
+    chosen = {id(s) for s in ranked[:count]}
+    marked = [
+        replace(s, kept=True, reason=f"{s.reason}; kept as one of the {count} closest passages")
+        if id(s) in chosen
+        else s
+        for s in strips
+    ]
+    return sorted((s for s in marked if s.kept), key=lambda s: s.order) + [s for s in marked if not s.kept]
