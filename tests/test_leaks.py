@@ -245,3 +245,38 @@ def test_streamed_question_too_long_or_invisible_is_an_error_at_once(
         status, body = post_within_seconds(call)
     assert status == 422 and says in body["error"], body
     assert model.prompts == []  # refused before anything ran
+
+
+# ---------------------------------------------------------------------------------------------
+# The embedded model's lock: never held by a stream that was left
+
+
+class SlowLlama:
+    """llama.cpp's streaming API, a token every 0.2 s: a Stop lands while a token is being made."""
+
+    n_tokens = 0
+
+    def create_chat_completion(self, **kwargs):
+        for word in ["It ", "needs ", "eight ", "hundred ", "megabytes."]:
+            time.sleep(0.2)
+            yield {"choices": [{"delta": {"content": word}}]}
+
+
+def test_a_stream_left_while_a_token_is_made_releases_the_embedded_model(real_models) -> None:
+    from pydantic_ai import Agent
+
+    from crag.models import LlamaCppChat, llama_cpp_model
+
+    chat = LlamaCppChat.__new__(LlamaCppChat)  # the adapter and its lock, over a fake llama.cpp
+    chat.max_tokens, chat.calls, chat.prompt_tokens, chat.completion_tokens = 64, 0, 0, 0
+    chat._lock, chat._llm = threading.Lock(), SlowLlama()
+    agent = Agent(llama_cpp_model(chat, "slow"))
+    for _ in range(2):  # stopped, then asked again
+        with agent.run_stream_sync("How much memory?") as result:
+            for k, _ in enumerate(result.stream_text(delta=True, debounce_by=None)):
+                if k == 1:
+                    break  # the next token is being made on a worker thread
+        assert chat._lock.acquire(timeout=5), "the abandoned stream kept the model locked"
+        chat._lock.release()
+    with agent.run_stream_sync("How much memory?") as result:
+        assert "".join(result.stream_text(delta=True, debounce_by=None)) == "It needs eight hundred megabytes."

@@ -7,6 +7,7 @@ that imports ``llama_cpp`` (when a model is loaded, not at import).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import threading
 from collections.abc import AsyncIterator, Generator, Sequence
@@ -164,12 +165,25 @@ def llama_cpp_model(chat: LlamaCppChat, label: str) -> Model:
             return
         tokens = chat.stream(to_chat_messages(messages, info.instructions))
         done = object()
+        left = threading.Event()
+
+        def next_token() -> object:
+            token = next(tokens, done)
+            if left.is_set():  # the stream was left while this token was being made: close it now
+                with contextlib.suppress(ValueError):
+                    tokens.close()
+            return token
+
         try:
-            # Cancelling waits for the token being made (the call is shielded): no thread is in ``tokens`` below.
-            while (token := await anyio.to_thread.run_sync(next, tokens, done)) is not done:
+            while (token := await anyio.to_thread.run_sync(next_token)) is not done:
                 yield token
         finally:
-            tokens.close()  # a stream left early (Stop, a client gone) releases the model for the next question
+            # A stream left early (Stop, a client gone) releases the model for the next question. A cancelled
+            # call may still be making its token on the worker thread ("generator already executing"):
+            # ``next_token`` closes the stream then, once that token is made.
+            left.set()
+            with contextlib.suppress(ValueError):
+                tokens.close()
 
     profile = ModelProfile(
         supports_json_schema_output=True,
