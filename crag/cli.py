@@ -133,16 +133,16 @@ def _ask(args: argparse.Namespace) -> int:
     settings = _settings(args)
     pipeline = Pipeline.from_settings(settings)
     stages: list[str] = []
-    stream = pipeline.stream(args.question, on_step=stages.append, web=False if args.no_web else None)
-    if args.json:
-        for _ in stream:
-            pass
-        print(AnswerOut.of(stream.answer, pipeline.backend).model_dump_json())
-        return 0
-    print(f"[{pipeline.backend.name}: {pipeline.backend.model} — {pipeline.backend.reason}]", file=sys.stderr)
-    for delta in stream:
-        print(delta, end="", flush=True)
-    print()
+    with pipeline.stream(args.question, on_step=stages.append, web=False if args.no_web else None) as stream:
+        if args.json:
+            for _ in stream:
+                pass
+            print(AnswerOut.of(stream.answer, pipeline.backend).model_dump_json())
+            return 0
+        print(f"[{pipeline.backend.name}: {pipeline.backend.model} — {pipeline.backend.reason}]", file=sys.stderr)
+        for delta in stream:
+            print(delta, end="", flush=True)
+        print()
     answer = stream.answer
     print(f"\n[{answer.action.value}] " + "  ".join(_source_line(s) for s in answer.sources), file=sys.stderr)
     return 0
@@ -184,3 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    finally:
+        if "pydantic_ai" in sys.modules:  # a model was used: what it left open on its loop ends, and so can we
+            from crag.models import close_event_loop
+
+            close_event_loop()

@@ -15,7 +15,8 @@ through ``on_step``, so the UI, the CLI and the API show the same progress.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+import weakref
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
@@ -155,9 +156,9 @@ class Pipeline:
         return AnswerStream(self, clean_question(question), history, on_step or (lambda stage: None), options)
 
     def ask(self, question: str, history: History = (), **overrides: object) -> Answer:
-        stream = self.stream(question, history, **overrides)
-        for _ in stream:
-            pass
+        with self.stream(question, history, **overrides) as stream:
+            for _ in stream:
+                pass
         return stream.answer
 
     def answer_kind(self, mode: str | None = None) -> AnswerKind:
@@ -240,18 +241,23 @@ class Pipeline:
         return WebKnowledge(query, results, "", tuple(strips))
 
     def generate(self, question: str, sources: Sequence[Source], usage: Usage) -> Iterator[str]:
-        """The chat model's answer, streamed. Raises whatever the model raises."""
-        result = answer_agent.run_stream_sync(
+        """The chat model's answer, streamed. Raises whatever the model raises. Closing this generator (or
+        a failure) ends the model's stream before it returns: nothing is left running on the event loop."""
+        with answer_agent.run_stream_sync(
             prompts.answer_prompt(question, sources),
             model=self.model,
             model_settings={"max_tokens": self.settings.max_answer_tokens},
-        )
-        yield from result.stream_text(delta=True, debounce_by=None)
-        usage.add(result.usage)
+        ) as result:
+            yield from result.stream_text(delta=True, debounce_by=None)
+            usage.add(result.usage)
 
 
 class AnswerStream:
-    """Iterate to get the answer's text as it is made; ``answer`` is set when it ends."""
+    """Iterate to get the answer's text as it is made; ``answer`` is set when it ends.
+
+    An answer left before its end (``break``, the Stop button's exception, a client gone) ends the model's
+    stream as the iterator is dropped; ``close()`` or ``with`` ends it at once for an iterator still held.
+    ``answer`` stays None then."""
 
     def __init__(self, pipeline: Pipeline, question: str, history: History, on_step: OnStep, options: Options):
         self.p = pipeline
@@ -265,6 +271,19 @@ class AnswerStream:
         self.timings: dict[str, float] = {}
         self.notes: list[str] = []
         self._start = 0.0
+        self._running: weakref.ref[Generator[str, None, None]] | None = None  # weak: dropping it closes it
+
+    def __enter__(self) -> AnswerStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End the answer now if it is still being made: the model's stream is closed when this returns."""
+        running = self._running() if self._running else None
+        if running is not None:
+            running.close()
 
     @property
     def text(self) -> str:
@@ -287,6 +306,11 @@ class AnswerStream:
         return text
 
     def __iter__(self) -> Iterator[str]:
+        steps = self._steps()
+        self._running = weakref.ref(steps)
+        return steps
+
+    def _steps(self) -> Generator[str, None, None]:
         p, o = self.p, self.options
         self._start = time.perf_counter()
 

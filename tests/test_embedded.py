@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from pydantic import BaseModel
 from pydantic_ai import Agent, NativeOutput
 
-from crag.models import LocalEmbedder, embedded_chat_model
+from crag.models import LocalEmbedder, embedded_chat, embedded_chat_model, llama_cpp_model
+from tests.apiclient import DOC, QUESTION
+from tests.fakes import chunk, pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -29,10 +32,29 @@ def test_structured_call_parses(settings, real_models) -> None:
 
 def test_generation_streams_token_by_token(settings, real_models) -> None:
     agent = Agent(embedded_chat_model(settings), instructions="Answer briefly.")
-    result = agent.run_stream_sync("Name three colours.", model_settings={"max_tokens": 40})
-    deltas = list(result.stream_text(delta=True, debounce_by=None))
+    with agent.run_stream_sync("Name three colours.", model_settings={"max_tokens": 40}) as result:
+        deltas = list(result.stream_text(delta=True, debounce_by=None))
     assert len(deltas) >= 3, deltas
     assert "".join(deltas).strip()
+
+
+def test_a_stopped_answer_releases_the_model_for_the_next_question(settings, real_models) -> None:
+    """The Stop button, a closed tab, a dropped connection: an answer left after its first tokens must not
+    keep llama.cpp locked, or the next question waits forever."""
+    settings = settings.model_copy(update={"max_answer_tokens": 48})
+    chat = embedded_chat(settings)
+    p = replace(pipeline(settings, [chunk(DOC)], [0.9]), model=llama_cpp_model(chat, chat.name))
+    stream = p.stream(QUESTION)
+    for k, _ in enumerate(stream):
+        if k == 1:
+            break  # the iterator is dropped: the model's stream ends here
+    assert stream.answer is None and not chat._lock.locked()
+    with p.stream(QUESTION) as stream:  # the Stop button with the iterator still held
+        next(iter(stream))
+        stream.close()
+        assert not chat._lock.locked()
+    answer = p.ask(QUESTION)  # asked again: answered
+    assert answer.complete and answer.text
 
 
 def test_unit_tests_cannot_reach_the_real_model(settings) -> None:

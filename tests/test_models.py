@@ -119,3 +119,18 @@ def test_chat_messages_fold_system_turns_first() -> None:
         {"role": "assistant", "content": "hello"},
         {"role": "user", "content": "and?"},
     ]
+
+
+def test_embedding_a_batch_larger_than_the_cache_keeps_every_vector() -> None:
+    """A question embedded earlier, then again with more new strips than the cache holds: it is not lost
+    to eviction between computing the batch and reading it back (the benchmark died of a KeyError)."""
+    from tests.fakes import HashEmbedder
+
+    embedder = HashEmbedder()
+    embedder.cache_size = 3
+    question = "How much memory does the widget need?"
+    first = embedder.embed([question])[0]
+    strips = [f"strip number {n} about memory" for n in range(5)]
+    vectors = embedder.embed([question, *strips, question])
+    assert len(vectors) == 7 and vectors[0] == first == vectors[-1]
+    assert vectors[1:6] == HashEmbedder().embed(strips)

@@ -128,7 +128,8 @@ def ask(
             answer_ui.render(answer, question, settings.files_dir, key=reply)
         finally:
             # The stop button, or a click elsewhere, ends this run inside the stream (Streamlit raises a
-            # BaseException): keep what was said so far, marked incomplete.
+            # BaseException): the model's stream ends now, and what was said so far is kept, marked incomplete.
+            stream.close()
             if not stored:
                 store.update(reply, stream.text, None, complete=False, error="Stopped before the end of the answer.")
 

@@ -17,7 +17,7 @@ from crag.contract import AnswerOut
 from crag.errors import CragError
 from crag.followups import History
 from crag.jobs import Builds
-from crag.models import BackendInfo, Embedder, embedded_gguf_path, ollama_health, resolve_backend
+from crag.models import BackendInfo, Embedder, close_event_loop, embedded_gguf_path, ollama_health, resolve_backend
 from crag.pipeline import Pipeline
 from crag.store import RebuildNeeded, open_store
 from crag.types import Answer, Trace
@@ -93,15 +93,17 @@ class Service:
         def work() -> None:
             # One thread runs the whole answer: stages arrive as they happen, not with the first token.
             try:
-                for delta in stream:
-                    if stop.is_set():  # the client went away
-                        return
-                    events.put(("token", delta))
+                with stream:  # a client gone ends the model's stream here, not at garbage collection
+                    for delta in stream:
+                        if stop.is_set():  # the client went away
+                            return
+                        events.put(("token", delta))
                 events.put(("end", stream.answer))
             except Exception as exc:  # noqa: BLE001 - reported to the client as the end of the answer
                 events.put(("end", partial(stream.question, stream.text, pipeline.backend, exc)))
             finally:
                 events.put(None)
+                close_event_loop()  # the loop this thread's model calls made: the thread ends here
 
         def generate() -> Iterator[Event | None]:
             threading.Thread(target=work, name="crag-ask", daemon=True).start()

@@ -79,9 +79,9 @@ def _measure(chat: LlamaCppChat, fn) -> Run:
 def ours(pipeline: Pipeline, chat: LlamaCppChat, question: str, **options: object) -> Run:
     def run(start: float) -> tuple[float, str]:
         first = None
-        stream = pipeline.stream(question, **options)
-        for _ in stream:
-            first = first if first is not None else time.perf_counter() - start
+        with pipeline.stream(question, **options) as stream:
+            for _ in stream:
+                first = first if first is not None else time.perf_counter() - start
         return first or 0.0, stream.answer.action.value
 
     return _measure(chat, run)
@@ -113,12 +113,12 @@ def seed_style(pipeline: Pipeline, chat: LlamaCppChat, question: str) -> Run:
                 f"Rewrite as a short web search query: {question}"
             )
         sources = number_sources(chosen, [])
-        result = writer.run_stream_sync(
-            prompts.answer_prompt(question, sources), model_settings={"max_tokens": s.max_answer_tokens}
-        )
         first = None
-        for _ in result.stream_text(delta=True, debounce_by=None):
-            first = first if first is not None else time.perf_counter() - start
+        with writer.run_stream_sync(
+            prompts.answer_prompt(question, sources), model_settings={"max_tokens": s.max_answer_tokens}
+        ) as result:
+            for _ in result.stream_text(delta=True, debounce_by=None):
+                first = first if first is not None else time.perf_counter() - start
         return first or 0.0, action.value
 
     return _measure(chat, run)

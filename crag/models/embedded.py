@@ -7,9 +7,10 @@ that imports ``llama_cpp`` (when a model is loaded, not at import).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Generator, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -81,20 +82,26 @@ class LlamaCppChat:
             input_tokens=usage.get("prompt_tokens", 0), output_tokens=usage.get("completion_tokens", 0)
         )
 
-    def stream(self, messages: list[dict[str, str]]) -> Iterator[str]:
+    def stream(self, messages: list[dict[str, str]]) -> Generator[str, None, None]:
+        """Tokens as llama.cpp makes them, the model locked meanwhile. ``close()`` it to stop early: the
+        lock is released then, not when the generator is garbage collected."""
         with self._lock:
             self.calls += 1
             generated = 0
             # Small models loop on repeated context without a repetition penalty above llama.cpp's 1.1.
-            for chunk in self._llm.create_chat_completion(
+            chunks = self._llm.create_chat_completion(
                 messages=messages, temperature=0.2, repeat_penalty=1.2, max_tokens=self.max_tokens, stream=True
-            ):
-                delta = chunk["choices"][0].get("delta", {}).get("content")
-                if delta:
-                    generated += 1  # llama.cpp streams one token per chunk
-                    yield delta
-            self.completion_tokens += generated
-            self.prompt_tokens += max(self._llm.n_tokens - generated, 0)  # the context holds prompt + output
+            )
+            try:
+                for chunk in chunks:
+                    delta = chunk["choices"][0].get("delta", {}).get("content")
+                    if delta:
+                        generated += 1  # llama.cpp streams one token per chunk
+                        yield delta
+            finally:
+                chunks.close()
+                self.completion_tokens += generated
+                self.prompt_tokens += max(self._llm.n_tokens - generated, 0)  # the context: prompt + output
 
 
 def to_chat_messages(messages: Sequence[ModelMessage], instructions: str | None) -> list[dict[str, str]]:
@@ -158,8 +165,25 @@ def llama_cpp_model(chat: LlamaCppChat, label: str) -> Model:
             return
         tokens = chat.stream(to_chat_messages(messages, info.instructions))
         done = object()
-        while (token := await anyio.to_thread.run_sync(next, tokens, done)) is not done:
-            yield token
+        left = threading.Event()
+
+        def next_token() -> object:
+            token = next(tokens, done)
+            if left.is_set():  # the stream was left while this token was being made: close it now
+                with contextlib.suppress(ValueError):
+                    tokens.close()
+            return token
+
+        try:
+            while (token := await anyio.to_thread.run_sync(next_token)) is not done:
+                yield token
+        finally:
+            # A stream left early (Stop, a client gone) releases the model for the next question. A cancelled
+            # call may still be making its token on the worker thread ("generator already executing"):
+            # ``next_token`` closes the stream then, once that token is made.
+            left.set()
+            with contextlib.suppress(ValueError):
+                tokens.close()
 
     profile = ModelProfile(
         supports_json_schema_output=True,

@@ -45,11 +45,17 @@ class Embedder(ABC):
         """One normalised vector per text."""
         cache = self._cache
         with self._cache_lock:
-            misses = [t for t in dict.fromkeys(texts) if t not in cache]
+            found = {t: cache[t] for t in dict.fromkeys(texts) if t in cache}
+            for text in found:
+                cache.move_to_end(text)
+        misses = [t for t in dict.fromkeys(texts) if t not in found]
         if misses:
-            self.remember(misses, self._embed(misses))
-        with self._cache_lock:
-            return [cache[t].tolist() for t in texts]
+            vectors = self._embed(misses)
+            self.remember(misses, vectors)
+            # Read back from what was computed, not from the cache: a batch larger than the cache (or another
+            # thread's batch) may already have evicted some of these texts.
+            found |= {t: np.asarray(v, dtype=np.float32) for t, v in zip(misses, vectors, strict=True)}
+        return [found[t].tolist() for t in texts]
 
     def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
         """Vectors for a build: computed, never cached (a build's chunks are not what the next questions ask)."""
