@@ -8,11 +8,20 @@ from crag.types import Action, TermCheck
 
 
 def no_answer_message(
-    question: str, action: Action, terms: TermCheck, web_query: str, web_error: str, web_on: bool
+    question: str, action: Action, terms: TermCheck, web_query: str, web_error: str, web_on: bool, indexed: bool = True
 ) -> str:
-    """Why there is no answer, truthfully, in the question's language. No model is asked to improvise."""
+    """Why there is no answer, truthfully, in the question's language. No model is asked to improvise.
+    ``indexed`` is False when nothing was retrieved at all: the knowledge base has nothing in it yet."""
     zh = language(question) == "zh"
-    if terms.unknown:
+    if not indexed:
+        local = (
+            "知识库里还没有已索引的文档：先构建它（应用中的 Rebuild knowledge base，或 `python -m crag index`），"
+            "或等待正在进行的构建完成。"
+            if zh
+            else "Your knowledge base has nothing indexed yet: build it (Rebuild knowledge base in the app, or "
+            "`python -m crag index`), or wait for the build in progress to finish."
+        )
+    elif terms.unknown:
         names = ("、" if zh else ", ").join(f"“{t}”" for t in terms.unknown)
         local = f"你的文档中没有提到{names}。" if zh else f"Your documents never mention {names}."
     elif action is Action.INCORRECT:

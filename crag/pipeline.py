@@ -373,7 +373,9 @@ class AnswerStream:
                 kind = AnswerKind.EVIDENCE if quoted else AnswerKind.NO_ANSWER
             if kind is AnswerKind.NO_ANSWER:
                 yield self._emit(
-                    no_answer_message(self.question, action, evaluation.terms, web.query, web.error, o.web)
+                    no_answer_message(
+                        self.question, action, evaluation.terms, web.query, web.error, o.web, bool(evaluation.graded)
+                    )
                 )
             elif kind is AnswerKind.EVIDENCE:
                 yield self._emit(quoted)

@@ -29,7 +29,8 @@ def test_ask_json_answers_from_the_embedded_model(closed_port_url: str) -> None:
     assert out["backend"] == "embedded"
     assert closed_port_url in out["backend_reason"]
     # No knowledge base and no web: the answer says so instead of inventing, without a model call.
-    assert out["answer"].startswith("I could not find this in your documents. Web search is unavailable: offline")
+    assert out["answer"].startswith("Your knowledge base has nothing indexed yet: build it")
+    assert "python -m crag index" in out["answer"] and "Web search is unavailable: offline" in out["answer"]
     assert out["action"] == "incorrect" and out["sources"] == [] and out["llm_calls"] == 0
     assert out["kind"] == "no_answer"
 

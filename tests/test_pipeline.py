@@ -111,7 +111,19 @@ def test_web_rate_limited_says_so_and_does_not_invent(settings) -> None:
 def test_network_absent_in_chinese(settings) -> None:
     p = pipeline(settings, [], [], ScriptedModel(), FakeSearcher(error="offline: no network"))
     answer = p.ask("秘鲁的首都是哪里？")
-    assert answer.text == "你的文档中没有找到答案。网络搜索不可用：offline: no network。"
+    assert answer.text.startswith("知识库里还没有已索引的文档")  # nothing is indexed in this one
+    assert answer.text.endswith("网络搜索不可用：offline: no network。")
+
+
+@pytest.mark.parametrize(
+    ("question", "says"),
+    [("How many cores does it need?", "nothing indexed yet"), ("它需要几个核心？", "还没有已索引的文档")],
+)
+def test_an_empty_knowledge_base_says_so_not_that_the_documents_lack_it(settings, question, says) -> None:
+    """Asked before the first build is done: nothing was retrieved because nothing is indexed yet."""
+    answer = pipeline(settings, [], [], backend="embedded").ask(question, web=False)
+    assert answer.kind is AnswerKind.NO_ANSWER and says in answer.text
+    assert "could not find" not in answer.text and "没有找到答案" not in answer.text
 
 
 def test_web_off_never_searches(settings) -> None:
