@@ -22,6 +22,7 @@ MAX_STRIPS = 6
 MAX_WIDTH = 1200  # quoted text, in English-character equivalents: two short paragraphs
 MARGIN = 0.5  # a strip within this score of the best one is quoted too
 MIN_WIDTH = 12  # a shorter passage is table debris or page furniture (a Chinese character counts 4)
+READABLE = 0.5  # the share of a quote's visible characters that must be letters, digits or Han
 
 LEADS = {
     ("en", "local"): "From your documents:",
@@ -50,6 +51,13 @@ def pieces(text: str) -> list[str | None]:
     return [None if QUESTION.search(s) else s for s in split_sentences(flatten(text))]
 
 
+def readable(text: str) -> bool:
+    """Words, not debris: a table of contents' dot leaders (". . . . . 12") or a rule says nothing, so it is
+    never quoted. Letters, digits and Chinese characters must be at least half of what is not a space."""
+    chars = [c for c in text if not c.isspace()]
+    return bool(chars) and sum(c.isalnum() for c in chars) >= READABLE * len(chars)
+
+
 def passages(parts: Sequence[str | None]) -> list[str]:
     """Runs of sentences between questions, each a passage to quote whole; debris too short to say anything
     is left out. A sentence is never dropped from inside a passage: that would change what it says."""
@@ -58,7 +66,7 @@ def passages(parts: Sequence[str | None]) -> list[str]:
         if part is not None:
             current = join_sentences(current, part)
             continue
-        if width(current) >= MIN_WIDTH:
+        if width(current) >= MIN_WIDTH and readable(current):
             out.append(current)
         current = ""
     return out

@@ -70,6 +70,15 @@ def test_ambiguous_with_every_strip_below_the_floor_shows_the_closest_passages(s
     assert any(s.reason.startswith("possible prompt injection") for s in answer.trace.strips if not s.kept)
 
 
+def test_a_table_of_contents_dot_leader_is_never_quoted() -> None:
+    leaders = "1.2 安装 . . . . . . . . . . . . . . . . . . . . . . 9\n\n. . . . . . . . . . . . . . . . . . . . . ."
+    assert passages(pieces(leaders)) == []
+    text = "The flags -1 through -9 specify the block size. \\documentclass[CJK]{cctart} 这是中文楷体字。"
+    assert passages(pieces(text)) == [
+        "The flags -1 through -9 specify the block size. \\documentclass[CJK]{cctart} 这是中文楷体字。"
+    ]
+
+
 def test_the_small_model_writes_only_when_asked_to(settings) -> None:
     model = ScriptedModel(answer="It needs two cores [1].")
     p = pipeline(settings, [chunk(DOC)], [0.9], model, backend="embedded")
