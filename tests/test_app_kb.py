@@ -6,6 +6,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from streamlit.proto.ChatInput_pb2 import ChatInput as ChatInputProto
 
 import crag.ingest
 import crag.models
@@ -125,6 +126,9 @@ def test_a_rebuild_runs_in_the_background_with_live_progress_while_questions_are
     [bar] = at.sidebar.get("progress")
     assert bar.proto.text == "Reading **good\\.pdf** · file 2/2 · page 1/3" and 0 < bar.proto.value < 100
     assert at.button(key="rebuild").disabled and at.button(key="cancel_build")
+    # While the progress fragment reruns every second, a "stop" chat input stayed disabled in Chromium
+    # from a question until the build ended: during a build the input is a plain "submit" one.
+    assert at.chat_input[0].proto.submit_mode == ChatInputProto.SubmitMode.SUBMIT_MODE_SUBMIT
 
     at = ask(at)  # the current knowledge base keeps answering
     assert [m.name for m in at.chat_message] == ["user", "assistant"] and badges(at)
@@ -132,6 +136,7 @@ def test_a_rebuild_runs_in_the_background_with_live_progress_while_questions_are
     gate.go.set()
     at = settle(at)
     assert "1 indexed · 1 failed · 4 chunks" in texts(at.sidebar.warning)
+    assert at.chat_input[0].proto.submit_mode == ChatInputProto.SubmitMode.SUBMIT_MODE_STOP
     failed = texts(at.sidebar.error)
     assert "bad\\.pdf" in failed and "not a PDF" in failed
 

@@ -42,8 +42,11 @@ def render(
         if pipeline is not None
         else "The chat is off until the model works: see the message above"
     )
-    # "stop": while an answer streams, the send button becomes a stop button.
-    prompt = st.chat_input(placeholder, disabled=pipeline is None, key="question", submit_mode="stop")
+    # "stop": while an answer streams, the send button becomes a stop button. Not while a build runs: the
+    # build's progress fragment reruns every second, and Streamlit 1.67 then keeps a "stop" input disabled
+    # from the question's run until the next full run, which may be the build's end (seen in Chromium).
+    mode = "submit" if state.builds(settings).running else "stop"
+    prompt = st.chat_input(placeholder, disabled=pipeline is None, key="question", submit_mode=mode)
     if prompt and pipeline is not None:
         ask(prompt, settings, pipeline, options, store, chat, messages)
 
