@@ -225,3 +225,15 @@ def test_the_sample_pdf_parses_in_both_languages_and_the_script_makes_it(tmp_pat
     spec.loader.exec_module(script)
     fresh = script.make_sample_pdf(tmp_path / "guide.pdf")
     assert fresh.read_bytes() == SAMPLE.read_bytes()  # the committed file is what the script makes
+
+
+def test_specific_terms_are_ticked_only_against_retrieved_passages() -> None:
+    from crag.types import Chunk, ScoredChunk, TermCheck, Trace
+    from ui.answer import key_terms
+
+    terms = TermCheck(("CRAN", "bzip2"), missing=("bzip2",))
+    assert key_terms(Trace("q", "q", terms=terms)) == (
+        "Specific terms of the question: “CRAN”, “bzip2” (not in the retrieved passages)"
+    )
+    hit = ScoredChunk(Chunk("c0", "CRAN is the archive.", "m.pdf", (1,)), 0.9)
+    assert "“CRAN” ✓" in key_terms(Trace("q", "q", retrieved=(hit,), terms=terms))

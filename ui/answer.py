@@ -127,8 +127,10 @@ def key_terms(trace: Trace) -> str:
             marks.append(f"“{md_escape(term)}” (never mentioned in your documents)")
         elif term in terms.missing:
             marks.append(f"“{md_escape(term)}” (not in the retrieved passages)")
-        else:
+        elif trace.retrieved:
             marks.append(f"“{md_escape(term)}” ✓")
+        else:  # nothing was retrieved: no passage to have checked it against
+            marks.append(f"“{md_escape(term)}”")
     return "Specific terms of the question: " + ", ".join(marks)
 
 

@@ -77,13 +77,13 @@ ACTIONS = {
         "Ambiguous",
         "orange",
         ":material/help:",
-        "The documents were not convincing: the answer uses them and a web search.",
+        "The documents were not convincing: the answer uses them, with a web search when one can be made.",
     ),
     Action.INCORRECT: ActionStyle(
         "Incorrect",
         "red",
         ":material/cancel:",
-        "The retrieved passages did not match: they were dropped and the web was searched instead.",
+        "The retrieved passages did not match: they were dropped, and a web search was the only source left.",
     ),
 }
 
