@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 from pydantic_ai import models
 
 from crag.config import Settings, load_settings
-from tests.helpers import free_port
+from tests.helpers import free_port, http_server
 
 # Unit tests use FunctionModel/TestModel; any real model request must opt in (see `real_models`).
 models.ALLOW_MODEL_REQUESTS = False
@@ -185,12 +184,5 @@ def fake_ollama() -> Iterator[FakeOllama]:
             else:
                 self.send_error(404)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with http_server(Handler) as state.url:
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -18,6 +17,7 @@ from crag.evaluator import LLMEvaluator
 from crag.models import BackendInfo, build_chat_model
 from crag.types import Action
 from tests.fakes import chunk, pipeline
+from tests.helpers import http_server
 
 THOUGHT = "Okay, the user asks about the widget. Let me think step by step about the passages."
 DOC = "The widget needs two processor cores. It also needs eight hundred megabytes of memory."
@@ -93,14 +93,8 @@ def qwen3(request) -> Iterator[Qwen3]:
             self.end_headers()
             self.wfile.write(data)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with http_server(Handler) as state.url:
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_grading_condensing_and_answering_survive_a_thinking_model(qwen3: Qwen3, tmp_path, real_models) -> None:

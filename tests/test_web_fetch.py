@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -17,6 +16,7 @@ import pytest
 import crag.websearch.fetch as fetch_module
 from crag.types import WebResult
 from crag.websearch import FETCH_TIMEOUT, fetch_main_text, fetch_pages
+from tests.helpers import http_server
 
 pytestmark = pytest.mark.reliability  # junk pages, slow servers, private addresses
 
@@ -116,16 +116,8 @@ def pages() -> Iterator[Pages]:
             else:
                 self.send_error(404)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with http_server(Handler) as state.url:
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def fetch(url: str, **kwargs: Any) -> str:

@@ -145,13 +145,14 @@ def write_copies(store: Any, base: Any, vectors: dict[str, Any], size: int) -> f
 
 @contextlib.contextmanager
 def chroma_server(data: Path) -> Iterator[tuple[str, int]]:
-    """``chroma run`` from this venv on a free loopback port: (URL, pid)."""
+    """``chroma run`` from this venv over ``data`` on a free loopback port: (URL, pid), once its heartbeat
+    answers; stopped at the end. The tests use it too."""
     import httpx
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    log = (data.parent / "chroma.log").open("w")
+    log = (data.parent / f"chroma-{port}.log").open("w")
     proc = subprocess.Popen(
         [str(Path(sys.executable).parent / "chroma"), "run", "--path", str(data), "--host", "127.0.0.1",
          "--port", str(port)],
@@ -166,11 +167,15 @@ def chroma_server(data: Path) -> Iterator[tuple[str, int]]:
                     break
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"chroma run did not start; see {log.name}")
-            time.sleep(0.2)
+            time.sleep(0.1)
         yield url, proc.pid
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
         log.close()
 
 
