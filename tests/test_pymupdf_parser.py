@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
+import onnxruntime as ort
 import pytest
 
+from crag.config import cpu_threads
 from crag.ingest.base import PDFError
-from crag.ingest.pymupdf import PyMuPDFParser, page_sizes, render_page
+from crag.ingest.pymupdf import PyMuPDFParser, layout_sessions, load_layout_model, page_sizes, render_page
 from crag.text import join_lines
 from tests.pdfs import (
     corrupt_pdf,
@@ -113,3 +116,28 @@ def test_a_scanned_page_among_text_pages_is_a_warning(tmp_path: Path, parser: Py
     assert parsed.pages == 2
     assert any(b.page == 1 and "processor cores" in b.text for b in parsed.blocks)
     assert parsed.warnings == ("page 2: no text layer (scanned or image-only); set CRAG_OCR=auto to read it with OCR",)
+
+
+def _layout_sessions_alive() -> list[ort.InferenceSession]:
+    gc.collect()
+    return [s for s in gc.get_objects() if isinstance(s, ort.InferenceSession) and "pymupdf" in s._model_path]
+
+
+def test_the_layout_model_keeps_its_memory_arena_and_does_not_spin(tmp_path: Path, parser: PyMuPDFParser) -> None:
+    """pymupdf-layout turns the arena off; the parser's sessions have it on, our thread count and no spinning."""
+    load_layout_model()
+    sessions = _layout_sessions_alive()
+    assert len(sessions) >= 2  # page image features and the layout graph, at least
+    for session in sessions:
+        options = session.get_session_options()
+        assert options.enable_cpu_mem_arena and options.intra_op_num_threads == cpu_threads()
+        assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert parser.parse(manual_pdf(tmp_path / "m.pdf")).pages == 2  # and the model made again still parses
+
+
+def test_layout_sessions_leave_onnxruntime_as_they_found_it() -> None:
+    library = ort.InferenceSession
+    with pytest.raises(RuntimeError), layout_sessions():
+        assert ort.InferenceSession is not library
+        raise RuntimeError("a model that fails to load")
+    assert ort.InferenceSession is library
