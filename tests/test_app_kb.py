@@ -126,6 +126,10 @@ def test_a_rebuild_runs_in_the_background_with_live_progress_while_questions_are
     [bar] = at.sidebar.get("progress")
     assert bar.proto.text == "Reading **good\\.pdf** · file 2/2 · page 1/3" and 0 < bar.proto.value < 100
     assert at.button(key="rebuild").disabled and at.button(key="cancel_build")
+    # Nothing indexed yet: the page says a build runs, rather than "files waiting" with a button to build them
+    assert "Your knowledge base is being built" in texts(at.main.markdown)
+    assert "waiting to be indexed" not in texts(at.main.caption)
+    assert not [b for b in at.button if b.key == "build_now_main"]
     # While the progress fragment reruns every second, a "stop" chat input stayed disabled in Chromium
     # from a question until the build ended: during a build the input is a plain "submit" one.
     assert at.chat_input[0].proto.submit_mode == ChatInputProto.SubmitMode.SUBMIT_MODE_SUBMIT

@@ -62,6 +62,13 @@ def run(settings: Settings, options: dict[str, Any]) -> None:
 def empty_state(settings: Settings, kb: state.KnowledgeBase, web: bool) -> None:
     folder = md_escape(str(settings.files_dir.resolve()))
     with st.container(border=True):
+        if state.builds(settings).running is not None:  # no "waiting" files and no build button meanwhile
+            st.markdown("#### :material/hourglass_top: Your knowledge base is being built")
+            st.markdown(
+                "Its progress is in the sidebar. This page shows the knowledge base once the build ends; "
+                "until then nothing is indexed to answer from."
+            )
+            return
         st.markdown("#### :material/inventory_2: Your knowledge base is empty")
         st.markdown(
             f"1. Drop PDF files into **{folder}**, or upload them in the sidebar.\n"
