@@ -117,7 +117,9 @@ def test_a_rebuild_runs_in_the_background_with_live_progress_while_questions_are
     calls: list = []
     gate = Gate(fake_sync(calls), pause_at=4)
     monkeypatch.setattr(crag.ingest, "sync", gate)
+    manual_pdf(files / "waiting.pdf")
     at = app()
+    assert "1 new file in the folder" in texts(at.sidebar.info)
     at.button(key="rebuild").click().run()
     assert gate.paused.wait(30)
     at.run()  # a rerun (a click, a reload) leaves the build alone and shows where it is
@@ -130,6 +132,7 @@ def test_a_rebuild_runs_in_the_background_with_live_progress_while_questions_are
     assert "Your knowledge base is being built" in texts(at.main.markdown)
     assert "waiting to be indexed" not in texts(at.main.caption)
     assert not [b for b in at.button if b.key == "build_now_main"]
+    assert "new file" not in texts(at.sidebar.info)
     # While the progress fragment reruns every second, a "stop" chat input stayed disabled in Chromium
     # from a question until the build ended: during a build the input is a plain "submit" one.
     assert at.chat_input[0].proto.submit_mode == ChatInputProto.SubmitMode.SUBMIT_MODE_SUBMIT

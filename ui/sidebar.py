@@ -64,7 +64,7 @@ def knowledge_base(settings: Settings, pipeline: crag.pipeline.Pipeline | None, 
     else:
         st.caption(f"Not built yet. Parser: {settings.parser}.")
     files_list(kb)
-    if kb.pending:
+    if kb.pending and state.builds(settings).running is None:  # a running build reads them already
         n = len(kb.pending)
         st.info(f"{n} new file{'s' if n > 1 else ''} in the folder: rebuild to index {'them' if n > 1 else 'it'}.")
     upload(settings)
