@@ -135,6 +135,21 @@ def test_the_layout_model_keeps_its_memory_arena_and_does_not_spin(tmp_path: Pat
     assert parser.parse(manual_pdf(tmp_path / "m.pdf")).pages == 2  # and the model made again still parses
 
 
+def test_options_the_runtime_refuses_leave_the_library_s_own_model(
+    tmp_path: Path, parser: PyMuPDFParser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(self, key: str, value: str) -> None:
+        raise RuntimeError(f"unknown session option {key}")
+
+    monkeypatch.setattr(ort.SessionOptions, "add_session_config_entry", refuse)
+    load_layout_model()
+    assert not any(s.get_session_options().enable_cpu_mem_arena for s in _layout_sessions_alive())
+    assert parser.parse(manual_pdf(tmp_path / "m.pdf")).pages == 2
+    monkeypatch.undo()
+    load_layout_model()  # the faster sessions again, for the tests that follow
+    assert all(s.get_session_options().enable_cpu_mem_arena for s in _layout_sessions_alive())
+
+
 def test_layout_sessions_leave_onnxruntime_as_they_found_it() -> None:
     library = ort.InferenceSession
     with pytest.raises(RuntimeError), layout_sessions():

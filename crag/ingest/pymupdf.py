@@ -60,9 +60,14 @@ def layout_sessions() -> Iterator[None]:
 
 
 def load_layout_model() -> None:
-    """Make the layout model again, its sessions inside ``layout_sessions`` (importing PyMuPDF made them)."""
+    """Make the layout model again, its sessions inside ``layout_sessions`` (importing PyMuPDF made them).
+    Should an ONNX Runtime refuse these options, the model is made as the library makes it: slower, not broken."""
     pymupdf._get_layout = None  # what pymupdf4llm.use_layout(False) does; activate() then makes a new model
-    with layout_sessions():
+    try:
+        with layout_sessions():
+            pymupdf.layout.activate()
+    except Exception:  # noqa: BLE001 - the options are a speed-up; parsing must not depend on them
+        pymupdf._get_layout = None
         pymupdf.layout.activate()
 
 
