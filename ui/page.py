@@ -60,7 +60,6 @@ def run(settings: Settings, options: dict[str, Any]) -> None:
 
 
 def empty_state(settings: Settings, kb: state.KnowledgeBase, web: bool) -> None:
-    folder = md_escape(str(settings.files_dir.resolve()))
     with st.container(border=True):
         if state.builds(settings).running is not None:  # no "waiting" files and no build button meanwhile
             st.markdown("#### :material/hourglass_top: Your knowledge base is being built")
@@ -69,6 +68,7 @@ def empty_state(settings: Settings, kb: state.KnowledgeBase, web: bool) -> None:
                 "until then nothing is indexed to answer from."
             )
             return
+        folder = md_escape(str(settings.files_dir.resolve()))
         st.markdown("#### :material/inventory_2: Your knowledge base is empty")
         st.markdown(
             f"1. Drop PDF files into **{folder}**, or upload them in the sidebar.\n"
