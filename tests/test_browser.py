@@ -55,9 +55,7 @@ def streamlit_url(closed_port_url: str, tmp_path: Path):
             str(ROOT / "app.py"),
             "--server.port",
             str(port),
-            "--server.fileWatcherType",
-            "none",  # nothing to reload, and no inotify storm from the rest of the suite
-        ],
+        ],  # the shipped .streamlit/config.toml (cwd): loopback, no file watcher
         cwd=ROOT,
         env=env,
         stdout=log,

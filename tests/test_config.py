@@ -80,3 +80,15 @@ def test_readme_documents_every_setting() -> None:
     missing = [f"CRAG_{name.upper()}" for name in Settings.model_fields if f"CRAG_{name.upper()}" not in readme]
     assert not missing, f"README.md does not document {missing}"
     assert re.search(r"OLLAMA_HOST", readme)
+
+
+def test_streamlit_config_serves_on_loopback_without_a_file_watcher_or_forced_gc() -> None:
+    """`make run` reads .streamlit/config.toml. A file watcher there watches the whole checkout (.venv, .git,
+    chroma_db) and, once a build overflowed the inotify queue, its rescans took both cores; a full garbage
+    collection after each run of the build's progress fragment (every second) took the GIL from the build."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / ".streamlit/config.toml").read_text(encoding="utf-8"))
+    assert config["server"]["address"] == "127.0.0.1"
+    assert config["server"]["fileWatcherType"] == "none"
+    assert config["runner"]["postScriptGC"] is False
