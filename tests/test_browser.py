@@ -55,7 +55,7 @@ def streamlit_url(closed_port_url: str, tmp_path: Path):
             str(ROOT / "app.py"),
             "--server.port",
             str(port),
-        ],  # the shipped .streamlit/config.toml (cwd): loopback, no file watcher
+        ],  # the shipped .streamlit/config.toml (cwd): loopback, no file watcher, no forced GC
         cwd=ROOT,
         env=env,
         stdout=log,

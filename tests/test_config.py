@@ -84,7 +84,7 @@ def test_readme_documents_every_setting() -> None:
 
 def test_streamlit_config_serves_on_loopback_without_a_file_watcher_or_forced_gc() -> None:
     """`make run` reads .streamlit/config.toml. A file watcher there watches the whole checkout (.venv, .git,
-    chroma_db) and, once a build overflowed the inotify queue, its rescans took both cores; a full garbage
+    chroma_db) and, once a build overflowed the inotify queue, its rescans kept a core busy; a full garbage
     collection after each run of the build's progress fragment (every second) took the GIL from the build."""
     import tomllib
 
