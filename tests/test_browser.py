@@ -10,17 +10,14 @@ test-output/.
 
 from __future__ import annotations
 
-import os
+import contextlib
 import shutil
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import free_port
+from crag.bench.appbuild import streamlit_app
 from tests.pdfs import manual_pdf
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,46 +33,22 @@ pytestmark = [
 
 @pytest.fixture
 def streamlit_url(closed_port_url: str, tmp_path: Path):
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAG_")}
-    env |= {
+    crag_env = {
         "CRAG_OLLAMA_URL": closed_port_url,  # no Ollama: the app must fall back to the embedded model
         "CRAG_FILES_DIR": str(tmp_path / "Files"),
         "CRAG_CHROMA_DIR": str(tmp_path / "chroma_db"),
         "CRAG_WEB_SEARCH": "off",  # nothing may reach the internet
     }
     log_path = tmp_path / "streamlit.log"
-    log = log_path.open("w")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamlit",
-            "run",
-            str(ROOT / "app.py"),
-            "--server.port",
-            str(port),
-        ],  # the shipped .streamlit/config.toml (cwd): loopback, no file watcher, no forced GC
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
+    # The shipped .streamlit/config.toml (cwd is the repo): loopback, no file watcher, no forced GC.
     try:
-        for _ in range(120):
+        with log_path.open("w") as log, contextlib.ExitStack() as running:
             try:
-                urllib.request.urlopen(f"{url}/_stcore/health", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail(f"streamlit did not start: {log_path.read_text()}")
-        yield url
+                url = running.enter_context(streamlit_app(ROOT, Path(sys.executable), crag_env, log))
+            except RuntimeError as exc:
+                pytest.fail(f"{exc}: {log_path.read_text()}")
+            yield url
     finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        log.close()
         OUTPUT.mkdir(exist_ok=True)
         shutil.copy(log_path, OUTPUT / "browser-streamlit.log")
 

@@ -15,16 +15,19 @@ Needs Playwright (requirements-dev.txt) and Debian's ``chromium``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from crag.bench.corpus import default_cache_dir, fetch_corpus
 
@@ -32,24 +35,45 @@ ROOT = Path(__file__).resolve().parents[2]
 DONE = re.compile(r"^Rebuilt from scratch:")
 
 
-def _serve(checkout: Path, files: Path, db: Path, port: int, extra: list[str]) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAG_")}
-    env |= {
-        "CRAG_OLLAMA_URL": "http://127.0.0.1:9",  # no Ollama: the packaged embedder, as a new user has it
-        "CRAG_FILES_DIR": str(files),
-        "CRAG_CHROMA_DIR": str(db),
-        "CRAG_WEB_SEARCH": "off",
-    }
-    cmd = [str(checkout / ".venv/bin/python"), "-m", "streamlit", "run", "app.py", "--server.port", str(port)]
-    proc = subprocess.Popen([*cmd, *extra], cwd=checkout, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(240):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=1)
-            return proc
-        except OSError:
+def _answers(url: str) -> bool:
+    try:
+        urllib.request.urlopen(f"{url}/_stcore/health", timeout=1)
+    except OSError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def streamlit_app(
+    checkout: Path, python: Path, crag_env: dict[str, str], log: IO[str] | int, extra: Sequence[str] = ()
+) -> Iterator[str]:
+    """``python -m streamlit run app.py`` in ``checkout``, as ``make run`` starts it (its own config), on a
+    free loopback port, with the CRAG_ settings ``crag_env`` and no others; yields its URL once it answers,
+    stops it at the end. The browser test uses it too."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAG_")} | crag_env
+    cmd = [str(python), "-m", "streamlit", "run", "app.py", "--server.port", str(port), *extra]
+    proc = subprocess.Popen(cmd, cwd=checkout, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(240):
+            if _answers(url):
+                break
+            if proc.poll() is not None:
+                raise RuntimeError(f"streamlit did not start in {checkout}: it exited")
             time.sleep(0.5)
-    proc.kill()
-    raise RuntimeError(f"streamlit did not start in {checkout}")
+        else:
+            raise RuntimeError(f"streamlit did not start in {checkout}: no answer in 2 minutes")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _click_rebuild(url: str) -> dict[str, Any]:
@@ -74,26 +98,29 @@ def _click_rebuild(url: str) -> dict[str, Any]:
     return {"seconds": round(seconds, 1), "summary": summary}
 
 
-def _build_once(checkout: Path, pdfs: dict[str, Path], extra: list[str], port: int) -> dict[str, Any]:
+def _build_once(checkout: Path, pdfs: dict[str, Path], extra: list[str]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(dir=checkout, prefix=".bench-appbuild-") as tmp:
         files, db = Path(tmp) / "Files", Path(tmp) / "chroma_db"
         files.mkdir()
         for name, path in pdfs.items():
             shutil.copy(path, files / name)
-        proc = _serve(checkout, files, db, port, extra)
-        try:
-            return _click_rebuild(f"http://127.0.0.1:{port}")
-        finally:
-            proc.terminate()
-            proc.wait(timeout=60)
+        crag_env = {
+            "CRAG_OLLAMA_URL": "http://127.0.0.1:9",  # no Ollama: the packaged embedder, as a new user has it
+            "CRAG_FILES_DIR": str(files),
+            "CRAG_CHROMA_DIR": str(db),
+            "CRAG_WEB_SEARCH": "off",
+        }
+        python = checkout / ".venv/bin/python"
+        with streamlit_app(checkout, python, crag_env, subprocess.DEVNULL, extra) as url:
+            return _click_rebuild(url)
 
 
-def run(variants: dict[str, tuple[Path, list[str]]], rounds: int, out: Path, port: int) -> dict[str, Any]:
+def run(variants: dict[str, tuple[Path, list[str]]], rounds: int, out: Path) -> dict[str, Any]:
     pdfs = fetch_corpus(default_cache_dir())
     times: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
     for _ in range(rounds):
         for name, (checkout, extra) in variants.items():
-            times[name].append(_build_once(checkout, pdfs, extra, port))
+            times[name].append(_build_once(checkout, pdfs, extra))
             print(name, json.dumps(times[name][-1], ensure_ascii=False), flush=True)
     best = {name: min(t["seconds"] for t in runs) for name, runs in times.items()}
     results = {
@@ -112,14 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--watcher", action="store_true", help="also this checkout with the file watcher on")
     parser.add_argument("--checkout", type=Path, action="append", default=[], help="another checkout to time")
-    parser.add_argument("--port", type=int, default=8611)
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     args = parser.parse_args(argv)
     variants: dict[str, tuple[Path, list[str]]] = {"this checkout": (ROOT, [])}
     if args.watcher:
         variants["this checkout, file watcher on"] = (ROOT, ["--server.fileWatcherType", "auto"])
     variants |= {str(c.resolve()): (c.resolve(), []) for c in args.checkout}
-    results = run(variants, args.rounds, args.out, args.port)
+    results = run(variants, args.rounds, args.out)
     print(json.dumps({k: results[k] for k in ("best_seconds", "ratio_to_this_checkout")}, indent=1))
     return 0
 
