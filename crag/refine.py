@@ -79,15 +79,17 @@ def _instructs(sentence: str) -> bool:
 
 
 # A sentence that stops without a full stop introduces what follows: "you can do:", "For example,",
-# "输入以下命令" (PDFs often lose the colon before a code display).
-LEAD_IN = re.compile(r"(?:[:：,，]|[A-Za-z\u3400-\u9fff])\s*$")
+# "输入以下命令" (PDFs often lose the colon before a code display). So does a question: in a FAQ it is the
+# heading of its answer ("36 如何使首段段首也缩进？" then "使用 indentfirst 宏包"), and it is what a user's
+# question matches best, while the answer alone may share no word with it.
+LEAD_IN = re.compile(r"(?:[:：,，?？]|[A-Za-z\u3400-\u9fff])\s*$")
 
 
 def decompose(text: str, kind: str = "local", limit: int = STRIP_CHARS) -> list[str]:
     """Sentences grouped into strips of at most ``limit`` characters (a longer sentence is one strip).
 
-    A sentence that introduces what follows ("you can do:", "使用命令：") stays with it, whatever the
-    limit: the command or example after it is the answer, and alone it matches no question. A sentence
+    A sentence that introduces what follows ("you can do:", "使用命令：", a FAQ's question) stays with it,
+    whatever the limit: the command or example after it is the answer, and alone it matches no question. A sentence
     that looks like prompt injection is a strip of its own, so dropping it costs no fact.
     """
     strips: list[str] = []

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from crag.ingest.chunking import chunk_blocks, split_sentences
+from crag.ingest.chunking import LEADER_LINE, chunk_blocks, is_navigation, split_sentences
 from crag.types import Block, ParsedPDF
 
 
@@ -55,6 +55,30 @@ def test_headers_and_footers_are_dropped() -> None:
     )
     assert [c.text for c in chunks] == ["Body."]
     assert chunks[0].block_types == ("text",)
+
+
+def test_tables_of_contents_and_indexes_are_dropped() -> None:
+    """Dot leaders to a page number say where, not what; text that merely has dots stays."""
+    contents = (
+        "|**1**<br>**Introduction**_. . . . . . . . . . ._ **1**|\n|---|---|\n"
+        "|1.1|Legalese_. . . . . . . . . . . . . ._ 1|\n|1.2|What is Debian?<br>. . . . . . . .|12|"
+    )
+    chunks = chunk_blocks(
+        parsed(
+            block("title", "Contents", order=0, level=1),
+            block("table", contents, order=1),
+            block("text", "|17|CTEX套装的Basic和Full版本都有什么区别？. . . . . . . .|. . . . .<br>9|", order=2),
+            block("text", "Quoting strings . . . . . . . . . . . . . 5, 8", order=3),
+            block("title", "1 Introduction", order=4, level=1),
+            block("text", "Wait.... the values are 1. 2. 3. 4 and ... ...\\footnotemark[1] here.", order=5),
+        ),
+        "a.pdf",
+        "abc",
+        words,
+    )
+    assert [(c.section, c.text) for c in chunks] == [
+        ("1 Introduction", "Wait.... the values are 1. 2. 3. 4 and ... ...\\footnotemark[1] here.")
+    ]
 
 
 def test_size_limit_and_sentence_overlap() -> None:
@@ -228,7 +252,7 @@ def test_chunks_fed_page_by_page_equal_those_of_the_whole_file() -> None:
 # Real text: the benchmark corpus, MiniLM's own tokenizer ---------------------------------------------
 
 # Pages with what overflowed MiniLM's window before: tables of contents read as tables (4,439 tokens on
-# bzip2's page 3), and paragraphs under long Chinese and English heading paths.
+# bzip2's page 3, now left out), and paragraphs under long Chinese and English heading paths.
 REAL_PAGES = {
     "bzip2-manual.pdf": [3, 5, 11],
     "ctex-faq.pdf": [1, 2, 9, 41],
@@ -254,13 +278,16 @@ def test_real_chunks_fit_minilm_with_their_heading() -> None:
         sizes = [count_tokens(index_text(c)) for c in chunks]
         assert max(sizes) <= window, (name, max(sizes))
         everything = "\n".join(c.text for c in chunks)
+        contents = [b for b in doc.blocks if b.type != "title" and is_navigation(b.text)]
+        assert bool(contents) == (name in ("bzip2-manual.pdf", "ctex-faq.pdf")), name  # their pages 3 and 1
+        assert not any(LEADER_LINE.search(line) for line in everything.split("\n"))
         for b in doc.blocks:
-            if b.type in ("text", "list", "caption", "table") and b.text.strip():
+            if b.type in ("text", "list", "caption", "table") and b.text.strip() and b not in contents:
                 for line in b.text.split("\n")[2:] if b.type == "table" else split_sentences(b.text):
                     assert line.strip() in everything, (name, b.page, line)  # nothing is lost on the way
         chunker = Chunker(name, "f" * 64, count_tokens, 220, 32, window)
         paged = [c for p in pages for c in chunker.add([b for b in doc.blocks if b.page == p])] + chunker.finish()
         assert [(c.text, c.section) for c in paged] == [(c.text, c.section) for c in chunks]
     # Without the window, the same pages overflow: the test would catch a regression.
-    doc = parser.parse(pdfs["bzip2-manual.pdf"], [3])
+    doc = parser.parse(pdfs["debian-faq.en.pdf"], [20])
     assert max(count_tokens(index_text(c)) for c in chunk_blocks(doc, "b", "f" * 64, count_tokens, 220, 32)) > window

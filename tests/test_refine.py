@@ -57,6 +57,21 @@ def test_a_command_stays_with_the_sentence_that_introduces_it() -> None:
     assert decompose(zh) == ["刷新文件名数据库的命令是initexmf --update-fndb"]
 
 
+def test_a_faq_question_stays_with_its_answer() -> None:
+    """In a FAQ the question is the heading of its answer: alone, the answer shares no word with what a user asks."""
+    zh = "36 如何使首段段首也缩进？\n\n使用 indentfirst 宏包：\\usepackage{indentfirst}\n\n37 如何设置双倍行间距？"
+    assert decompose(zh) == [
+        "36 如何使首段段首也缩进？使用 indentfirst 宏包：\\usepackage{indentfirst}",
+        "37 如何设置双倍行间距？",
+    ]
+    en = "How do I stop the bell? Set bell-style to none. It is quiet then.\n\nNext topic."
+    assert decompose(en, limit=40) == [
+        "How do I stop the bell? Set bell-style to none.",
+        "It is quiet then.",
+        "Next topic.",
+    ]
+
+
 def test_every_dropped_strip_says_why() -> None:
     text = (
         "The widget needs two processor cores. "

@@ -10,6 +10,7 @@ import pytest
 
 from crag.config import Settings, load_settings
 from crag.ingest import sync
+from crag.ingest.chunking import CHUNKER_VERSION
 from crag.models import Embedder, LocalEmbedder
 from crag.retriever import Retriever
 from crag.store import BuildInProgress, RebuildNeeded, Store, fuse
@@ -68,6 +69,7 @@ def test_first_sync_indexes_and_reports_progress(kb: Settings, embedder: Embedde
         "chunk_tokens": 220,
         "chunk_overlap": 32,
         "max_tokens": 254,
+        "chunker": CHUNKER_VERSION,
     }
     manifest = {m.file: m for m in store.manifest()}
     assert manifest["widget.pdf"].parser == "pymupdf" and len(manifest["widget.pdf"].hash) == 64

@@ -4,7 +4,7 @@
 - A table stays whole, with its caption; an equation is never split.
 - Paragraphs are packed up to ``chunk_tokens``; one that is too long is split at sentence ends
   (Chinese sentence punctuation included), and consecutive chunks share ``overlap`` tokens.
-- Page headers, footers and page numbers are dropped.
+- Page headers, footers and page numbers are dropped, and so are tables of contents and indexes.
 - With ``max_tokens`` (the embedder's window), heading path + text never exceed it: the embedder
   would silently cut the rest. The text then gets what the heading leaves, the overlap shrinks when
   it must, and a table or equation larger than the window is cut (a table between rows, its header
@@ -25,9 +25,25 @@ from crag.types import Block, Chunk, ParsedPDF
 
 TokenCounter = Callable[[str], int]
 
+# Goes up when the same blocks make different chunks: an index of older chunks is then rebuilt whole.
+CHUNKER_VERSION = 2  # 2: tables of contents and indexes left out
+
 ATOMIC = ("table", "equation")
 DROPPED = ("header", "footer")
 MARKDOWN_RULE = re.compile(r"^\|?\s*:?-{3,}")  # the |---|---| line under a markdown table's header row
+# A line of a table of contents or of an index: dot leaders, then page numbers ("Legalese . . . . 1",
+# "|1.2|What is Debian?<br>. . . .|1|", "Quoting strings_. . . ._ 5, 8|").
+LEADER_LINE = re.compile(
+    r"(?:\.\s?){4,}[\s_*|]*(?:<br>)?[\s_*|]*(?:\d+|[ivxlc]+)(?:\s*[,，–-]\s*\d+)*[\s_*|]*$", re.IGNORECASE
+)
+
+
+def is_navigation(text: str) -> bool:
+    """A table of contents or an index: most lines are dot leaders to a page number. It says where, not what:
+    its entries are the document's own headings, which stay with their sections. Indexed, it would outrank
+    the section it points to (it holds every heading's words) and has nothing to quote."""
+    lines = [ln for ln in (ln.strip() for ln in text.split("\n")) if ln and not MARKDOWN_RULE.match(ln)]
+    return bool(lines) and 2 * sum(bool(LEADER_LINE.search(ln)) for ln in lines) >= len(lines)
 
 
 @dataclass
@@ -169,7 +185,11 @@ class Chunker:
         self._out: list[Chunk] = []
 
     def add(self, blocks: Sequence[Block]) -> list[Chunk]:
-        self._blocks += [b for b in blocks if b.type not in DROPPED and (b.text.strip() or b.type == "title")]
+        self._blocks += [
+            b
+            for b in blocks
+            if b.type == "title" or (b.type not in DROPPED and b.text.strip() and not is_navigation(b.text))
+        ]
         self._make_units(final=False)
         return self._take()
 

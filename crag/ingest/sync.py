@@ -20,6 +20,7 @@ from crag.config import Settings
 from crag.errors import CragError
 from crag.ingest.base import Parser
 from crag.ingest.build import Planned, index_files
+from crag.ingest.chunking import CHUNKER_VERSION
 from crag.models import Embedder
 from crag.store import RebuildNeeded, Store, open_store
 from crag.types import Chunk, FileResult, OnProgress, Progress
@@ -55,6 +56,7 @@ def chunking_settings(settings: Settings, embedder: Embedder) -> dict[str, Any]:
         "chunk_tokens": settings.chunk_tokens,
         "chunk_overlap": settings.chunk_overlap,
         "max_tokens": embedder.max_tokens,
+        "chunker": CHUNKER_VERSION,
     }
 
 
