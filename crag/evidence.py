@@ -45,10 +45,14 @@ def flatten(text: str) -> str:
     return " ".join(TABLE_MARKUP.sub(" ", TABLE_RULE.sub(" ", text)).split())
 
 
-def pieces(text: str) -> list[str | None]:
-    """A strip's sentences, table markup flattened, with None where a question stood: in a FAQ a question
-    is the document's heading for the next answer, so it ends a quote and is not quoted."""
-    return [None if QUESTION.search(s) else s for s in split_sentences(flatten(text))]
+class Asked(str):
+    """A question sentence of the document: in a FAQ, the heading of the answer that follows it."""
+
+
+def pieces(text: str) -> list[str]:
+    """A strip's sentences, table markup flattened, the questions marked as ``Asked``: a question ends a quote
+    and is never quoted, but it is shown before the passage it heads, so the reader sees what it answers."""
+    return [Asked(s) if QUESTION.search(s) else s for s in split_sentences(flatten(text))]
 
 
 def readable(text: str) -> bool:
@@ -58,18 +62,23 @@ def readable(text: str) -> bool:
     return bool(chars) and sum(c.isalnum() for c in chars) >= READABLE * len(chars)
 
 
-def passages(parts: Sequence[str | None]) -> list[str]:
-    """Runs of sentences between questions, each a passage to quote whole; debris too short to say anything
-    is left out. A sentence is never dropped from inside a passage: that would change what it says."""
-    out, current = [], ""
-    for part in [*parts, None]:
-        if part is not None:
+def headed_passages(parts: Sequence[str]) -> list[tuple[str, str]]:
+    """Runs of sentences between questions, each a passage to quote whole, with the question just before it
+    ("" when none); debris too short to say anything is left out. A sentence is never dropped from inside a
+    passage: that would change what it says."""
+    out, current, heading = [], "", ""
+    for part in [*parts, Asked("")]:
+        if not isinstance(part, Asked):
             current = join_sentences(current, part)
             continue
         if width(current) >= MIN_WIDTH and readable(current):
-            out.append(current)
-        current = ""
+            out.append((heading, current))
+        current, heading = "", str(part)
     return out
+
+
+def passages(parts: Sequence[str]) -> list[str]:
+    return [text for _, text in headed_passages(parts)]
 
 
 def select(strips: Sequence[Strip]) -> list[Strip]:
@@ -96,8 +105,8 @@ def _number(strip: Strip, sources: Sequence[Source]) -> int | None:
 
 
 def evidence_answer(strips: Sequence[Strip], sources: Sequence[Source], language: str, action: Action) -> str:
-    """A lead line per kind of source, then one line per passage: “quoted sentences” [n]. Empty when no
-    kept strip holds a sentence worth quoting."""
+    """A lead line per kind of source, then one line per passage: “quoted sentences” [n], after the document's
+    question when the passage answers one (a FAQ). Empty when no kept strip holds a sentence worth quoting."""
     lines: list[str] = []
     chosen = [(strip, n) for strip in select(strips) if (n := _number(strip, sources)) is not None]
     for kind in ("local", "web"):
@@ -106,13 +115,17 @@ def evidence_answer(strips: Sequence[Strip], sources: Sequence[Source], language
             continue
         lead = "closest" if kind == "local" and action is not Action.CORRECT else kind
         lines.append(LEADS[(language, lead)])
-        runs: list[tuple[int, Strip, list[str | None]]] = []  # neighbouring strips of one source read as one
+        runs: list[tuple[int, Strip, list[str]]] = []  # neighbouring strips of one source read as one
         for strip, n in group:
             if runs and runs[-1][0] == n and runs[-1][1].order[1] + 1 == strip.order[1]:
                 runs[-1] = (n, strip, runs[-1][2] + pieces(strip.text))
             else:
                 runs.append((n, strip, pieces(strip.text)))
-        lines += [f"“{_own_references(text)}” [{n}]" for n, _, parts in runs for text in passages(parts)]
+        lines += [
+            f"{_own_references(asked)} “{_own_references(text)}” [{n}]".lstrip()
+            for n, _, parts in runs
+            for asked, text in headed_passages(parts)
+        ]
         lines.append("")
     return "\n".join(lines).strip()
 

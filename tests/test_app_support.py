@@ -237,3 +237,14 @@ def test_specific_terms_are_ticked_only_against_retrieved_passages() -> None:
     )
     hit = ScoredChunk(Chunk("c0", "CRAN is the archive.", "m.pdf", (1,)), 0.9)
     assert "“CRAN” ✓" in key_terms(Trace("q", "q", retrieved=(hit,), terms=terms))
+
+
+def test_an_evidence_answer_shows_quotes_as_block_quotes_after_their_faq_question() -> None:
+    from ui.text import evidence_markdown
+
+    text = "文档中的相关内容：\n36 如何使首段段首也缩进？ “使用 indentfirst 宏包：\\usepackage{indentfirst}” [1]\n“*Plain* text.” [2]"
+    assert evidence_markdown(text).split("\n\n") == [
+        "**文档中的相关内容：**",
+        "> *36 如何使首段段首也缩进？* “使用 indentfirst 宏包：\\\\usepackage\\{indentfirst\\}” \\[1\\]",
+        "> “\\*Plain\\* text\\.” \\[2\\]",
+    ]

@@ -113,8 +113,20 @@ def test_quotes_follow_document_order_and_neighbours_read_as_one() -> None:
 
 def test_questions_are_boundaries_and_never_quotes() -> None:
     parts = pieces("73 How do I add the bibliography to the contents? Add the line below. 74 Why is it wrong?")
-    assert parts == [None, "Add the line below.", None]
+    assert parts == ["73 How do I add the bibliography to the contents?", "Add the line below.", "74 Why is it wrong?"]
     assert passages(parts) == ["Add the line below."]
+
+
+def test_a_quote_that_answers_a_faq_question_shows_the_question_before_it() -> None:
+    """Two FAQ answers in one strip: each quote says which question it answers, so "use indentfirst" is not
+    read as the answer to a question about line spacing."""
+    sources = [Source(1, "local", "", file="m.pdf", pages=(1,), chunk_ids=("c0",))]
+    faq = "36 如何使首段段首也缩进？使用 indentfirst 宏包。37 如何设置双倍行距？使用命令\\linespread{2}。"
+    text = evidence_answer([strip(faq, 0.9, (0, 0))], sources, "zh", Action.CORRECT)
+    assert text.splitlines()[1:] == [
+        "36 如何使首段段首也缩进？ “使用 indentfirst 宏包。” [1]",
+        "37 如何设置双倍行距？ “使用命令\\linespread{2}。” [1]",
+    ]
 
 
 def test_a_sentence_is_never_dropped_from_inside_a_quote() -> None:

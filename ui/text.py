@@ -30,11 +30,21 @@ def no_images(markdown: str) -> str:
     return markdown.replace("![", "!\\[")
 
 
+QUOTED = re.compile(r"^(?P<asked>[^“]*?)\s*(?P<quote>“.*” \[\d+\])$")
+
+
 def evidence_markdown(text: str) -> str:
-    """An evidence answer as Markdown: lead lines in bold, each quoted passage a block quote. The quotes are
-    document text, so every character is escaped: they show exactly as the document has them."""
-    lines = [line for line in text.splitlines() if line.strip()]
-    return "\n\n".join(f"> {md_escape(line)}" if line.startswith("“") else f"**{md_escape(line)}**" for line in lines)
+    """An evidence answer as Markdown: lead lines in bold, each quoted passage a block quote, the document's
+    question it answers (a FAQ) in italics before it. The quotes are document text, so every character is
+    escaped: they show exactly as the document has them."""
+    out = []
+    for line in (line for line in text.splitlines() if line.strip()):
+        if found := QUOTED.match(line):
+            asked = f"*{md_escape(found['asked'])}* " if found["asked"] else ""
+            out.append(f"> {asked}{md_escape(found['quote'])}")
+        else:
+            out.append(f"**{md_escape(line)}**")
+    return "\n\n".join(out)
 
 
 def safe_stream(deltas: Iterable[str]) -> Iterator[str]:

@@ -51,6 +51,13 @@ def has_key_fact(answer: str, strings: Sequence[str]) -> bool:
     return any(norm(s) in norm(answer) for s in strings)
 
 
+def quoted(answer: Answer) -> str:
+    """What the answer says of its own: the quotes of an evidence answer, or all of a written one."""
+    if answer.kind is AnswerKind.EVIDENCE:
+        return "\n".join(quote for quote, _ in QUOTE.findall(answer.text))
+    return answer.text
+
+
 def citation_problems(answer: Answer) -> list[str]:
     """What is wrong with the answer's citations; empty when every shown citation is one the text made."""
     problems = []
@@ -117,7 +124,8 @@ def run_questions(pipeline: Pipeline, questions: Sequence[Question]) -> list[dic
                 "scores": [round(g.score, 4) for g in trace.retrieved],
                 "missing_terms": list(trace.terms.missing),
                 "answer_kind": answer.kind.value,
-                "key_fact": has_key_fact(answer.text, q.must_contain) if q.in_kb else None,
+                # An evidence answer holds the fact only in what it quotes, not in a FAQ question shown before a quote.
+        "key_fact": has_key_fact(quoted(answer), q.must_contain) if q.in_kb else None,
                 "hit@5": any(g.chunk.file == q.file and set(g.chunk.pages) & set(q.pages) for g in trace.retrieved)
                 if q.in_kb
                 else None,
