@@ -22,6 +22,7 @@ MAX_STRIPS = 6
 MAX_WIDTH = 1200  # quoted text, in English-character equivalents: two short paragraphs
 MARGIN = 0.5  # a strip within this score of the best one is quoted too
 MIN_WIDTH = 12  # a shorter passage is table debris or page furniture (a Chinese character counts 4)
+HEADING_WIDTH = 160  # a FAQ question shown before its answer's quote: one line, about 40 Chinese characters
 READABLE = 0.5  # the share of a quote's visible characters that must be letters, digits or Han
 
 LEADS = {
@@ -73,7 +74,8 @@ def headed_passages(parts: Sequence[str]) -> list[tuple[str, str]]:
             continue
         if width(current) >= MIN_WIDTH and readable(current):
             out.append((heading, current))
-        current, heading = "", str(part)
+        # A question run together with the text before it (no full stop between them) is no heading.
+        current, heading = "", str(part) if width(part) <= HEADING_WIDTH else ""
     return out
 
 

@@ -242,7 +242,11 @@ def test_specific_terms_are_ticked_only_against_retrieved_passages() -> None:
 def test_an_evidence_answer_shows_quotes_as_block_quotes_after_their_faq_question() -> None:
     from ui.text import evidence_markdown
 
-    text = "文档中的相关内容：\n36 如何使首段段首也缩进？ “使用 indentfirst 宏包：\\usepackage{indentfirst}” [1]\n“*Plain* text.” [2]"
+    text = (
+        "文档中的相关内容：\n"
+        "36 如何使首段段首也缩进？ “使用 indentfirst 宏包：\\usepackage{indentfirst}” [1]\n"
+        "“*Plain* text.” [2]"
+    )
     assert evidence_markdown(text).split("\n\n") == [
         "**文档中的相关内容：**",
         "> *36 如何使首段段首也缩进？* “使用 indentfirst 宏包：\\\\usepackage\\{indentfirst\\}” \\[1\\]",
