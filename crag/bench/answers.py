@@ -125,7 +125,7 @@ def run_questions(pipeline: Pipeline, questions: Sequence[Question]) -> list[dic
                 "missing_terms": list(trace.terms.missing),
                 "answer_kind": answer.kind.value,
                 # An evidence answer holds the fact only in what it quotes, not in a FAQ question shown before a quote.
-        "key_fact": has_key_fact(quoted(answer), q.must_contain) if q.in_kb else None,
+                "key_fact": has_key_fact(quoted(answer), q.must_contain) if q.in_kb else None,
                 "hit@5": any(g.chunk.file == q.file and set(g.chunk.pages) & set(q.pages) for g in trace.retrieved)
                 if q.in_kb
                 else None,
