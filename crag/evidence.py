@@ -35,6 +35,9 @@ LEADS = {
 }
 
 QUESTION = re.compile(r"[?？]\s*$")
+# A line of an evidence answer: the FAQ question it answers, when there is one (it ends at its question mark and
+# may quote words itself: "如何使用“甲”命令？"), then “the quote” [n].
+LINE = re.compile(r"^(?:(?P<asked>[^“\s].*?[?？])\s+)?“(?P<quote>.*)” \[(?P<n>\d+)\]$")
 TABLE_RULE = re.compile(r"\|?\s*-{3,}\s*(?:\|\s*-{3,}\s*)*\|?")
 TABLE_MARKUP = re.compile(r"<br\s*/?>|\|")
 # A bracketed number inside a quote is the document's own reference ("see [3]"), not our citation.
@@ -130,6 +133,11 @@ def evidence_answer(strips: Sequence[Strip], sources: Sequence[Source], language
         ]
         lines.append("")
     return "\n".join(lines).strip()
+
+
+def quoted_lines(text: str) -> list[re.Match[str]]:
+    """The quoted passages of an evidence answer, each with ``asked``, ``quote`` and ``n``."""
+    return [found for line in text.splitlines() if (found := LINE.match(line.strip()))]
 
 
 def _own_references(text: str) -> str:

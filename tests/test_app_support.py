@@ -245,10 +245,12 @@ def test_an_evidence_answer_shows_quotes_as_block_quotes_after_their_faq_questio
     text = (
         "文档中的相关内容：\n"
         "36 如何使首段段首也缩进？ “使用 indentfirst 宏包：\\usepackage{indentfirst}” [1]\n"
-        "“*Plain* text.” [2]"
+        "“*Plain* text.” [2]\n"
+        "37 如何使用“甲”命令？ “Is it? “Yes” it is.” [3]"
     )
     assert evidence_markdown(text).split("\n\n") == [
         "**文档中的相关内容：**",
         "> *36 如何使首段段首也缩进？* “使用 indentfirst 宏包：\\\\usepackage\\{indentfirst\\}” \\[1\\]",
         "> “\\*Plain\\* text\\.” \\[2\\]",
-    ]
+        "> *37 如何使用“甲”命令？* “Is it? “Yes” it is\\.” \\[3\\]",
+    ], "a question that quotes words itself stays whole, and a quote holding a question stays a quote"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from crag.config import load_settings
-from crag.evidence import evidence_answer, passages, pieces
+from crag.evidence import evidence_answer, passages, pieces, quoted_lines
 from crag.types import Action, AnswerKind, Source, Strip, cited
 from tests.fakes import ScriptedModel, chunk, pipeline
 
@@ -130,6 +130,21 @@ def test_a_quote_that_answers_a_faq_question_shows_the_question_before_it() -> N
     run_on = "CTEX 的论坛、主页和 FTP 服务器提供软件下载和资料交流" * 3 + "3 FAQ 的目的是什么？本 FAQ 收集常见问题。"
     text = evidence_answer([strip(run_on, 0.9, (0, 0))], sources, "zh", Action.CORRECT)
     assert text.splitlines()[1:] == ["“本 FAQ 收集常见问题。” [1]"]  # a question run into other text: no heading
+
+
+def test_the_lines_of_an_evidence_answer_read_back_as_question_quote_and_number() -> None:
+    """The UI and the benchmark read an answer's lines back: a FAQ question that quotes words itself stays the
+    question (the benchmark must not find the key fact in it), and a quote holding a question stays a quote."""
+    sources = [Source(1, "local", "", file="m.pdf", pages=(1,), chunk_ids=("c0",))]
+    faq = "37 如何使用“甲”命令？用 \\jia 命令。Is it on? It is “on” by default."
+    text = evidence_answer([strip(faq, 0.9, (0, 0))], sources, "zh", Action.CORRECT)
+    assert [(m["asked"], m["quote"], m["n"]) for m in quoted_lines(text)] == [
+        ("37 如何使用“甲”命令？", "用 \\jia 命令。", "1"),
+        ("Is it on?", "It is “on” by default.", "1"),
+    ]
+    assert [(m["asked"], m["quote"]) for m in quoted_lines("“Is it? “Yes” it is.” [2]")] == [
+        (None, "Is it? “Yes” it is.")
+    ]
 
 
 def test_a_sentence_is_never_dropped_from_inside_a_quote() -> None:

@@ -52,7 +52,7 @@ def run(settings: Settings, options: dict[str, Any]) -> None:
     elif kb.generation is not None and chat is None and not st.session_state.get("question"):
         gen = kb.generation
         st.info(
-            f"Ready: {gen.files} file{'s' if gen.files != 1 else ''}, {gen.chunks} passages. Ask a question below; "
+            f"Ready: {gen.files:,} file{'s' if gen.files != 1 else ''}, {gen.chunks:,} passages. Ask a question below; "
             "each answer shows its CRAG action, how it was made, and the pages it comes from.",
             icon=":material/forum:",
         )

@@ -55,8 +55,8 @@ def knowledge_base(settings: Settings, pipeline: crag.pipeline.Pipeline | None, 
     gen = kb.generation
     if gen is not None:
         with st.container(horizontal=True):
-            st.metric("Files", gen.files)
-            st.metric("Chunks", gen.chunks)
+            st.metric("Files", f"{gen.files:,}")
+            st.metric("Passages", f"{gen.chunks:,}")
         parsers = ", ".join(kb.parsers) or settings.parser
         st.caption(
             f"Built {built_at(gen.built_at)} · parser {md_escape(parsers)} · embeddings {md_escape(gen.embedder)}"

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
+from crag.evidence import LINE
 from crag.types import Action, Progress, TermCheck
 
 # Every ASCII punctuation character may be backslash-escaped in CommonMark, and Streamlit's extra
@@ -30,18 +31,16 @@ def no_images(markdown: str) -> str:
     return markdown.replace("![", "!\\[")
 
 
-QUOTED = re.compile(r"^(?P<asked>[^“]*?)\s*(?P<quote>“.*” \[\d+\])$")
-
-
 def evidence_markdown(text: str) -> str:
     """An evidence answer as Markdown: lead lines in bold, each quoted passage a block quote, the document's
     question it answers (a FAQ) in italics before it. The quotes are document text, so every character is
     escaped: they show exactly as the document has them."""
     out = []
     for line in (line for line in text.splitlines() if line.strip()):
-        if found := QUOTED.match(line):
+        if found := LINE.match(line.strip()):
             asked = f"*{md_escape(found['asked'])}* " if found["asked"] else ""
-            out.append(f"> {asked}{md_escape(found['quote'])}")
+            quote = "“" + found["quote"] + f"” [{found['n']}]"
+            out.append(f"> {asked}{md_escape(quote)}")
         else:
             out.append(f"**{md_escape(line)}**")
     return "\n\n".join(out)

@@ -31,15 +31,13 @@ from typing import Any
 from crag.bench.corpus import default_cache_dir, fetch_corpus
 from crag.bench.retrieval import Question, load_questions
 from crag.config import Settings, load_settings
-from crag.evidence import flatten
+from crag.evidence import flatten, quoted_lines
 from crag.ingest import sync
 from crag.pipeline import Pipeline, decide_action
 from crag.refine import injection_reason
 from crag.store import open_store
 from crag.text import split_sentences
 from crag.types import Action, Answer, AnswerKind, cited
-
-QUOTE = re.compile(r"“(.+?)” \[(\d+)\]")
 
 
 def norm(text: str) -> str:
@@ -54,7 +52,7 @@ def has_key_fact(answer: str, strings: Sequence[str]) -> bool:
 def quoted(answer: Answer) -> str:
     """What the answer says of its own: the quotes of an evidence answer, or all of a written one."""
     if answer.kind is AnswerKind.EVIDENCE:
-        return "\n".join(quote for quote, _ in QUOTE.findall(answer.text))
+        return "\n".join(found["quote"] for found in quoted_lines(answer.text))
     return answer.text
 
 
@@ -68,9 +66,10 @@ def citation_problems(answer: Answer) -> list[str]:
         problems.append("shows a source as cited that the text does not cite")
     if answer.kind is AnswerKind.EVIDENCE:
         by_n = {s.n: norm(flatten(s.text)) for s in answer.sources}
-        for quote, n in QUOTE.findall(answer.text):
+        for found in quoted_lines(answer.text):
+            quote, n = found["quote"], int(found["n"])
             for sentence in split_sentences(quote.replace("［", "[").replace("］", "]")):
-                if norm(sentence) not in by_n.get(int(n), ""):
+                if norm(sentence) not in by_n.get(n, ""):
                     problems.append(f"quoted sentence not in source [{n}]: {sentence[:60]}")
     return problems
 
