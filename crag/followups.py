@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from crag.text import TOKEN, content_words
+from crag.text import TOKEN, content_words, has_han
 
 History = Sequence[tuple[str, str]]  # (role, text), role "user" | "assistant"
 
@@ -40,3 +40,24 @@ def conversation_query(question: str, history: History) -> str:
     own = set(content_words(question))
     extra = [w for w in content_words(previous) if w not in own]
     return f"{question} {' '.join(extra)}" if extra else question
+
+
+def adds_to(question: str, passage: str) -> bool:
+    """Whether a passage found for a question read with its conversation names one of the question's own words.
+
+    A follow-up adds to what it follows ("And on Windows?", "那行距呢？"): the passage that answers it names
+    what it adds. When the passage names none of the question's words, the question is a new one, not a
+    follow-up ("What is the capital of Australia?" after a question on LaTeX figures), and the conversation's
+    words must not answer it. A question with no word of its own ("Why?") is always read with its conversation.
+    """
+    own = content_words(question)
+    if not own:
+        return True
+    found = set(content_words(passage))
+    return any(_han_named(word, passage) if has_han(word) else word in found for word in own)
+
+
+def _han_named(word: str, passage: str) -> bool:
+    """A Chinese word in the passage, or its characters in order with at most one between them: the question and
+    the passage are segmented differently, and a short form drops a character (行距 for 行间距)."""
+    return re.search(".?".join(map(re.escape, word)), passage) is not None

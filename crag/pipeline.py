@@ -27,7 +27,7 @@ from pydantic_ai.models import Model
 from crag import evidence, prompts
 from crag.config import Settings
 from crag.evaluator import Evaluator, LLMEvaluator, SimilarityEvaluator, Usage, cap_near_miss, check_terms
-from crag.followups import History, conversation_query, rewrite_problem
+from crag.followups import History, adds_to, conversation_query, rewrite_problem
 from crag.messages import model_failure_message, near_miss_note, no_answer_message
 from crag.models import BackendInfo, build_chat_model, resolve_backend
 from crag.refine import keep_closest, local_strips, refine, web_strips
@@ -44,6 +44,9 @@ STRIP_FLOOR = -0.2  # a strip below this is noise even when few strips exist
 CLOSEST_KEPT = 3  # Ambiguous with no strip above the floor: the closest passages shown, said to be such
 WEB_RESULTS = 5
 WEB_PAGES_FETCHED = 2
+NEW_QUESTION = (
+    "read with the question before it, its best passage names no word of this one: a new question, not a follow-up"
+)
 
 
 @dataclass(frozen=True)
@@ -331,12 +334,14 @@ class AnswerStream:
                 again = p.evaluate(
                     condensed.with_context, self.question, hits, evaluator, o.upper_threshold, self.usage
                 )
-                if max((g.score for g in again.graded), default=-1) > max(
-                    (g.score for g in evaluation.graded), default=-1
-                ):
-                    question, evaluation = condensed.with_context, again
-                    action = decide_action([g.score for g in again.graded], o.upper_threshold, o.lower_threshold)
-                    self.notes.append("a follow-up: read with the words of the question it follows")
+                best = max(again.graded, key=lambda g: g.score, default=None)
+                if best and best.score > max((g.score for g in evaluation.graded), default=-1):
+                    if not adds_to(self.question, index_text(best.chunk)):
+                        self.notes.append(NEW_QUESTION)
+                    else:
+                        question, evaluation = condensed.with_context, again
+                        action = decide_action([g.score for g in again.graded], o.upper_threshold, o.lower_threshold)
+                        self.notes.append("a follow-up: read with the words of the question it follows")
         if evaluation.terms.missing:
             self.notes.append(near_miss_note(evaluation.terms))
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import pytest
 from pydantic_ai.models.function import FunctionModel
 
 from crag.config import load_settings
+from crag.evaluator import Evaluator, Grade, Grading, Usage
 from crag.pipeline import decide_action
 from crag.text import BadQuestion, quote
 from crag.types import Action, AnswerKind, WebResult, cited
@@ -276,6 +280,48 @@ def test_an_embedded_follow_up_uses_the_conversation_without_a_model(settings) -
 
 
 ZH_MEMORY = "小部件需要两个处理器核心。小部件的内存需要八百兆。"
+
+
+@dataclass
+class KeyedEvaluator(Evaluator):
+    """Grades high only a question that holds ``word``: the passages answer the question they were found for."""
+
+    word: str
+    name: str = "keyed"
+
+    def grade(self, question: str, texts: Sequence[str], usage: Usage | None = None) -> Grading:
+        return Grading([Grade(0.9 if self.word in question else -0.95, self.name) for _ in texts])
+
+
+@pytest.mark.parametrize(
+    ("question", "action", "follow_up"),
+    [("And how much memory?", Action.CORRECT, True), ("What is the capital of Australia?", Action.INCORRECT, False)],
+)
+def test_a_new_question_is_not_answered_with_the_words_of_the_one_before(settings, question, action, follow_up) -> None:
+    """Read with the previous question's words, the widget manual matches any question; only a follow-up whose
+    own words the passage names ("memory") is answered from it. A new topic gets "not in your documents"."""
+    p = pipeline(settings, [chunk(DOC)], [], evaluator=KeyedEvaluator("processor"), backend="embedded")
+    history = [("user", "How many processor cores does the widget need?"), ("assistant", "“…two…” [1]")]
+    answer = p.ask(question, history=history, web=False)
+    assert answer.action is action
+    assert ("eight hundred megabytes" in answer.text) is follow_up
+    assert any("a new question, not a follow-up" in note for note in answer.trace.notes) is not follow_up
+
+
+@pytest.mark.parametrize(
+    ("question", "passage", "adds"),
+    [
+        ("那行距呢？", "37 如何设置双倍或者更大的行间距？使用命令\\renewcommand", True),
+        ("And on Windows?", "On Windows, use the installer.", True),
+        ("Why?", "Anything at all.", True),
+        ("What is the capital of Australia?", "使用 graphicx 宏包插入图形。", False),
+        ("怎么做红烧肉？", "Function read.spss reads SPSS files.", False),
+    ],
+)
+def test_a_follow_up_is_one_whose_own_words_the_passage_names(question: str, passage: str, adds: bool) -> None:
+    from crag.followups import adds_to
+
+    assert adds_to(question, passage) is adds
 
 
 @pytest.mark.parametrize(
