@@ -142,7 +142,7 @@ def test_a_rebuild_runs_in_the_background_with_live_progress_while_questions_are
 
     gate.go.set()
     at = settle(at)
-    assert "1 indexed · 1 failed · 4 chunks" in texts(at.sidebar.warning)
+    assert "1 indexed · 1 failed · 4 passages" in texts(at.sidebar.warning)
     assert at.chat_input[0].proto.submit_mode == ChatInputProto.SubmitMode.SUBMIT_MODE_STOP
     failed = texts(at.sidebar.error)
     assert "bad\\.pdf" in failed and "not a PDF" in failed

@@ -4,8 +4,8 @@ It walks the product's path once, for real: upload an English and a Chinese PDF,
 base, ask in English and in Chinese on the embedded backend (no Ollama: it points at a closed port; no web
 search), check that each answer quotes the document's sentence with its citation, open "How this answer
 was made" and the sources; then rebuild from scratch while asking (the answer comes from the current
-index and the rebuild completes), and reload (the conversation is still there). Screenshots go to
-test-output/.
+index and the rebuild completes), reload (the conversation is still there), and ask a question over the
+length limit (refused with the reason, its text given back). Screenshots go to test-output/.
 """
 
 from __future__ import annotations
@@ -159,4 +159,12 @@ def test_upload_rebuild_ask_and_inspect_in_a_real_browser(streamlit_url: str, tm
         sidebar.get_by_role("button", name="New chat").click()
         expect(messages).to_have_count(0, timeout=30_000)
         expect(sidebar.get_by_role("button", name="How many processor cores does the widget need?")).to_be_visible()
+
+        # A question over the limit is refused with the reason, and what was typed is back in the box to shorten.
+        long = "Why does the widget need " + "so very " * 300 + "many cores?"
+        chat.fill(long)
+        chat.press("Enter")
+        expect(main).to_contain_text("the limit is 2000", timeout=60_000)
+        expect(chat).to_have_value(long)
+        expect(messages).to_have_count(0)
         browser.close()

@@ -46,6 +46,10 @@ def render(
     # build's progress fragment reruns every second, and Streamlit 1.67 then keeps a "stop" input disabled
     # from the question's run until the next full run, which may be the build's end (seen in Chromium).
     mode = "submit" if state.builds(settings).running else "stop"
+    if refused := st.session_state.pop("refused", None):
+        text, why = refused
+        st.error(why, icon=":material/error:")
+        st.session_state["question"] = text  # back in the box, to shorten or fix: nothing typed is lost
     prompt = st.chat_input(placeholder, disabled=pipeline is None, key="question", submit_mode=mode)
     if prompt and pipeline is not None:
         ask(prompt, settings, pipeline, options, store, chat, messages)
@@ -76,8 +80,9 @@ def ask(
     try:
         question = clean_question(question)  # the one check the CLI and the API make too
     except CragError as exc:
-        st.error(str(exc), icon=":material/error:")  # nothing is saved: no question without a reply
-        return
+        # Nothing is saved (no question without a reply); the next run says why and gives the text back.
+        st.session_state["refused"] = (question, str(exc))
+        st.rerun()
     if chat is None:
         chat = store.create(title_of(question)).id
         state.open_chat(chat)

@@ -81,7 +81,7 @@ def files_list(kb: state.KnowledgeBase) -> None:
                 "file": f.file,
                 "status": FILE_STATUS.get(f.status, f.status),
                 "pages": f.pages or None,
-                "chunks": f.chunks or None,
+                "passages": f.chunks or None,
                 "problem": f.error or "; ".join(f.warnings),
             }
             for f in kb.files
@@ -92,7 +92,7 @@ def files_list(kb: state.KnowledgeBase) -> None:
             key="files",
             column_config={
                 "pages": st.column_config.NumberColumn(width="small"),
-                "chunks": st.column_config.NumberColumn(width="small"),
+                "passages": st.column_config.NumberColumn(width="small"),
             },
         )
         for f in kb.files:

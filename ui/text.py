@@ -177,7 +177,7 @@ def build_summary(statuses: Iterable[str], chunks: int, seconds: float) -> str:
     for status in statuses:
         counts[status] = counts.get(status, 0) + 1
     parts = [f"{n} {status}" for status, n in sorted(counts.items(), key=lambda kv: ORDER.get(kv[0], 9))]
-    return f"{' · '.join(parts) or 'no files'} · {chunks} chunks · {seconds:.1f} s"
+    return f"{' · '.join(parts) or 'no files'} · {chunks:,} passages · {seconds:.1f} s"
 
 
 ORDER = {"indexed": 0, "unchanged": 1, "failed": 2, "skipped": 3, "removed": 4}
