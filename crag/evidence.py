@@ -40,13 +40,16 @@ QUESTION = re.compile(r"[?？]\s*$")
 LINE = re.compile(r"^(?:(?P<asked>[^“\s].*?[?？])\s+)?“(?P<quote>.*)” \[(?P<n>\d+)\]$")
 TABLE_RULE = re.compile(r"\|?\s*-{3,}\s*(?:\|\s*-{3,}\s*)*\|?")
 TABLE_MARKUP = re.compile(r"<br\s*/?>|\|")
+# Bold from the layout parser ("**foreign** Functions for reading ..."): shown as asterisks inside a quote. Only
+# markers around a word go; R's power operator ("2 ** 3") stays.
+BOLD = re.compile(r"\*\*(\S(?:[^*]*?\S)?)\*\*")
 # A bracketed number inside a quote is the document's own reference ("see [3]"), not our citation.
 BRACKETED = re.compile(r"\[(\d+(?:\s*[,，]\s*\d+)*)\]")
 
 
 def flatten(text: str) -> str:
-    """Table markup (pipes, rules, <br>) as plain spaces, whitespace collapsed."""
-    return " ".join(TABLE_MARKUP.sub(" ", TABLE_RULE.sub(" ", text)).split())
+    """Table markup (pipes, rules, <br>) as plain spaces, bold markers dropped, whitespace collapsed."""
+    return " ".join(TABLE_MARKUP.sub(" ", TABLE_RULE.sub(" ", BOLD.sub(r"\1", text))).split())
 
 
 class Asked(str):

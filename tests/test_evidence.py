@@ -158,3 +158,8 @@ def test_a_documents_own_reference_is_not_taken_for_a_citation() -> None:
         [strip("As shown in [3], the widget needs two cores.", 0.9, (0, 0))], sources, "en", Action.CORRECT
     )
     assert cited(text) == {1} and "［3］" in text
+
+
+def test_bold_markers_are_not_quoted_but_a_power_operator_is() -> None:
+    parts = pieces("**foreign** Functions for reading data stored by **SPSS** and Stata. In R, 2 ** 3 is 8.")
+    assert passages(parts) == ["foreign Functions for reading data stored by SPSS and Stata. In R, 2 ** 3 is 8."]
