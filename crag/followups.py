@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from crag.text import TOKEN, content_words, has_han
+from crag.text import TOKEN, content_words, has_han, stem
 
 History = Sequence[tuple[str, str]]  # (role, text), role "user" | "assistant"
 
@@ -42,15 +42,28 @@ def conversation_query(question: str, history: History) -> str:
     return f"{question} {' '.join(extra)}" if extra else question
 
 
+# Words that ask for more of what came before ("Tell me more", "Can you explain?", "具体怎么做？", "还有呢？"): they
+# name no topic of their own, so a passage need not name them.
+MORE_OF_THE_SAME = frozenset(
+    [
+        stem(w)
+        for w in "about again all alternative another clarify continue detail details elaborate else example examples "
+        "explain expand give mean method more one option other others say show tell way ways".split()
+    ]
+    + "详细 具体 还有 怎么办 例子 举例 解释 说明 展开 继续 其他 别的 意思 然后 再说 办法 方法".split()
+)
+
+
 def adds_to(question: str, passage: str) -> bool:
     """Whether a passage found for a question read with its conversation names one of the question's own words.
 
     A follow-up adds to what it follows ("And on Windows?", "那行距呢？"): the passage that answers it names
     what it adds. When the passage names none of the question's words, the question is a new one, not a
     follow-up ("What is the capital of Australia?" after a question on LaTeX figures), and the conversation's
-    words must not answer it. A question with no word of its own ("Why?") is always read with its conversation.
+    words must not answer it. A question with no word of its own ("Why?", "Tell me more") is always read with its
+    conversation.
     """
-    own = content_words(question)
+    own = [word for word in content_words(question) if word not in MORE_OF_THE_SAME]
     if not own:
         return True
     found = set(content_words(passage))
