@@ -83,34 +83,47 @@ def _instructs(sentence: str) -> bool:
 # heading of its answer ("36 如何使首段段首也缩进？" then "使用 indentfirst 宏包"), and it is what a user's
 # question matches best, while the answer alone may share no word with it.
 LEAD_IN = re.compile(r"(?:[:：,，?？]|[A-Za-z\u3400-\u9fff])\s*$")
+# A sentence is not over until its full stop: after a command displayed on a line of its own, a paragraph that
+# opens in lower case goes on with the sentence ("it can be read on Windows by read.table(...)" then "but on a
+# Unix-alike might need read.table(..., "UTF-8-BOM")"). Cut there, the second half would be a strip of its own.
+ENDED = re.compile(r"[.!?。！？…][\"'”’)）\]]*\s*$")
+GOES_ON = re.compile(r"^[a-z]")
 
 
 def decompose(text: str, kind: str = "local", limit: int = STRIP_CHARS) -> list[str]:
     """Sentences grouped into strips of at most ``limit`` characters (a longer sentence is one strip).
 
     A sentence that introduces what follows ("you can do:", "使用命令：", a FAQ's question) stays with it,
-    whatever the limit: the command or example after it is the answer, and alone it matches no question. A sentence
-    that looks like prompt injection is a strip of its own, so dropping it costs no fact.
+    whatever the limit: the command or example after it is the answer, and alone it matches no question; so does
+    the rest of a sentence that a displayed command cut in two. A sentence that looks like prompt injection is a
+    strip of its own, so dropping it costs no fact.
     """
     strips: list[str] = []
     current = ""
     for paragraph in text.split("\n\n"):
-        for sentence in split_sentences(paragraph.replace("\n", " ")):
+        sentences = split_sentences(paragraph.replace("\n", " "))
+        if current and not LEAD_IN.search(current) and not (sentences and goes_on(current, sentences[0])):
+            strips.append(current)
+            current = ""
+        for sentence in sentences:
             if injection_reason(sentence, kind):
                 strips += [current, sentence] if current else [sentence]
                 current = ""
                 continue
             size = width(current) + width(sentence) + 1
-            if current and (size > 2 * limit or (size > limit and not LEAD_IN.search(current))):
+            held = LEAD_IN.search(current) or goes_on(current, sentence)
+            if current and (size > 2 * limit or (size > limit and not held)):
                 strips.append(current)
                 current = ""
             current = join_sentences(current, sentence)
-        if current and not LEAD_IN.search(current):
-            strips.append(current)
-            current = ""
     if current:
         strips.append(current)
     return strips
+
+
+def goes_on(strip: str, sentence: str) -> bool:
+    """Whether ``sentence`` carries on the unfinished last sentence of ``strip``."""
+    return not ENDED.search(strip) and bool(GOES_ON.match(sentence))
 
 
 def local_strips(chunks: Sequence[ScoredChunk]) -> list[Strip]:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import gc
 from pathlib import Path
+from types import SimpleNamespace
 
 import onnxruntime as ort
+import pymupdf
 import pytest
 
 from crag.config import cpu_threads
 from crag.ingest.base import PDFError
-from crag.ingest.pymupdf import PyMuPDFParser, layout_sessions, load_layout_model, page_sizes, render_page
+from crag.ingest.pymupdf import PyMuPDFParser, _in_margin, layout_sessions, load_layout_model, page_sizes, render_page
 from crag.text import join_lines
 from tests.pdfs import (
     corrupt_pdf,
@@ -156,3 +158,23 @@ def test_layout_sessions_leave_onnxruntime_as_they_found_it() -> None:
         assert ort.InferenceSession is not library
         raise RuntimeError("a model that fails to load")
     assert ort.InferenceSession is library
+
+
+def test_a_note_in_the_margin_is_not_read_as_text(tmp_path: Path, parser: PyMuPDFParser) -> None:
+    """A revision stamp beside a paragraph ("Revised v0.4", as the CTeX FAQ has) would be quoted inside its
+    sentences; it is paratext, as MinerU's aside text is, and the chunker drops it with headers and footers."""
+    doc = pymupdf.open()
+    page = doc.new_page(width=595, height=842)
+    body = "The widget needs two processor cores and eight hundred megabytes of memory to run. " * 4
+    page.insert_textbox(pymupdf.Rect(72, 100, 520, 220), body, fontsize=11)
+    page.insert_text((551, 160), "Revised", fontsize=8)  # on two lines, as the CTeX FAQ sets it: read as text
+    page.insert_text((551, 170), "v0.4", fontsize=8)
+    page.insert_textbox(pymupdf.Rect(72, 240, 520, 360), body.replace("widget", "gadget"), fontsize=11)
+    doc.save(tmp_path / "m.pdf")
+    blocks = parser.parse(tmp_path / "m.pdf").blocks
+    note = [b for b in blocks if "Revised" in b.text]
+    assert note and all(b.type == "header" for b in note)
+    assert any(b.type == "text" and "gadget" in b.text for b in blocks)
+    # Only what says something is a note: a code brace set far left (the Asymptote FAQ has one) stays.
+    brace = SimpleNamespace(x0=50.0, x1=56.0, boxclass="text")
+    assert not _in_margin(brace, "{", 595) and _in_margin(brace, "12", 595)

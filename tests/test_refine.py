@@ -57,6 +57,25 @@ def test_a_command_stays_with_the_sentence_that_introduces_it() -> None:
     assert decompose(zh) == ["刷新文件名数据库的命令是initexmf --update-fndb"]
 
 
+def test_a_sentence_cut_by_a_displayed_command_stays_whole() -> None:
+    """The answer is often the second half: "... on Windows by <code>" then "but on a Unix-alike might need <code>"."""
+    text = (
+        "So faced with a file with a BOM it can be read on Windows by\n\n"
+        'read.table("intro.dat", fileEncoding = "UTF-8")\n\n'
+        "but on a Unix-alike might need\n\n"
+        'read.table("intro.dat", fileEncoding = "UTF-8-BOM")\n\n'
+        "Other encodings are rarer."
+    )
+    strips = decompose(text)
+    assert strips[0].endswith('fileEncoding = "UTF-8-BOM")') and strips[0].startswith("So faced")
+    assert strips[1:] == ["Other encodings are rarer."]
+    # A finished sentence, or a new one in capitals, starts a new strip.
+    assert decompose("It is done.\n\nbut lower case after a full stop is a new strip.") == [
+        "It is done.",
+        "but lower case after a full stop is a new strip.",
+    ]
+
+
 def test_a_faq_question_stays_with_its_answer() -> None:
     """In a FAQ the question is the heading of its answer: alone, the answer shares no word with what a user asks."""
     zh = "36 如何使首段段首也缩进？\n\n使用 indentfirst 宏包：\\usepackage{indentfirst}\n\n37 如何设置双倍行间距？"

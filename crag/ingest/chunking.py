@@ -26,7 +26,7 @@ from crag.types import Block, Chunk, ParsedPDF
 TokenCounter = Callable[[str], int]
 
 # Goes up when the same blocks make different chunks: an index of older chunks is then rebuilt whole.
-CHUNKER_VERSION = 2  # 2: tables of contents and indexes left out
+CHUNKER_VERSION = 3  # 2: tables of contents and indexes left out; 3: margin notes (PyMuPDF) left out
 
 ATOMIC = ("table", "equation")
 DROPPED = ("header", "footer")

@@ -90,6 +90,10 @@ BOX_TYPES = {
     "code": "code",
 }
 LIGATURE = re.compile("[\ufb00-\ufb06]")
+# A note in the page's outer margin ("Revised v0.4" beside a changed answer, a line number) is paratext that the
+# layout model reads as text: quoted, it cuts a sentence ("CTEX 首页上的下载中心：Revised v0.4 http://…").
+# MinerU calls it aside text, and it is dropped with headers and footers.
+MARGIN = 0.1  # of the page's width, either side
 
 
 @contextmanager
@@ -225,6 +229,12 @@ def _box_text(box: document_layout.LayoutBox) -> str:
     return join_lines([_join_spans(line["spans"]) for line in box.textlines or []])
 
 
+def _in_margin(box: document_layout.LayoutBox, text: str, page_width: float) -> bool:
+    """A text box wholly in the outer margin that says something (a code brace set far left is no note)."""
+    in_margin = box.x0 >= (1 - MARGIN) * page_width or box.x1 <= MARGIN * page_width
+    return in_margin and box.boxclass in ("text", "footnote") and sum(c.isalnum() for c in text) >= 2
+
+
 class PyMuPDFParser(Parser):
     name = "pymupdf"
     version = f"pymupdf {pymupdf.__version__} + pymupdf4llm {pymupdf4llm.__version__} layout"
@@ -283,9 +293,10 @@ class PyMuPDFParser(Parser):
         except Exception as exc:  # noqa: BLE001 - one bad page must not lose the document
             warnings.append(f"page {number}: could not be parsed ({exc}); skipped")
             return None
+        width = doc[number - 1].rect.width
         return [
             Block(
-                type=BOX_TYPES.get(box.boxclass, "text"),
+                type="header" if _in_margin(box, text, width) else BOX_TYPES.get(box.boxclass, "text"),
                 text=text,
                 page=number,
                 bbox=(float(box.x0), float(box.y0), float(box.x1), float(box.y1)),
