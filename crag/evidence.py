@@ -90,17 +90,22 @@ def passages(parts: Sequence[str]) -> list[str]:
 
 
 def select(strips: Sequence[Strip]) -> list[Strip]:
-    """The best kept strip and those close to it by score, within the budget, in document order."""
+    """The best kept strip and those close to it by score, within the budget, in document order. A strip that
+    says nothing new is left out: neighbouring chunks share their edges, so one sentence may come in two."""
     ranked = sorted((s for s in strips if s.kept), key=lambda s: -s.score)
     chosen: list[Strip] = []
+    said: set[str] = set()
     used = 0
     for strip in ranked:
         if len(chosen) == MAX_STRIPS or (chosen and strip.score < ranked[0].score - MARGIN):
             break
-        size = sum(width(p) for p in passages(pieces(strip.text)))
-        if not size or (chosen and used + size > MAX_WIDTH):
+        quotable = passages(pieces(strip.text))
+        sentences = {" ".join(s.split()) for text in quotable for s in split_sentences(text)}
+        size = sum(width(p) for p in quotable)
+        if not size or sentences <= said or (chosen and used + size > MAX_WIDTH):
             continue
         chosen.append(strip)
+        said |= sentences
         used += size
     return sorted(chosen, key=lambda s: (s.kind != "local", s.order))
 

@@ -111,6 +111,24 @@ def test_quotes_follow_document_order_and_neighbours_read_as_one() -> None:
     ]
 
 
+def test_a_sentence_that_two_chunks_share_is_quoted_once() -> None:
+    """Neighbouring chunks overlap: the same sentence comes from both, and was quoted twice, as [1] and [2]."""
+    sources = [
+        Source(1, "local", "", file="m.pdf", pages=(1,), chunk_ids=("c0",)),
+        Source(2, "local", "", file="m.pdf", pages=(2,), chunk_ids=("c1",)),
+    ]
+    shared = "Then execute: cp login-local /bin/login to move your program into place."
+    strips = [
+        strip(f"Do not overwrite /bin/login. Rather, divert it first. {shared}", 0.9, (0, 0)),
+        strip(shared, 0.85, (1, 0), chunk_id="c1"),
+        strip(f"{shared} Check the diversion with dpkg-divert --list.", 0.8, (1, 1), chunk_id="c1"),
+    ]
+    lines = evidence_answer(strips, sources, "en", Action.CORRECT).splitlines()[1:]
+    assert lines[0].startswith("“Do not overwrite") and lines[0].endswith("” [1]")
+    # The strip that says nothing new is left out; one with something new is quoted whole.
+    assert lines[1:] == [f"“{shared} Check the diversion with dpkg-divert --list.” [2]"]
+
+
 def test_questions_are_boundaries_and_never_quotes() -> None:
     parts = pieces("73 How do I add the bibliography to the contents? Add the line below. 74 Why is it wrong?")
     assert parts == ["73 How do I add the bibliography to the contents?", "Add the line below.", "74 Why is it wrong?"]
