@@ -100,7 +100,7 @@ def select(strips: Sequence[Strip]) -> list[Strip]:
         if len(chosen) == MAX_STRIPS or (chosen and strip.score < ranked[0].score - MARGIN):
             break
         quotable = passages(pieces(strip.text))
-        sentences = {" ".join(s.split()) for text in quotable for s in split_sentences(text)}
+        sentences = {s for text in quotable for s in split_sentences(text)}  # flattened: whitespace collapsed
         size = sum(width(p) for p in quotable)
         if not size or sentences <= said or (chosen and used + size > MAX_WIDTH):
             continue
