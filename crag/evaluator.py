@@ -39,6 +39,7 @@ from crag.text import (
     language,
     lexical_tokens,
     phrase,
+    split_pairs,
     stem,
 )
 from crag.types import TermCheck
@@ -243,8 +244,10 @@ def idf(token: str, stats: TermStats | None) -> float:
 def word_weights(question: str, stats: TermStats | None) -> dict[str, float]:
     """How much each content word of the question says: rare in these documents (IDF, highest for a word
     they never use) and not everyday wording ("every", "开始" weigh little)."""
+    # A pair of characters the dictionary split ("双栏", "宏包") counts as a word when these documents use it.
+    pairs = [w for w in split_pairs(question) if stats is not None and stats.doc_frequency(w)]
     weights = {}
-    for word in content_words(question):
+    for word in [*content_words(question), *pairs]:
         everyday = min(1.0, max(0.1, (6.5 - general_frequency(word)) / 3.0))
         weights[word] = idf(word, stats) * everyday
     return weights

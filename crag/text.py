@@ -118,6 +118,17 @@ def chinese_words(run: str) -> list[str]:
     return [w for w in jieba.cut(run, HMM=False) if w.strip()]
 
 
+def split_pairs(text: str) -> list[str]:
+    """Pairs of neighbouring characters that the dictionary cut apart: "双栏" and "宏包" are not in jieba's
+    dictionary, so "双栏排版" comes out as 双 / 栏 / 排版 and the question's most specific words are lost. Only
+    some pairs are words ("的是" is not): the caller keeps those its documents use."""
+    pairs: list[str] = []
+    for run in HAN_RUN.findall(text):
+        words = chinese_words(run)
+        pairs += [a + b for a, b in zip(words, words[1:], strict=False) if len(a) == len(b) == 1]
+    return list(dict.fromkeys(pairs))
+
+
 def content_words(text: str) -> list[str]:
     """A text's words that carry meaning, in order, once each: Chinese dictionary words of two characters
     or more, stemmed English words; stopwords, single letters and Chinese particles dropped."""

@@ -9,7 +9,15 @@ from pydantic_ai.messages import ModelResponse, TextPart
 from pydantic_ai.models.function import FunctionModel
 
 from crag.config import load_settings
-from crag.evaluator import LLMEvaluator, SimilarityEvaluator, calibrate, check_terms, specific_terms
+from crag.evaluator import (
+    LLMEvaluator,
+    SimilarityEvaluator,
+    calibrate,
+    check_terms,
+    coverage,
+    specific_terms,
+    word_weights,
+)
 from crag.types import Action, AnswerKind, WebResult
 from tests.fakes import FakeSearcher, FakeStats, HashEmbedder, ScriptedModel, chunk, pipeline
 
@@ -181,3 +189,20 @@ def test_similarity_scores_are_calibrated_and_deterministic() -> None:
     assert first == scorer.grade("How many cores does the widget need?", TEXTS).grades
     assert -1 <= first[1].score < first[0].score <= 1
     assert calibrate(0.0) < -0.9 and calibrate(1.0) > 0.9
+
+
+def test_a_chinese_word_the_dictionary_splits_still_counts_when_the_documents_use_it() -> None:
+    # jieba's dictionary has neither 双栏 nor 宏包: "双栏排版" is cut 双 / 栏 / 排版, and single characters say nothing.
+    docs = [
+        "balance 宏包提供 \\balance 命令，使双栏文档底部对齐。",
+        "最后一页的排版很难看。",
+        "其他宏包。",
+    ]
+    stats = FakeStats(docs)
+    question = "双栏排版时最后一页高度不一样，有没有宏包能让底部对齐？"
+    weights = word_weights(question, stats)
+    assert {"双栏", "宏包"} <= weights.keys()
+    assert "包能" not in weights, "a pair no document uses is no word"
+    assert "宏包" not in word_weights(question, None), "without the index there is nothing to check a pair against"
+    answer, other = coverage(weights, docs[0]), coverage(weights, docs[1])
+    assert answer > other, "the passage that names the package and the two columns answers the question"
