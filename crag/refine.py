@@ -126,12 +126,24 @@ def goes_on(strip: str, sentence: str) -> bool:
     return not ENDED.search(strip) and bool(GOES_ON.match(sentence))
 
 
+# A section is one topic. A chunk graded on its own words can score far below the chunk before it in the same section
+# (it opens with a table, or goes on with a list: "Function unstack goes in the opposite direction" after a table of
+# stacked data), while its heading says what it is about. Its strips start at most this far below the section's best.
+SECTION_GAP = 0.3
+
+
 def local_strips(chunks: Sequence[ScoredChunk]) -> list[Strip]:
-    """The strips of graded chunks; each starts with its chunk's grade, which refinement blends in."""
+    """The strips of graded chunks; each starts with its chunk's grade, or with its section's best grade less
+    ``SECTION_GAP`` when that is higher, and refinement blends in the strip's own score."""
+    best: dict[tuple[str, str], float] = {}
+    for hit in chunks:
+        if hit.chunk.section:
+            key = (hit.chunk.file, hit.chunk.section)
+            best[key] = max(best.get(key, hit.score), hit.score)
     return [
         Strip(
             text,
-            hit.score,
+            max(hit.score, best.get((hit.chunk.file, hit.chunk.section), hit.score) - SECTION_GAP),
             False,
             "local",
             file=hit.chunk.file,

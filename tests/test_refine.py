@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from crag.evaluator import SimilarityEvaluator
@@ -107,3 +109,18 @@ def test_every_dropped_strip_says_why() -> None:
     dropped = [s for s in strips if not s.kept]
     assert dropped and all(s.reason for s in dropped)
     assert {s.reason.split(":")[0] for s in dropped} == {"possible prompt injection", "not among the 2 best strips"}
+
+
+def test_a_passage_that_goes_on_with_its_section_is_not_judged_on_its_words_alone() -> None:
+    # R-data's "Re-shaping data": the answer follows a table of stacked data, in a chunk that shares few words with the
+    # question, so it is graded far below the chunk before it, though both are that section.
+    reshaping = [
+        replace(chunk("The stack function concatenates columns into one long column.", n=0), section="2.5 Re-shaping"),
+        replace(chunk("Function unstack goes in the opposite direction.", n=1), section="2.5 Re-shaping"),
+        replace(chunk("Pushback lines onto a connection.", n=2), section="7.3 Pushback"),
+    ]
+    graded = [ScoredChunk(reshaping[0], 0.6), ScoredChunk(reshaping[1], -0.4), ScoredChunk(reshaping[2], -0.4)]
+    start = {s.chunk_id: s.score for s in local_strips(graded)}
+    assert start == {"c0": 0.6, "c1": pytest.approx(0.3), "c2": -0.4}, "only the passage of the same section is lifted"
+    kept = refine("Which function undoes stack?", local_strips(graded), SimilarityEvaluator(HashEmbedder()), 8, -0.2)
+    assert [s.chunk_id for s in kept if s.kept] == ["c0", "c1"]
