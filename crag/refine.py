@@ -78,31 +78,29 @@ def _instructs(sentence: str) -> bool:
     )
 
 
-# A sentence that stops without a full stop introduces what follows: "you can do:", "For example,",
-# "输入以下命令" (PDFs often lose the colon before a code display). So does a question: in a FAQ it is the
-# heading of its answer ("36 如何使首段段首也缩进？" then "使用 indentfirst 宏包"), and it is what a user's
-# question matches best, while the answer alone may share no word with it.
-LEAD_IN = re.compile(r"(?:[:：,，?？]|[A-Za-z\u3400-\u9fff])\s*$")
-# A sentence is not over until its full stop: after a command displayed on a line of its own, a paragraph that
-# opens in lower case goes on with the sentence ("it can be read on Windows by read.table(...)" then "but on a
-# Unix-alike might need read.table(..., "UTF-8-BOM")"). Cut there, the second half would be a strip of its own.
+# A strip is not over until its full stop, and an unfinished one introduces what follows: "you can do:", "For
+# example,", "输入以下命令" (PDFs often lose the colon before a code display), a command shown on a line of its own
+# before the sentence that explains it ("tlmgr info <pkgs>" then "列出 <pkgs> 的详细信息"), or the first half of a
+# sentence that such a command cut in two ("it can be read on Windows by read.table(...)" then "but on a Unix-alike
+# might need ..."). So does a question: in a FAQ it is the heading of its answer ("36 如何使首段段首也缩进？" then
+# "使用 indentfirst 宏包"), and it is what a user's question matches best, while the answer alone may share no word
+# with it. A question that opens a paragraph therefore starts a strip, even after an unfinished one.
 ENDED = re.compile(r"[.!?。！？…][\"'”’)）\]]*\s*$")
-GOES_ON = re.compile(r"^[a-z]")
+ASKS = re.compile(r"[?？]\s*$")
 
 
 def decompose(text: str, kind: str = "local", limit: int = STRIP_CHARS) -> list[str]:
     """Sentences grouped into strips of at most ``limit`` characters (a longer sentence is one strip).
 
-    A sentence that introduces what follows ("you can do:", "使用命令：", a FAQ's question) stays with it,
-    whatever the limit: the command or example after it is the answer, and alone it matches no question; so does
-    the rest of a sentence that a displayed command cut in two. A sentence that looks like prompt injection is a
-    strip of its own, so dropping it costs no fact.
+    A sentence that introduces what follows ("you can do:", "使用命令：", a displayed command, a FAQ's question)
+    stays with it, whatever the limit: the command or example after it is the answer, and alone it matches no
+    question. A sentence that looks like prompt injection is a strip of its own, so dropping it costs no fact.
     """
     strips: list[str] = []
     current = ""
     for paragraph in text.split("\n\n"):
         sentences = split_sentences(paragraph.replace("\n", " "))
-        if current and not LEAD_IN.search(current) and not (sentences and goes_on(current, sentences[0])):
+        if current and (not leads_in(current) or (sentences and ASKS.search(sentences[0]))):
             strips.append(current)
             current = ""
         for sentence in sentences:
@@ -111,8 +109,7 @@ def decompose(text: str, kind: str = "local", limit: int = STRIP_CHARS) -> list[
                 current = ""
                 continue
             size = width(current) + width(sentence) + 1
-            held = LEAD_IN.search(current) or goes_on(current, sentence)
-            if current and (size > 2 * limit or (size > limit and not held)):
+            if current and (size > 2 * limit or (size > limit and not leads_in(current))):
                 strips.append(current)
                 current = ""
             current = join_sentences(current, sentence)
@@ -121,9 +118,9 @@ def decompose(text: str, kind: str = "local", limit: int = STRIP_CHARS) -> list[
     return strips
 
 
-def goes_on(strip: str, sentence: str) -> bool:
-    """Whether ``sentence`` carries on the unfinished last sentence of ``strip``."""
-    return not ENDED.search(strip) and bool(GOES_ON.match(sentence))
+def leads_in(strip: str) -> bool:
+    """Whether a strip introduces what follows: it asks, or it has not reached its full stop."""
+    return bool(ASKS.search(strip)) or not ENDED.search(strip)
 
 
 # A section is one topic. A chunk graded on its own words can score far below the chunk before it in the same section
