@@ -8,6 +8,7 @@ The page reaches crag through module attributes, so each test swaps exactly the 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ ANSWER = "The widget needs two processor cores [1]."
 WEB = [WebResult("Widget FAQ", "https://example.com/faq", "A widget uses two cores.", "The widget uses two cores.")]
 CHUNKS = [
     fakes.chunk("The widget needs two processor cores and eight hundred megabytes of memory.", n=0),
-    fakes.chunk("Install the dependencies before you run the widget.", page=2, n=1),
+    replace(fakes.chunk("Install the dependencies before you run the widget.", page=2, n=1), section="Installation"),
 ]
 
 
