@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from crag.text import join_sentences, split_sentences, width
+from crag.text import ASKS, join_sentences, split_sentences, width
 from crag.types import Action, Source, Strip
 
 MAX_STRIPS = 6
@@ -34,7 +34,6 @@ LEADS = {
     ("zh", "web"): "网络上的相关内容：",
 }
 
-QUESTION = re.compile(r"[?？]\s*$")
 # A line of an evidence answer: the FAQ question it answers, when there is one (it ends at its question mark and
 # may quote words itself: "如何使用“甲”命令？"), then “the quote” [n].
 LINE = re.compile(r"^(?:(?P<asked>[^“\s].*?[?？])\s+)?“(?P<quote>.*)” \[(?P<n>\d+)\]$")
@@ -59,7 +58,7 @@ class Asked(str):
 def pieces(text: str) -> list[str]:
     """A strip's sentences, table markup flattened, the questions marked as ``Asked``: a question ends a quote
     and is never quoted, but it is shown before the passage it heads, so the reader sees what it answers."""
-    return [Asked(s) if QUESTION.search(s) else s for s in split_sentences(flatten(text))]
+    return [Asked(s) if ASKS.search(s) else s for s in split_sentences(flatten(text))]
 
 
 def readable(text: str) -> bool:

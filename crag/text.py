@@ -158,6 +158,8 @@ def general_frequency(word: str) -> float:
 # ---------------------------------------------------------------------------------------------
 # Sentences
 
+# A sentence that asks; in a FAQ, the heading of the answer that follows it.
+ASKS = re.compile(r"[?？]\s*$")
 # A sentence ends at . ! ? followed by space, or at Chinese sentence punctuation (no space needed).
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])")
 

@@ -70,7 +70,7 @@ def test_a_sentence_cut_by_a_displayed_command_stays_whole() -> None:
     )
     strips = decompose(text)
     assert strips[0].startswith("So faced") and 'but on a Unix-alike might need read.table("intro.dat"' in strips[0]
-    # A finished sentence, or a new one in capitals, starts a new strip.
+    # After a finished sentence, a new paragraph starts a new strip, whatever its case.
     assert decompose("It is done.\n\nbut lower case after a full stop is a new strip.") == [
         "It is done.",
         "but lower case after a full stop is a new strip.",
