@@ -12,7 +12,16 @@ import pytest
 
 from crag.config import cpu_threads
 from crag.ingest.base import PDFError
-from crag.ingest.pymupdf import PyMuPDFParser, _in_margin, layout_sessions, load_layout_model, page_sizes, render_page
+from crag.ingest.pymupdf import (
+    PyMuPDFParser,
+    _body_style,
+    _false_heading,
+    _in_margin,
+    layout_sessions,
+    load_layout_model,
+    page_sizes,
+    render_page,
+)
 from crag.text import join_lines
 from tests.pdfs import (
     corrupt_pdf,
@@ -178,3 +187,33 @@ def test_a_note_in_the_margin_is_not_read_as_text(tmp_path: Path, parser: PyMuPD
     # Only what says something is a note: a code brace set far left (the Asymptote FAQ has one) stays.
     brace = SimpleNamespace(x0=50.0, x1=56.0, boxclass="text")
     assert not _in_margin(brace, "{", 595) and _in_margin(brace, "12", 595)
+
+
+def _box(boxclass: str, *spans: tuple[str, str, float, int]) -> SimpleNamespace:
+    """A layout box as pymupdf4llm gives it: lines of spans with their font, size and flags."""
+    return SimpleNamespace(
+        boxclass=boxclass,
+        textlines=[{"spans": [{"text": t, "font": f, "size": size, "flags": flags} for t, f, size, flags in spans]}],
+    )
+
+
+def test_a_command_or_a_line_of_text_the_layout_model_calls_a_heading_stays_text() -> None:
+    """The R manuals display commands on a line of their own, and the layout model calls them section headers:
+    "./configure --prefix=/where/you/want/R/to/go" then left the text for the section path, and no answer could
+    quote it. A line set like the running text ("or", "然后执行") is no heading either. Real headings stay."""
+    body = _box("text", ("The prefix is set by running configure with the option, as in", "CMR10", 10.9, 4))
+    chinese = _box("text", ("在命令行中执行以下命令即可完成安装。", "FandolSong-Regular", 10.0, 4))
+    style = _body_style([body, chinese])
+    command = _box("section-header", ("./configure --prefix=/where/you/want/R/to/go", "CMTT10", 10.9, 12))
+    assert _false_heading(command, style)
+    assert _false_heading(_box("section-header", ("or", "CMR10", 10.9, 4)), style)
+    assert _false_heading(_box("section-header", ("然后执行", "FandolSong-Regular", 10.0, 4)), style)
+    # Headings: bold, larger, or in a font the running text does not use.
+    assert not _false_heading(_box("section-header", ("2.4 Installation", "CMBX12", 14.3, 20)), style)
+    assert not _false_heading(_box("section-header", ("Installation notes", "CMR10", 10.9, 20)), style)
+    assert not _false_heading(_box("section-header", ("Installation", "CMR12", 14.3, 4)), style)
+    assert not _false_heading(_box("section-header", ("安装方法", "FandolHei-Regular", 10.0, 4)), style)
+    # A page without running text gives no style to compare with: only a monospaced line is known for code.
+    assert not _false_heading(_box("section-header", ("or", "CMR10", 10.9, 4)), None)
+    assert _false_heading(command, None)
+    assert not _false_heading(body, style)  # only headings are ever demoted

@@ -26,7 +26,9 @@ from crag.types import Block, Chunk, ParsedPDF
 TokenCounter = Callable[[str], int]
 
 # Goes up when the same blocks make different chunks: an index of older chunks is then rebuilt whole.
-CHUNKER_VERSION = 3  # 2: tables of contents and indexes left out; 3: margin notes (PyMuPDF) left out
+# 2: tables of contents and indexes left out; 3: margin notes (PyMuPDF) left out; 4: displayed commands and lines of
+# running text that the layout model calls headings are text (PyMuPDF)
+CHUNKER_VERSION = 4
 
 ATOMIC = ("table", "equation")
 DROPPED = ("header", "footer")

@@ -229,6 +229,58 @@ def _box_text(box: document_layout.LayoutBox) -> str:
     return join_lines([_join_spans(line["spans"]) for line in box.textlines or []])
 
 
+MONOSPACED, BOLD = 8, 16  # PyMuPDF's span flags
+
+
+def _spans(box: document_layout.LayoutBox) -> list[dict]:
+    return [span for line in box.textlines or [] for span in line["spans"] if span["text"].strip()]
+
+
+def _body_style(boxes: Sequence[document_layout.LayoutBox]) -> tuple[set[str], float] | None:
+    """The fonts of the page's running text, and its most common size (by characters)."""
+    spans = [span for box in boxes if box.boxclass == "text" for span in _spans(box)]
+    if not spans:
+        return None
+    sizes: dict[float, int] = {}
+    for span in spans:
+        sizes[round(span["size"], 1)] = sizes.get(round(span["size"], 1), 0) + len(span["text"])
+    return {span["font"] for span in spans}, max(sizes, key=sizes.__getitem__)
+
+
+def _false_heading(box: document_layout.LayoutBox, body: tuple[set[str], float] | None) -> bool:
+    """A line the layout model calls a heading that is not one, and whose words would be lost to the section
+    path: a command displayed in a monospaced font ("./configure --prefix=/where/you/want/R/to/go", "make
+    install-pdf"), or a line set exactly as the running text ("or", "然后执行") that introduces what follows."""
+    spans = _spans(box)
+    if not spans or box.boxclass not in ("title", "section-header"):
+        return False
+    if all(span["flags"] & MONOSPACED for span in spans):
+        return True
+    if body is None:
+        return False
+    fonts, size = body
+    return all(span["font"] in fonts and span["size"] <= size + 0.5 and not span["flags"] & BOLD for span in spans)
+
+
+def _block(
+    box: document_layout.LayoutBox, text: str, page: int, order: int, width: float, body: tuple[set[str], float] | None
+) -> Block:
+    if _in_margin(box, text, width):
+        kind = "header"
+    elif _false_heading(box, body):
+        kind = "text"
+    else:
+        kind = BOX_TYPES.get(box.boxclass, "text")
+    return Block(
+        type=kind,
+        text=text,
+        page=page,
+        bbox=(float(box.x0), float(box.y0), float(box.x1), float(box.y1)),
+        order=order,
+        level=(box.header_level or (1 if box.boxclass == "title" else 2)) if kind == "title" else 0,
+    )
+
+
 def _in_margin(box: document_layout.LayoutBox, text: str, page_width: float) -> bool:
     """A text box wholly in the outer margin that says something (a code brace set far left is no note)."""
     in_margin = box.x0 >= (1 - MARGIN) * page_width or box.x1 <= MARGIN * page_width
@@ -294,19 +346,11 @@ class PyMuPDFParser(Parser):
             warnings.append(f"page {number}: could not be parsed ({exc}); skipped")
             return None
         width = doc[number - 1].rect.width
+        boxes = [box for page_layout in layout.pages for box in page_layout.boxes]
+        body = _body_style(boxes)
         return [
-            Block(
-                type="header" if _in_margin(box, text, width) else BOX_TYPES.get(box.boxclass, "text"),
-                text=text,
-                page=number,
-                bbox=(float(box.x0), float(box.y0), float(box.x1), float(box.y1)),
-                order=i,
-                level=(box.header_level or (1 if box.boxclass == "title" else 2))
-                if box.boxclass in ("title", "section-header")
-                else 0,
-            )
-            for page_layout in layout.pages
-            for i, box in enumerate(page_layout.boxes)
+            _block(box, text, number, i, width, body)
+            for i, box in enumerate(boxes)
             if (text := _box_text(box)) or box.boxclass == "picture"
         ]
 
