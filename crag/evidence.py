@@ -90,23 +90,29 @@ def passages(parts: Sequence[str]) -> list[str]:
 
 def select(strips: Sequence[Strip]) -> list[Strip]:
     """The best kept strip and those close to it by score, within the budget, in document order. A strip that
-    says nothing new is left out: neighbouring chunks share their edges, so one sentence may come in two."""
+    says nothing new is left out: neighbouring chunks share their edges, so one sentence may come in two, or
+    one chunk may end in the first half of a sentence that the next holds whole."""
     ranked = sorted((s for s in strips if s.kept), key=lambda s: -s.score)
-    chosen: list[Strip] = []
-    said: set[str] = set()
-    used = 0
+    chosen: list[tuple[Strip, list[str], int]] = []  # with its sentences and its width
     for strip in ranked:
         if len(chosen) == MAX_STRIPS or (chosen and strip.score < ranked[0].score - MARGIN):
             break
         quotable = passages(pieces(strip.text))
-        sentences = {s for text in quotable for s in split_sentences(text)}  # flattened: whitespace collapsed
+        sentences = [s for text in quotable for s in split_sentences(text)]  # flattened: whitespace collapsed
         size = sum(width(p) for p in quotable)
-        if not size or sentences <= said or (chosen and used + size > MAX_WIDTH):
+        if not size or _within(sentences, [s for _, said, _ in chosen for s in said]):
             continue
-        chosen.append(strip)
-        said |= sentences
-        used += size
-    return sorted(chosen, key=lambda s: (s.kind != "local", s.order))
+        # A strip chosen before whose every sentence this one holds (whole or as the rest of a cut one) goes.
+        kept = [c for c in chosen if not _within(c[1], sentences)]
+        if kept and sum(size for _, _, size in kept) + size > MAX_WIDTH:
+            continue
+        chosen = [*kept, (strip, sentences, size)]
+    return sorted((strip for strip, _, _ in chosen), key=lambda s: (s.kind != "local", s.order))
+
+
+def _within(sentences: Sequence[str], said: Sequence[str]) -> bool:
+    """Whether each sentence is one of those said or a piece of one."""
+    return all(any(s in other for other in said) for s in sentences)
 
 
 def _number(strip: Strip, sources: Sequence[Source]) -> int | None:

@@ -129,6 +129,22 @@ def test_a_sentence_that_two_chunks_share_is_quoted_once() -> None:
     assert lines[1:] == [f"“{shared} Check the diversion with dpkg-divert --list.” [2]"]
 
 
+def test_the_first_half_of_a_sentence_that_the_next_chunk_holds_whole_is_not_quoted() -> None:
+    """A chunk may end inside a sentence that the next chunk holds whole ("...install it in your system's library
+    directory by" / "... by make prefix=/path/to/here install-libR"). The cut half was quoted as a line of its
+    own above the whole sentence, whichever of the two scored higher."""
+    sources = [
+        Source(1, "local", "", file="m.pdf", pages=(1,), chunk_ids=("c0",)),
+        Source(2, "local", "", file="m.pdf", pages=(1,), chunk_ids=("c1",)),
+    ]
+    cut = "If you have made R as a shared library you can install it in your system's library directory by"
+    whole = f"{cut} make prefix=/path/to/here install-libR where prefix is optional."
+    for first, second in ((0.9, 0.8), (0.8, 0.9)):
+        strips = [strip(cut, first, (0, 3)), strip(whole, second, (1, 0), chunk_id="c1")]
+        lines = evidence_answer(strips, sources, "en", Action.CORRECT).splitlines()[1:]
+        assert lines == [f"“{whole}” [2]"]
+
+
 def test_questions_are_boundaries_and_never_quotes() -> None:
     parts = pieces("73 How do I add the bibliography to the contents? Add the line below. 74 Why is it wrong?")
     assert parts == ["73 How do I add the bibliography to the contents?", "Add the line below.", "74 Why is it wrong?"]
