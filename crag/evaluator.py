@@ -39,6 +39,7 @@ from crag.text import (
     language,
     lexical_tokens,
     phrase,
+    phrase_forms,
     split_pairs,
     stem,
 )
@@ -165,7 +166,7 @@ def _mentions(term: _Term, text: str, tokens: set[str]) -> bool:
     if term.kind == "han":
         return term.text in text
     if term.kind == "identifier":
-        return phrase(term.text) in phrase(text)
+        return any(form in phrase(text) for form in phrase_forms(term.text))
     return all(t in tokens for t in term.tokens)
 
 
@@ -173,7 +174,7 @@ def _unknown(term: _Term, stats: TermStats) -> bool:
     """Whether no passage of the whole index mentions a name."""
     if term.kind == "word":
         return any(stats.doc_frequency(t) == 0 for t in term.tokens)
-    return not stats.mentions(phrase(term.text))
+    return not any(stats.mentions(form) for form in phrase_forms(term.text))
 
 
 def check_terms(question: str, texts: Sequence[str], stats: TermStats | None = None) -> TermCheck:

@@ -88,12 +88,23 @@ def fold(text: str) -> str:
 
 
 _PHRASE_BREAK = re.compile(r"[^0-9a-z+#\u3400-\u9fff]+")
+# Chinese text runs names into its characters ("执行sudo visudo将", "用R读取"): a name ends where they start.
+_SCRIPT_CHANGE = re.compile(r"(?<=[0-9a-z+#])(?=[\u3400-\u9fff])|(?<=[\u3400-\u9fff])(?=[0-9a-z+#])")
+# Typesetting may set a name's number apart ("LATEX 2ε" for LaTeX2e): a word of letters, then its digits.
+_NUMBER_IN_NAME = re.compile(r"(?<=[a-z]{2})(?=[0-9])")
 
 
 def phrase(text: str) -> str:
     """A text reduced for matching names and identifiers: folded, lower case, every run of other characters
-    one space, padded with spaces. "PDF/A" is " pdf a ", found in " pdf a 1b " but not in " pdf as "."""
-    return " " + _PHRASE_BREAK.sub(" ", fold(text).lower()).strip() + " "
+    one space, padded with spaces. "PDF/A" is " pdf a ", found in " pdf a 1b " but not in " pdf as "; "SPSS"
+    is found in "读取SPSS文件"."""
+    return " " + " ".join(_SCRIPT_CHANGE.sub(" ", _PHRASE_BREAK.sub(" ", fold(text).lower())).split()) + " "
+
+
+def phrase_forms(name: str) -> set[str]:
+    """The ways a document may write a name, as ``phrase``s: "LaTeX2e" as written or as "LATEX 2ε"."""
+    written = phrase(name)
+    return {written, _NUMBER_IN_NAME.sub(" ", written)}
 
 
 def lexical_tokens(text: str) -> list[str]:

@@ -61,6 +61,22 @@ def test_a_chinese_near_miss_is_caught_too() -> None:
     assert check_terms("用 ctex 宏包怎么设置中文正文字体？", [CTEX], stats).unknown == ()
 
 
+def test_a_name_run_into_chinese_text_or_typeset_apart_from_its_number_is_still_mentioned() -> None:
+    """Chinese text often runs a name into its characters ("执行sudo visudo将"), and typesetting sets LaTeX2e as
+    "LATEX 2ε". Both were read as never mentioned, and such a question came out Incorrect ("the documents never
+    mention 'LaTeX2e'") though the passage answers it. A name that is really absent still is."""
+    guide = (
+        "首次升级前，在终端中执行sudo visudo将安装路径添加在secure_path中。"
+        "目前 LATEX 2ε的版本低于宏包的要求时，运行fmtutil-user。"
+    )
+    stats = FakeStats([guide])
+    for question in ("Ubuntu 下用 sudo tlmgr 之前要先用 visudo 做什么？", "提示 LaTeX2e 版本太低怎么办？"):
+        check = check_terms(question, [guide], stats)
+        assert "visudo" not in check.missing and "LaTeX2e" not in check.missing
+    assert check_terms("用 sudoedit 改 secure_path 可以吗？", [guide], stats).unknown == ("sudoedit",)
+    assert check_terms("提示 LaTeX3 版本太低怎么办？", [guide], stats).unknown == ("LaTeX3",)
+
+
 def test_a_plain_word_is_not_expected_across_languages() -> None:
     """A Chinese passage answering an English question does not repeat its English words; names it does."""
     check = check_terms("How do I set the main Chinese font with setCJKmainfont?", [CTEX], FakeStats([CTEX]))
