@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from crag.evaluator import SimilarityEvaluator
-from crag.text import ASKS, join_sentences, split_sentences, width
+from crag.text import ASKS, ENDED, join_sentences, split_sentences, width
 from crag.types import ScoredChunk, Strip, WebResult
 
 STRIP_CHARS = 320  # a strip is one to three sentences: about 70 tokens of English, 80 Chinese characters
@@ -85,7 +85,6 @@ def _instructs(sentence: str) -> bool:
 # might need ..."). So does a question: in a FAQ it is the heading of its answer ("36 如何使首段段首也缩进？" then
 # "使用 indentfirst 宏包"), and it is what a user's question matches best, while the answer alone may share no word
 # with it. A question that opens a paragraph therefore starts a strip, even after an unfinished one.
-ENDED = re.compile(r"[.!?。！？…][\"'”’)）\]]*\s*$")
 
 
 def decompose(text: str, kind: str = "local", limit: int = STRIP_CHARS) -> list[str]:

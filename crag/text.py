@@ -171,6 +171,8 @@ def general_frequency(word: str) -> float:
 
 # A sentence that asks; in a FAQ, the heading of the answer that follows it.
 ASKS = re.compile(r"[?？]\s*$")
+# A text that ends at its full stop (a closing quote or bracket may follow).
+ENDED = re.compile(r"[.!?。！？…][\"'”’)）\]]*\s*$")
 # A sentence ends at . ! ? followed by space, or at Chinese sentence punctuation (no space needed).
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])")
 

@@ -150,6 +150,34 @@ def test_chunk_spans_two_pages_with_both_bboxes() -> None:
     assert [b[0] for b in chunks[0].bboxes] == [1, 2]
 
 
+def test_a_paragraph_that_goes_on_over_a_page_break_is_one_paragraph() -> None:
+    """The CTeX FAQ breaks a page inside a word ("这个命" / "令会开始在新的一页上排版"): the layout gives two blocks,
+    and chunks were cut between them, so a quote began with half a word. Without a full stop before the break
+    and with a lower-case (or Chinese) start after it, the two blocks are one paragraph, fed page by page or not."""
+    from crag.ingest.chunking import Chunker
+
+    cut = " ".join(f"w{i}" for i in range(14))  # the page ends before its full stop
+    blocks = [
+        block("text", f"{sentence(1, 12)} {cut}", page=1),
+        block("text", f"and goes on here to its end. {sentence(2, 12)}", page=2),
+    ]
+    chunks = chunk_blocks(parsed(*blocks), "a.pdf", "abc", words, chunk_tokens=30, overlap=8)
+    whole = f"{cut} and goes on here to its end."
+    assert any(whole in c.text for c in chunks), "the sentence cut by the page break is whole in a chunk"
+    assert not any(c.text.startswith("and goes on") for c in chunks)
+    assert {p for c in chunks if whole in c.text for p in c.pages} == {1, 2}
+    chunker = Chunker("a.pdf", "abc", words, 30, 8, None)
+    paged = chunker.add(blocks[:1]) + chunker.add(blocks[1:]) + chunker.finish()
+    assert [c.text for c in paged] == [c.text for c in chunks]
+    halves = block("text", "注意，不能用 \\clearpage 命令，这个命", page=1), block("text", "令会开始新的一页。", page=2)
+    zh = chunk_blocks(parsed(*halves), "a.pdf", "abc", words)
+    assert [c.text for c in zh] == ["注意，不能用 \\clearpage 命令，这个命令会开始新的一页。"]
+    # A paragraph that ended, or a page that opens with a capital, is a new paragraph as before.
+    for left, right in (("It ends here.", "and a new one"), ("No full stop", "Capital start")):
+        apart = chunk_blocks(parsed(block("text", left, page=1), block("text", right, page=2)), "a.pdf", "abc", words)
+        assert apart[0].text == f"{left}\n\n{right}"
+
+
 def test_ids_are_stable_and_carry_metadata() -> None:
     doc = parsed(block("title", "Intro", level=1), block("text", sentence(1), order=1))
     first = chunk_blocks(doc, "dir/a.pdf", "f00d" * 16, words)

@@ -20,17 +20,19 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from crag.text import join_sentences, split_sentences
+from crag.text import ENDED, join_sentences, split_sentences
 from crag.types import Block, Chunk, ParsedPDF
 
 TokenCounter = Callable[[str], int]
 
 # Goes up when the same blocks make different chunks: an index of older chunks is then rebuilt whole.
 # 2: tables of contents and indexes left out; 3: margin notes (PyMuPDF) left out; 4: displayed commands and lines of
-# running text that the layout model calls headings are text (PyMuPDF)
-CHUNKER_VERSION = 4
+# running text that the layout model calls headings are text (PyMuPDF); 5: a paragraph goes on over a page break
+CHUNKER_VERSION = 5
 
 ATOMIC = ("table", "equation")
+# How a paragraph's second half may open: a lower-case word or a Chinese character, not a capital or a number.
+GOES_ON = re.compile(r"[a-z\u3400-\u9fff]")
 DROPPED = ("header", "footer")
 MARKDOWN_RULE = re.compile(r"^\|?\s*:?-{3,}")  # the |---|---| line under a markdown table's header row
 # A line of a table of contents or of an index: dot leaders, then page numbers ("Legalese . . . . 1",
@@ -221,6 +223,10 @@ class Chunker:
                     i += 1
                 text = "\n\n".join(b.text for b in group)
                 self._units.append(_Unit(text, self.count(text), tuple(group), atomic=True, whole=True))
+            elif self._units and _goes_on(self._units[-1], block):
+                last = self._units.pop()
+                text = join_sentences(last.text, block.text)
+                self._units.append(_Unit(text, self.count(text), (*last.blocks, block)))
             else:
                 atomic = block.type in ATOMIC
                 whole = atomic or block.type in ("caption", "code")
@@ -325,17 +331,29 @@ def chunk_blocks(
     return [replace(c, parser=parsed.parser, parser_version=parsed.parser_version) for c in chunks]
 
 
+def _goes_on(last: _Unit | Block, block: Block) -> bool:
+    """Whether a text block on a new page goes on with the paragraph the last page ended in: that one has no full
+    stop yet ("…不能用 \\clearpage 命令，这个命" / "令会开始在新的一页上排版…"). Chunks were cut at the page break,
+    and the two halves of the sentence were quoted apart."""
+    return (
+        isinstance(last, _Unit)
+        and block.type == last.blocks[-1].type == "text"
+        and block.page > last.blocks[-1].page
+        and not ENDED.search(last.text)
+        and bool(GOES_ON.match(block.text))
+    )
+
+
 def _join(units: Sequence[_Unit]) -> str:
-    """Sentences of one block join with a space (none for CJK); blocks join with a blank line."""
+    """Sentences of one paragraph join with a space (none for CJK); paragraphs join with a blank line."""
     text = ""
-    previous: Block | None = None
+    previous: tuple[Block, ...] = ()
     for unit in units:
-        block = unit.blocks[0]
         if not text:
             text = unit.text
-        elif block is previous and not unit.atomic:
+        elif previous and (unit.blocks[0] is previous[-1] or unit.blocks == previous) and not unit.atomic:
             text = join_sentences(text, unit.text)
         else:
             text += "\n\n" + unit.text
-        previous = unit.blocks[-1]
+        previous = unit.blocks
     return text
