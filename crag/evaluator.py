@@ -162,11 +162,12 @@ def specific_terms(question: str) -> list[_Term]:
     return list(terms.values())
 
 
-def _mentions(term: _Term, text: str, tokens: set[str]) -> bool:
+def _mentions(term: _Term, text: str, tokens: set[str], phrased: str) -> bool:
+    """``tokens`` and ``phrased`` are the text's lexical tokens and its ``phrase``."""
     if term.kind == "han":
         return term.text in text
     if term.kind == "identifier":
-        return any(form in phrase(text) for form in phrase_forms(term.text))
+        return any(form in phrased for form in phrase_forms(term.text))
     return all(t in tokens for t in term.tokens)
 
 
@@ -187,6 +188,7 @@ def check_terms(question: str, texts: Sequence[str], stats: TermStats | None = N
     if not terms or not texts:
         return TermCheck(tuple(t.text for t in terms))
     token_sets = [set(lexical_tokens(text)) for text in texts]
+    phrased = [phrase(text) for text in texts]
     shares = [cjk_share(text) for text in texts]
     missing, unknown = [], []
     for term in terms:
@@ -195,7 +197,7 @@ def check_terms(question: str, texts: Sequence[str], stats: TermStats | None = N
             for i, share in enumerate(shares)
             if term.kind == "identifier" or (share > 0.2 if term.kind == "han" else share < 0.5)
         ]
-        if not expected or any(_mentions(term, texts[i], token_sets[i]) for i in expected):
+        if not expected or any(_mentions(term, texts[i], token_sets[i], phrased[i]) for i in expected):
             continue
         missing.append(term.text)
         if term.strong and stats is not None and _unknown(term, stats):

@@ -85,8 +85,6 @@ def _instructs(sentence: str) -> bool:
 # might need ..."). So does a question: in a FAQ it is the heading of its answer ("36 如何使首段段首也缩进？" then
 # "使用 indentfirst 宏包"), and it is what a user's question matches best, while the answer alone may share no word
 # with it. A question that opens a paragraph therefore starts a strip, even after an unfinished one.
-
-
 def decompose(text: str, kind: str = "local", limit: int = STRIP_CHARS) -> list[str]:
     """Sentences grouped into strips of at most ``limit`` characters (a longer sentence is one strip).
 
