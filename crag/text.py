@@ -173,8 +173,10 @@ def general_frequency(word: str) -> float:
 ASKS = re.compile(r"[?？]\s*$")
 # A text that ends at its full stop (a closing quote or bracket may follow).
 ENDED = re.compile(r"[.!?。！？…][\"'”’)）\]]*\s*$")
-# A sentence ends at . ! ? followed by space, or at Chinese sentence punctuation (no space needed).
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])")
+# A sentence ends at . ! ? followed by space, or at Chinese sentence punctuation (no space needed). Chinese text
+# typeset with Western stops ("保存退出. 接下来") loses that space when its sentences are joined again: a stop
+# followed by a Chinese character ends a sentence too.
+SENTENCE_END = re.compile(rf"(?<=[.!?])\s+|(?<=[。！？；])|(?<=[.!?])(?={HAN.pattern})")
 
 
 def split_sentences(text: str) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from crag.config import load_settings
-from crag.evidence import evidence_answer, passages, pieces, quoted_lines
+from crag.evidence import Asked, evidence_answer, passages, pieces, quoted_lines
 from crag.types import Action, AnswerKind, Source, Strip, cited
 from tests.fakes import ScriptedModel, chunk, pipeline
 
@@ -197,3 +197,19 @@ def test_a_documents_own_reference_is_not_taken_for_a_citation() -> None:
 def test_bold_markers_are_not_quoted_but_a_power_operator_is() -> None:
     parts = pieces("**foreign** Functions for reading data stored by **SPSS** and Stata. In R, 2 ** 3 is 8.")
     assert passages(parts) == ["foreign Functions for reading data stored by SPSS and Stata. In R, 2 ** 3 is 8."]
+
+
+def test_chinese_typeset_with_western_stops_still_has_sentences_once_joined() -> None:
+    """Strips join sentences that follow a Chinese character without a space ("退出.接下来"): the stops must still
+    end sentences there, or a document's own question ("怎样升级?") is quoted as if it were an answer."""
+    parts = pieces(
+        "首次升级前, 执行 sudo visudo.然后保存退出.怎样升级全部宏包?执行 tlmgr update --all 即可. 版本 2.4 之后."
+    )
+    assert parts == [
+        "首次升级前, 执行 sudo visudo.",
+        "然后保存退出.",
+        "怎样升级全部宏包?",
+        "执行 tlmgr update --all 即可.",
+        "版本 2.4 之后.",
+    ]
+    assert isinstance(parts[2], Asked) and not isinstance(parts[1], Asked)
