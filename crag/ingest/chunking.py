@@ -5,6 +5,8 @@
 - Paragraphs are packed up to ``chunk_tokens``; one that is too long is split at sentence ends
   (Chinese sentence punctuation included), and consecutive chunks share ``overlap`` tokens.
 - Page headers, footers and page numbers are dropped, and so are tables of contents and indexes.
+- A page's footnotes wait until the paragraph open at the foot of their page has ended on the next one: they
+  stood between the two halves of a sentence ("接下来在 Terminal 中执行" / [footnotes] / the command).
 - With ``max_tokens`` (the embedder's window), heading path + text never exceed it: the embedder
   would silently cut the rest. The text then gets what the heading leaves, the overlap shrinks when
   it must, and a table or equation larger than the window is cut (a table between rows, its header
@@ -27,8 +29,9 @@ TokenCounter = Callable[[str], int]
 
 # Goes up when the same blocks make different chunks: an index of older chunks is then rebuilt whole.
 # 2: tables of contents and indexes left out; 3: margin notes (PyMuPDF) left out; 4: displayed commands and lines of
-# running text that the layout model calls headings are text (PyMuPDF); 5: a paragraph goes on over a page break
-CHUNKER_VERSION = 5
+# running text that the layout model calls headings are text (PyMuPDF); 5: a paragraph goes on over a page break;
+# 6: footnotes wait for the paragraph they interrupt (PyMuPDF)
+CHUNKER_VERSION = 6
 
 ATOMIC = ("table", "equation")
 # How a paragraph's second half may open: a lower-case word or a Chinese character, not a capital or a number.
@@ -186,6 +189,7 @@ class Chunker:
         self._draft = _Draft()
         self._blocks: list[Block] = []  # kept blocks not yet made units: the last waits for a caption below it
         self._units: list[_Unit | Block] = []  # the last waits, in case a table below takes it as its caption
+        self._notes: list[Block] = []  # footnotes waiting for the paragraph they interrupt to end
         self._out: list[Chunk] = []
 
     def add(self, blocks: Sequence[Block]) -> list[Chunk]:
@@ -211,7 +215,10 @@ class Chunker:
         kept, i = self._blocks, 0
         while i < len(kept) - (0 if final else 1):
             block = kept[i]
-            if block.type == "title":
+            self._place_notes(block)
+            if block.type == "footnote":
+                self._notes.append(block)
+            elif block.type == "title":
                 self._units.append(block)
             elif block.type == "table":
                 group = [block]
@@ -233,6 +240,8 @@ class Chunker:
                 self._units.append(_Unit(block.text, self.count(block.text), (block,), atomic, whole))
             i += 1
         self._blocks = kept[i:]
+        if final:
+            self._place_notes(None)
         ready = self._units if final else self._units[:-1]
         self._units = [] if final else self._units[-1:]
         for item in ready:
@@ -314,6 +323,17 @@ class Chunker:
 
     def _too_long(self, text: str) -> bool:
         return self.max_tokens is not None and self.count(self._section) + self.count(text) > self.max_tokens
+
+    def _place_notes(self, block: Block | None) -> None:
+        """The footnotes held back go in before ``block`` (None: the file's end) once the paragraph open at the foot
+        of their page has ended: at a title, at a later page after a full stop, or two pages on at the latest."""
+        if not self._notes or (block is not None and block.type == "footnote"):
+            return
+        page, last = self._notes[-1].page, self._units[-1] if self._units else None
+        ended = not isinstance(last, _Unit) or bool(ENDED.search(last.text))
+        if block is None or block.type == "title" or block.page > page + 1 or (block.page > page and ended):
+            self._units += [_Unit(note.text, self.count(note.text), (note,)) for note in self._notes]
+            self._notes = []
 
 
 def chunk_blocks(

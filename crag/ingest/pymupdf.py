@@ -84,7 +84,7 @@ BOX_TYPES = {
     "picture": "image",
     "formula": "equation",
     "caption": "caption",
-    "footnote": "text",
+    "footnote": "footnote",
     "page-header": "header",
     "page-footer": "footer",
     "code": "code",
