@@ -15,8 +15,10 @@ from crag.ingest.base import PDFError
 from crag.ingest.pymupdf import (
     PyMuPDFParser,
     _body_style,
+    _box_text,
     _false_heading,
     _in_margin,
+    _note_marks,
     layout_sessions,
     load_layout_model,
     page_sizes,
@@ -217,3 +219,30 @@ def test_a_command_or_a_line_of_text_the_layout_model_calls_a_heading_stays_text
     assert not _false_heading(_box("section-header", ("or", "CMR10", 10.9, 4)), None)
     assert _false_heading(command, None)
     assert not _false_heading(body, style)  # only headings are ever demoted
+
+
+def _placed(boxclass: str, *spans: tuple[str, float, float, int]) -> SimpleNamespace:
+    """A one-line layout box whose spans have places: (text, x0, x1, flags); flag 1 is a raised span."""
+    placed = [{"text": t, "font": "CMR10", "size": 10.0, "flags": f, "bbox": (x0, 0, x1, 10)} for t, x0, x1, f in spans]
+    return SimpleNamespace(boxclass=boxclass, textlines=[{"spans": placed}])
+
+
+def test_a_footnote_mark_is_not_glued_to_the_word_it_follows() -> None:
+    """Raised footnote marks became part of the text ("添加在 secure_path 中4.", "precise control.6 However"): a
+    quote carried them, and a word with a mark glued on was another word. A raised number that none of the page's
+    notes opens with is no mark (an exponent), and a note keeps its own mark."""
+    chinese = _placed(
+        "text", ("添加在 secure_path 中", 0, 100, 4), ("4", 100, 104, 5), (". 然后保存退出.", 104, 170, 4)
+    )
+    english = _placed("text", ("give more precise control.", 0, 120, 4), ("6", 120, 124, 5), ("However,", 127, 160, 4))
+    power = _placed("text", ("a million is 10", 0, 60, 4), ("3", 60, 64, 5), ("squared", 67, 110, 4))
+    notes = [
+        _placed("footnote", ("4", 0, 4, 5), ("这里只讨论默认安装的情况", 4, 80, 4)),
+        _placed("footnote", ("6 See 4.2.", 0, 40, 4)),
+    ]
+    marks = _note_marks([chinese, english, power, *notes])
+    assert marks == {"4", "6"}
+    assert _box_text(chinese, marks) == "添加在 secure_path 中. 然后保存退出."
+    assert _box_text(english, marks) == "give more precise control. However,"
+    assert _box_text(power, marks) == "a million is 103 squared"
+    assert [_box_text(note, marks) for note in notes] == ["4这里只讨论默认安装的情况", "6 See 4.2."]

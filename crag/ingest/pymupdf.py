@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -204,12 +204,16 @@ def clean(text: str) -> str:
 TOUCHING = 0.1
 
 
-def _join_spans(spans: Sequence[dict]) -> str:
+def _join_spans(spans: Sequence[dict], marks: Collection[str] = ()) -> str:
     """One line's spans as text. TeX-made PDFs often have no space characters between the spans of a
-    line (spacing is positional), so the gap between their boxes decides."""
+    line (spacing is positional), so the gap between their boxes decides. A raised footnote mark (one of
+    ``marks``) is left out: glued to a word, it made another word of it ("secure_path 中4.", "control.6")."""
     out, last = "", None
     for span in spans:
         text = clean(span["text"])
+        if span["flags"] & SUPERSCRIPT and text.strip() in marks:
+            last = span  # what follows the mark touches it, not the word before it
+            continue
         if not text.strip():
             continue
         size = max(span.get("size") or 0.0, (last or {}).get("size") or 0.0, 1.0)
@@ -221,15 +225,23 @@ def _join_spans(spans: Sequence[dict]) -> str:
     return " ".join(out.split())
 
 
-def _box_text(box: document_layout.LayoutBox) -> str:
+def _box_text(box: document_layout.LayoutBox, marks: Collection[str] = ()) -> str:
     if box.boxclass == "table" and box.table:
         return clean(box.table.get("markdown") or "").strip()
     if box.boxclass == "code":
         return "\n".join("".join(clean(span["text"]) for span in line["spans"]) for line in box.textlines or [])
-    return join_lines([_join_spans(line["spans"]) for line in box.textlines or []])
+    marks = () if box.boxclass == "footnote" else marks  # a note opens with its own mark
+    return join_lines([_join_spans(line["spans"], marks) for line in box.textlines or []])
 
 
-MONOSPACED, BOLD = 8, 16  # PyMuPDF's span flags
+SUPERSCRIPT, MONOSPACED, BOLD = 1, 8, 16  # PyMuPDF's span flags
+NOTE_MARK = re.compile(r"(\d{1,3}|[*†‡§¶])(?!\d)")  # 4 of "4这里只讨论…", * † ‡ § ¶
+
+
+def _note_marks(boxes: Sequence[document_layout.LayoutBox]) -> set[str]:
+    """The marks that the page's footnotes open with: only those are footnote marks in its text, not every raised
+    number (x², 10⁶)."""
+    return {m.group(1) for box in boxes if box.boxclass == "footnote" and (m := NOTE_MARK.match(_box_text(box)))}
 
 
 def _spans(box: document_layout.LayoutBox) -> list[dict]:
@@ -347,11 +359,11 @@ class PyMuPDFParser(Parser):
             return None
         width = doc[number - 1].rect.width
         boxes = [box for page_layout in layout.pages for box in page_layout.boxes]
-        body = _body_style(boxes)
+        body, marks = _body_style(boxes), _note_marks(boxes)
         return [
             _block(box, text, number, i, width, body)
             for i, box in enumerate(boxes)
-            if (text := _box_text(box)) or box.boxclass == "picture"
+            if (text := _box_text(box, marks)) or box.boxclass == "picture"
         ]
 
     def _no_text(self, number: int) -> str:
