@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from crag.evaluator import SimilarityEvaluator
-from crag.text import ASKS, ENDED, join_sentences, split_sentences, width
+from crag.text import ASKS, ENDED, join_blocks, join_sentences, split_sentences, width
 from crag.types import ScoredChunk, Strip, WebResult
 
 STRIP_CHARS = 320  # a strip is one to three sentences: about 70 tokens of English, 80 Chinese characters
@@ -99,7 +99,7 @@ def decompose(text: str, kind: str = "local", limit: int = STRIP_CHARS) -> list[
         if current and (not leads_in(current) or (sentences and ASKS.search(sentences[0]))):
             strips.append(current)
             current = ""
-        for sentence in sentences:
+        for i, sentence in enumerate(sentences):
             if injection_reason(sentence, kind):
                 strips += [current, sentence] if current else [sentence]
                 current = ""
@@ -108,7 +108,8 @@ def decompose(text: str, kind: str = "local", limit: int = STRIP_CHARS) -> list[
             if current and (size > 2 * limit or (size > limit and not leads_in(current))):
                 strips.append(current)
                 current = ""
-            current = join_sentences(current, sentence)
+            # Across paragraphs a space: "执行 sudo visudo 将 /usr/local/…", not "执行sudo visudo将/usr/local/…".
+            current = (join_blocks if i == 0 else join_sentences)(current, sentence)
     if current:
         strips.append(current)
     return strips

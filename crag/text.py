@@ -191,6 +191,16 @@ def join_sentences(left: str, right: str) -> str:
     return left + right if cjk else f"{left} {right}"
 
 
+def join_blocks(left: str, right: str) -> str:
+    """Two pieces the page sets apart (a line, then a displayed command): a space between them, unless both sides
+    are Chinese, where a space would cut a word that the layout broke in two ("这个命" / "令会…"), or the first
+    ends in Chinese punctuation, which has its own room ("以下命令：")."""
+    if not left:
+        return right
+    cjk = CJK.match(left[-1]) and (CJK.match(right[:1]) or not HAN.match(left[-1]))
+    return left + right if cjk else f"{left} {right}"
+
+
 def join_lines(lines: Sequence[str], dehyphenate: bool = True) -> str:
     """Join lines (or the spans of one line): re-join words hyphenated at a line end; no space between CJK."""
     out = ""

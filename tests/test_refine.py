@@ -53,10 +53,20 @@ def test_web_pages_are_held_to_a_stricter_rule() -> None:
 
 
 def test_a_command_stays_with_the_sentence_that_introduces_it() -> None:
+    """The page sets a command apart from its sentence: a space stands between them, in Chinese too ("执行sudo
+    visudo将/usr/local/…" was hard to read), but not inside a Chinese word that the layout broke in two."""
     text = "To remove all objects, you can do\n\nrm(list = ls(all.names = TRUE))\n\nThat is all."
     assert decompose(text)[0].startswith("To remove all objects, you can do rm(list = ls(all.names = TRUE))")
     zh = "刷新文件名数据库的命令是\n\ninitexmf --update-fndb"
-    assert decompose(zh) == ["刷新文件名数据库的命令是initexmf --update-fndb"]
+    assert decompose(zh) == ["刷新文件名数据库的命令是 initexmf --update-fndb"]
+    visudo = (
+        "首次升级前, 在 Terminal 中执行\n\nsudo visudo\n\n将\n\n/usr/local/texlive/2022/bin:\n\n添加在 secure_path 中."
+    )
+    assert decompose(visudo) == [
+        "首次升级前, 在 Terminal 中执行 sudo visudo 将 /usr/local/texlive/2022/bin: 添加在 secure_path 中."
+    ]
+    assert decompose("注意，不能用这个命\n\n令。") == ["注意，不能用这个命令。"]
+    assert decompose("输入以下命令：\n\ntexhash") == ["输入以下命令：texhash"]
 
 
 def test_a_sentence_cut_by_a_displayed_command_stays_whole() -> None:
