@@ -8,20 +8,8 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 
 # Layout block types, shared by every parser. Headers, footers and page numbers are kept as
-# blocks so a parser's output is complete, and dropped by the chunker.
-BLOCK_TYPES = (
-    "text",
-    "title",
-    "table",
-    "equation",
-    "list",
-    "caption",
-    "footnote",
-    "header",
-    "footer",
-    "image",
-    "code",
-)
+# blocks so a parser's output is complete, and dropped by the chunker; footnotes are text that it places.
+BLOCK_TYPES = ("text", "title", "table", "equation", "list", "caption", "footnote", "header", "footer", "image", "code")
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ TokenCounter = Callable[[str], int]
 # Goes up when the same blocks make different chunks: an index of older chunks is then rebuilt whole.
 # 2: tables of contents and indexes left out; 3: margin notes (PyMuPDF) left out; 4: displayed commands and lines of
 # running text that the layout model calls headings are text (PyMuPDF); 5: a paragraph goes on over a page break;
-# 6: footnotes wait for the paragraph they interrupt, and their raised marks leave the text (PyMuPDF)
+# 6: footnotes wait for the paragraph they interrupt; their raised marks leave the text (PyMuPDF)
 CHUNKER_VERSION = 6
 
 ATOMIC = ("table", "equation")

@@ -39,7 +39,7 @@ TYPE_MAP = {
     "ref_text": "text",
     "index": "text",
     "phonetic": "text",
-    "page_footnote": "text",  # footnotes carry content, as in the PyMuPDF parser
+    "page_footnote": "footnote",  # content, placed after the paragraph it interrupts, as with the PyMuPDF parser
     "title": "title",
     "doc_title": "title",
     "paragraph_title": "title",
