@@ -118,6 +118,18 @@ def test_an_unchanged_file_is_not_read(kb: Settings, monkeypatch: pytest.MonkeyP
     assert hashed == ["gadget.pdf"]
 
 
+def test_an_index_of_an_older_chunker_is_rebuilt_whole(kb: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new chunker version cuts the same blocks differently (footnotes moved, marks dropped): the next sync
+    indexes every file again, though none changed, and the index then records the new version."""
+    embedder = HashEmbedder()
+    sync(kb, embedder)
+    assert set(statuses(sync(kb, embedder)).values()) == {"unchanged"}
+    monkeypatch.setattr(sync_module, "CHUNKER_VERSION", sync_module.CHUNKER_VERSION + 1)
+    assert set(statuses(sync(kb, embedder)).values()) == {"indexed"}
+    assert Store(kb.chroma_dir).reader().generation.chunking["chunker"] == sync_module.CHUNKER_VERSION
+    assert set(statuses(sync(kb, embedder)).values()) == {"unchanged"}
+
+
 def test_a_file_changed_just_now_is_read_again(kb: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     """A modification time as recent as the build may be shared with a change still to come: not trusted."""
     embedder = HashEmbedder()
