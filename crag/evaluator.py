@@ -21,6 +21,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
@@ -133,6 +134,11 @@ class _Term:
     strong: bool  # a name: if the documents never mention it, they do not answer the question
     tokens: tuple[str, ...]  # its lexical tokens, for document frequencies
 
+    @cached_property
+    def forms(self) -> set[str]:
+        """The ways a document may write it, as ``phrase``s: worked out once, matched against every passage."""
+        return phrase_forms(self.text)
+
 
 def specific_terms(question: str) -> list[_Term]:
     """The question's names and identifiers, and its words that are rare in everyday language.
@@ -167,7 +173,7 @@ def _mentions(term: _Term, text: str, tokens: set[str], phrased: str) -> bool:
     if term.kind == "han":
         return term.text in text
     if term.kind == "identifier":
-        return any(form in phrased for form in phrase_forms(term.text))
+        return any(form in phrased for form in term.forms)
     return all(t in tokens for t in term.tokens)
 
 
@@ -175,7 +181,7 @@ def _unknown(term: _Term, stats: TermStats) -> bool:
     """Whether no passage of the whole index mentions a name."""
     if term.kind == "word":
         return any(stats.doc_frequency(t) == 0 for t in term.tokens)
-    return not any(stats.mentions(form) for form in phrase_forms(term.text))
+    return not any(stats.mentions(form) for form in term.forms)
 
 
 def check_terms(question: str, texts: Sequence[str], stats: TermStats | None = None) -> TermCheck:
