@@ -43,6 +43,7 @@ from crag.text import (
     phrase_forms,
     split_pairs,
     stem,
+    word_forms,
 )
 from crag.types import TermCheck
 
@@ -130,14 +131,16 @@ def _identifier(word: str) -> bool:
 @dataclass(frozen=True)
 class _Term:
     text: str  # as written
-    kind: str  # "identifier" (matched normalised), "word" (matched by stem), "han" (matched as a substring)
+    kind: str  # "identifier" (matched normalised), "word" (in any inflection), "han" (matched as a substring)
     strong: bool  # a name: if the documents never mention it, they do not answer the question
-    tokens: tuple[str, ...]  # its lexical tokens, for document frequencies
 
     @cached_property
     def forms(self) -> set[str]:
-        """The ways a document may write it, as ``phrase``s: worked out once, matched against every passage."""
-        return phrase_forms(self.text)
+        """The ways a document may write it, as ``phrase``s (of a word, their beginnings): worked out once,
+        matched against every passage."""
+        if self.kind == "han":
+            return {self.text}  # inside a run of Chinese, which a phrase keeps whole
+        return word_forms(self.text) if self.kind == "word" else phrase_forms(self.text)
 
 
 def specific_terms(question: str) -> list[_Term]:
@@ -150,37 +153,32 @@ def specific_terms(question: str) -> list[_Term]:
     terms: dict[str, _Term] = {}
     for match in _IDENTIFIER.finditer(question):
         word = match.group().rstrip(".-/")
-        tokens = tuple(lexical_tokens(word))
-        if not tokens or word.isdigit() or word.lower() in terms:
+        if not lexical_tokens(word) or word.isdigit() or word.lower() in terms:
             continue
         zipf = max(general_frequency(word.lower()), general_frequency(stem(word.lower())))
         capitalised = word[0].isupper() and not _SENTENCE_START.search(question[: match.start()])
         if _identifier(word) or (capitalised and zipf < NAME_ZIPF):
-            terms[word.lower()] = _Term(word, "identifier", True, tokens)
+            terms[word.lower()] = _Term(word, "identifier", True)
         elif chinese:
-            terms[word.lower()] = _Term(word, "identifier", zipf < NAME_ZIPF, tokens)
+            terms[word.lower()] = _Term(word, "identifier", zipf < NAME_ZIPF)
         elif zipf < SPECIFIC_ZIPF:
-            terms[word.lower()] = _Term(word, "word", zipf < NAME_LIKE_ZIPF, tokens)
+            terms[word.lower()] = _Term(word, "word", zipf < NAME_LIKE_ZIPF)
     for run in HAN_RUN.findall(question):
         for word in chinese_words(run):
             if len(word) > 1 and word not in terms and (zipf := general_frequency(word)) < SPECIFIC_ZIPF:
-                terms[word] = _Term(word, "han", zipf < NAME_LIKE_ZIPF, (word,))
+                terms[word] = _Term(word, "han", zipf < NAME_LIKE_ZIPF)
     return list(terms.values())
 
 
-def _mentions(term: _Term, text: str, tokens: set[str], phrased: str) -> bool:
-    """``tokens`` and ``phrased`` are the text's lexical tokens and its ``phrase``."""
+def _mentions(term: _Term, text: str, phrased: str) -> bool:
+    """``phrased`` is the text's ``phrase``."""
     if term.kind == "han":
         return term.text in text
-    if term.kind == "identifier":
-        return any(form in phrased for form in term.forms)
-    return all(t in tokens for t in term.tokens)
+    return any(form in phrased for form in term.forms)
 
 
 def _unknown(term: _Term, stats: TermStats) -> bool:
     """Whether no passage of the whole index mentions a name."""
-    if term.kind == "word":
-        return any(stats.doc_frequency(t) == 0 for t in term.tokens)
     return not any(stats.mentions(form) for form in term.forms)
 
 
@@ -193,7 +191,6 @@ def check_terms(question: str, texts: Sequence[str], stats: TermStats | None = N
     terms = specific_terms(question)
     if not terms or not texts:
         return TermCheck(tuple(t.text for t in terms))
-    token_sets = [set(lexical_tokens(text)) for text in texts]
     phrased = [phrase(text) for text in texts]
     shares = [cjk_share(text) for text in texts]
     missing, unknown = [], []
@@ -203,7 +200,7 @@ def check_terms(question: str, texts: Sequence[str], stats: TermStats | None = N
             for i, share in enumerate(shares)
             if term.kind == "identifier" or (share > 0.2 if term.kind == "han" else share < 0.5)
         ]
-        if not expected or any(_mentions(term, texts[i], token_sets[i], phrased[i]) for i in expected):
+        if not expected or any(_mentions(term, texts[i], phrased[i]) for i in expected):
             continue
         missing.append(term.text)
         if term.strong and stats is not None and _unknown(term, stats):

@@ -78,6 +78,35 @@ def stem(word: str) -> str:
     return word
 
 
+_INFLECTION = re.compile(r"(?:ing|ed|es|s)$")
+_DOUBLED = re.compile(r"([b-df-hj-np-tv-z])\1$")
+
+
+def word_root(word: str) -> str:
+    """What an English word's inflections begin with: "recompiling", "recompiled" and "recompiles" all begin
+    with "recompil", "undoes" and "undo" with "undo". Never shorter than four letters: the word stays whole."""
+    if word.endswith(("ss", "us")):
+        return word
+    root = _INFLECTION.sub("", word)
+    if word.endswith(("ing", "ed")):
+        root = _DOUBLED.sub(r"\1", root)  # "shipped", "shipping": ship
+    return root if len(root) >= 4 else word
+
+
+_ENDINGS = ("", "e", "s", "es", "d", "ed", "ing")
+
+
+def word_forms(word: str) -> set[str]:
+    """The ways a document may write an English word, as ``phrase``s: in any inflection ("re-compiled" for
+    "recompiling"), whole or written as two words ("flow chart"), never as the start of another ("renv" is not
+    "Renviron")."""
+    root = word_root(word.lower())
+    doubled = [root[-1] + e for e in ("", "s", "ed", "ing")] if root[-1] not in "aeiouy" else []
+    endings = [*_ENDINGS, *doubled]  # "install" and "installing" share the root "instal"
+    spellings = [root, *(f"{root[:i]} {root[i:]}" for i in range(2, len(root) - 1))]
+    return {f" {spelling}{ending} " for spelling in spellings for ending in endings}
+
+
 # Greek letters that typesetting puts in Latin names: LaTeX2e is printed "LATEX2ε".
 _GREEK = str.maketrans("αβγδεζηικλμνοπρστυφχωΑΒΓΔΕΖΗΙΚΛΜΝΟΠΡΣΤΥΦΧΩ", "abgdezhiklmnoprstufxwABGDEZHIKLMNOPRSTUFXW")
 

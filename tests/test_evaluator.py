@@ -77,6 +77,39 @@ def test_a_name_run_into_chinese_text_or_typeset_apart_from_its_number_is_still_
     assert check_terms("提示 LaTeX3 版本太低怎么办？", [guide], stats).unknown == ("LaTeX3",)
 
 
+def test_a_rare_word_is_mentioned_in_any_inflection_or_split_in_two() -> None:
+    """ "recompiling" is rare enough to count as a name, and R-admin writes "re-compiled": the question came out
+    Incorrect ("your documents never mention 'recompiling'") though the manual answers it. Another inflection,
+    a hyphen or a space between its parts is the same word; a word the documents really lack is still missing."""
+    manual = "An existing R installation can use OpenBLAS, re-compiled or not, by replacing libRblas.so."
+    stats = FakeStats([manual, "Draw flow charts with the diagram package."])
+    for question in ("Can R use OpenBLAS without recompiling?", "Is OpenBLAS used without recompiles?"):
+        assert check_terms(question, [manual], stats).missing == ()
+    check = check_terms("How do I draw flowcharts without recompiling?", [manual], stats)
+    assert check.missing == ("flowcharts",) and check.unknown == (), "in another passage, as two words"
+    check = check_terms("Can R use multithreaded OpenBLAS without recompiling?", [manual], FakeStats([manual]))
+    assert check.missing == ("multithreaded",)
+    tarball = ["Unpack the tarballs as root and install them."]
+    check = check_terms("Why do tarball files fail when installing as root?", tarball, FakeStats(tarball))
+    assert check.terms == ("tarball",) and check.missing == ()
+    renv = ["Site settings go in the file R_HOME/etc/Renviron.site."]
+    assert check_terms("How do I lock versions with renv?", renv, FakeStats(renv)).unknown == ("renv",), (
+        "a word is not the start of another"
+    )
+    check = check_terms("Does R bake sourdough without recompiling?", ["Bread is baked."], FakeStats(["Bread."]))
+    assert check.missing == ("sourdough", "recompiling") and check.unknown == ("recompiling",)
+
+
+def test_a_rare_chinese_word_elsewhere_in_the_documents_is_not_unknown() -> None:
+    """A rare Chinese word (a name) that no retrieved passage holds, but another passage of the index does, is
+    missing: the answer is no better than Ambiguous. But the documents mention it, so it is not unknown (that
+    made the question Incorrect and the message say "never mention")."""
+    elsewhere = "附录：节日里的糍粑和年糕的排版示例。"
+    check = check_terms("怎么排版糍粑？", [CTEX], FakeStats([CTEX, elsewhere]))
+    assert check.missing == ("糍粑",) and check.unknown == ()
+    assert check_terms("怎么排版糍粑？", [CTEX], FakeStats([CTEX])).unknown == ("糍粑",)
+
+
 def test_a_plain_word_is_not_expected_across_languages() -> None:
     """A Chinese passage answering an English question does not repeat its English words; names it does."""
     check = check_terms("How do I set the main Chinese font with setCJKmainfont?", [CTEX], FakeStats([CTEX]))
