@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from crag.evaluator import SimilarityEvaluator
-from crag.text import ASKS, ENDED, join_blocks, join_sentences, split_sentences, width
+from crag.text import ASKS, ENDED, NOTE, join_blocks, join_sentences, split_sentences, width
 from crag.types import ScoredChunk, Strip, WebResult
 
 STRIP_CHARS = 320  # a strip is one to three sentences: about 70 tokens of English, 80 Chinese characters
@@ -96,7 +96,8 @@ def decompose(text: str, kind: str = "local", limit: int = STRIP_CHARS) -> list[
     current = ""
     for paragraph in text.split("\n\n"):
         sentences = split_sentences(paragraph.replace("\n", " "))
-        if current and (not leads_in(current) or (sentences and ASKS.search(sentences[0]))):
+        note = bool(NOTE.match(paragraph))
+        if current and (note or not leads_in(current) or (sentences and ASKS.search(sentences[0]))):
             strips.append(current)
             current = ""
         for i, sentence in enumerate(sentences):
@@ -110,6 +111,9 @@ def decompose(text: str, kind: str = "local", limit: int = STRIP_CHARS) -> list[
                 current = ""
             # Across paragraphs a space: "执行 sudo visudo 将 /usr/local/…", not "执行sudo visudo将/usr/local/…".
             current = (join_blocks if i == 0 else join_sentences)(current, sentence)
+        if note and current:  # a footnote is a strip of its own, finished or not
+            strips.append(current)
+            current = ""
     if current:
         strips.append(current)
     return strips

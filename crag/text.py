@@ -202,6 +202,20 @@ def general_frequency(word: str) -> float:
 ASKS = re.compile(r"[?？]\s*$")
 # A text that ends at its full stop (a closing quote or bracket may follow).
 ENDED = re.compile(r"[.!?。！？…][\"'”’)）\]]*\s*$")
+# A footnote opens with its mark: a number of at most three digits, or * † ‡ § ¶ ("4这里只讨论…", "8 using a path").
+NOTE_MARK = re.compile(r"(\d{1,3}|[*†‡§¶])(?!\d)")
+_RAISED = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
+# A paragraph that is a footnote, as ``note_text`` writes it.
+NOTE = re.compile(r"[⁰¹²³⁴⁵⁶⁷⁸⁹]+|[†‡§¶]")
+
+
+def note_text(text: str) -> str:
+    """A footnote as the page shows it, its mark raised: "²sudo tlmgr 无法使用…", not "2sudo tlmgr". It is a
+    paragraph of its own, and one without a full stop is over all the same (see ``NOTE``)."""
+    found = NOTE_MARK.match(text)
+    return found.group(1).translate(_RAISED) + text[found.end() :] if found else text
+
+
 # A sentence ends at . ! ? followed by space, or at Chinese sentence punctuation (no space needed). Chinese text
 # typeset with Western stops ("保存退出. 接下来") loses that space when its sentences are joined again: a stop
 # followed by a Chinese character ends a sentence too.

@@ -182,7 +182,7 @@ def test_footnotes_wait_for_the_paragraph_they_interrupt() -> None:
     """A Chinese install guide ends a page on "接下来在 Terminal 中执行", sets three footnotes below it, and shows the
     command on the next page: the footnotes stood between the sentence and its command, and were quoted with it.
     They now follow once that paragraph has ended, fed page by page or not; a page that ended at a full stop keeps
-    its footnotes where they were."""
+    its footnotes where they were. A footnote's own mark is raised, as on the page ("⁴这里…")."""
     from crag.ingest.chunking import Chunker
 
     blocks = [
@@ -195,7 +195,7 @@ def test_footnotes_wait_for_the_paragraph_they_interrupt() -> None:
     chunks = chunk_blocks(parsed(*blocks), "a.pdf", "abc", words)
     assert [c.text for c in chunks] == [
         "添加在 secure_path 中4。然后保存退出。接下来在 Terminal 中执行\n\nsudo tlmgr option repository ctan\n\n"
-        "让系统自动选择源。\n\n4这里只讨论默认安装的情况\n\n可查看目前源上可升级的宏包。"
+        "让系统自动选择源。\n\n⁴这里只讨论默认安装的情况\n\n可查看目前源上可升级的宏包。"
     ]
     chunker = Chunker("a.pdf", "abc", words, 256, 32, None)
     paged = chunker.add(blocks[:2]) + chunker.add(blocks[2:]) + chunker.finish()
@@ -207,14 +207,14 @@ def test_footnotes_wait_for_the_paragraph_they_interrupt() -> None:
         block("text", "令会开始新的一页。", page=2),
     ]
     assert [c.text for c in chunk_blocks(parsed(*halves), "a.pdf", "abc", words)] == [
-        "这个命令会开始新的一页。\n\n1 脚注"
+        "这个命令会开始新的一页。\n\n¹ 脚注"
     ]
     ended = [
         block("text", "这一页结束了。", page=1),
         block("footnote", "1 脚注", page=1),
         block("text", "新的一页", page=2),
     ]
-    assert chunk_blocks(parsed(*ended), "a.pdf", "abc", words)[0].text == "这一页结束了。\n\n1 脚注\n\n新的一页"
+    assert chunk_blocks(parsed(*ended), "a.pdf", "abc", words)[0].text == "这一页结束了。\n\n¹ 脚注\n\n新的一页"
 
 
 def test_ids_are_stable_and_carry_metadata() -> None:

@@ -153,3 +153,21 @@ def test_a_question_starts_a_strip_even_after_an_unfinished_one() -> None:
         "36 如何使首段段首也缩进？使用 indentfirst 宏包：\\usepackage{indentfirst}",
         "37 如何设置双倍行间距？使用命令 \\linespread",
     ]
+
+
+def test_a_footnote_is_a_strip_of_its_own() -> None:
+    """The install guide's footnotes have no full stop: "2sudo tlmgr 无法使用的情况可以参考 2.4 节解决
+    3原文是: By default… 4这里只讨论默认安装的情况" was one strip, and went on into the next paragraph. A footnote
+    (its mark raised by the chunker) now ends its strip, and starts one."""
+    text = (
+        "升级宏包依旧可以使用 tlmgr 但需要\n\n²sudo tlmgr 无法使用的情况可以参考 2.4 节解决\n\n"
+        "³原文是: By default, please get the new TL\n\n⁴这里只讨论默认安装的情况\n\n一般来说也需要使用 sudo。"
+    )
+    assert decompose(text) == [
+        "升级宏包依旧可以使用 tlmgr 但需要",
+        "²sudo tlmgr 无法使用的情况可以参考 2.4 节解决",
+        "³原文是: By default, please get the new TL",
+        "⁴这里只讨论默认安装的情况",
+        "一般来说也需要使用 sudo。",
+    ]
+    assert decompose("A sentence that goes on\n\n2 over a list item") == ["A sentence that goes on 2 over a list item"]

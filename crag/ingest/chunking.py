@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from crag.text import ENDED, join_sentences, split_sentences
+from crag.text import ENDED, join_sentences, note_text, split_sentences
 from crag.types import Block, Chunk, ParsedPDF
 
 TokenCounter = Callable[[str], int]
@@ -30,8 +30,9 @@ TokenCounter = Callable[[str], int]
 # Goes up when the same blocks make different chunks: an index of older chunks is then rebuilt whole.
 # 2: tables of contents and indexes left out; 3: margin notes (PyMuPDF) left out; 4: displayed commands and lines of
 # running text that the layout model calls headings are text (PyMuPDF); 5: a paragraph goes on over a page break;
-# 6: footnotes wait for the paragraph they interrupt; their raised marks leave the text (PyMuPDF)
-CHUNKER_VERSION = 6
+# 6: footnotes wait for the paragraph they interrupt; their raised marks leave the text (PyMuPDF); 7: a footnote's own
+# mark is raised ("²sudo …"), so that its strip ends with it
+CHUNKER_VERSION = 7
 
 ATOMIC = ("table", "equation")
 # How a paragraph's second half may open: a lower-case word or a Chinese character, not a capital or a number.
@@ -332,7 +333,9 @@ class Chunker:
         page, last = self._notes[-1].page, self._units[-1] if self._units else None
         ended = not isinstance(last, _Unit) or bool(ENDED.search(last.text))
         if block is None or block.type == "title" or block.page > page + 1 or (block.page > page and ended):
-            self._units += [_Unit(note.text, self.count(note.text), (note,)) for note in self._notes]
+            for note in self._notes:
+                text = note_text(note.text)
+                self._units.append(_Unit(text, self.count(text), (note,)))
             self._notes = []
 
 

@@ -23,7 +23,7 @@ from pymupdf4llm.helpers import document_layout
 
 from crag.config import cpu_threads
 from crag.ingest.base import OnBlocks, PageProgress, Parser, PDFError
-from crag.text import join_lines, strip_invisible
+from crag.text import NOTE_MARK, join_lines, strip_invisible
 from crag.types import Block, ParsedPDF
 
 if TYPE_CHECKING:  # ocr.py builds on this module, so the parser only receives a PageOCR
@@ -235,7 +235,6 @@ def _box_text(box: document_layout.LayoutBox, marks: Collection[str] = ()) -> st
 
 
 SUPERSCRIPT, MONOSPACED, BOLD = 1, 8, 16  # PyMuPDF's span flags
-NOTE_MARK = re.compile(r"(\d{1,3}|[*†‡§¶])(?!\d)")  # 4 of "4这里只讨论…", * † ‡ § ¶
 
 
 def _note_marks(boxes: Sequence[document_layout.LayoutBox]) -> set[str]:
