@@ -135,12 +135,13 @@ class _Term:
     strong: bool  # a name: if the documents never mention it, they do not answer the question
 
     @cached_property
-    def forms(self) -> set[str]:
-        """The ways a document may write it, as ``phrase``s (of a word, their beginnings): worked out once,
-        matched against every passage."""
-        if self.kind == "han":
-            return {self.text}  # inside a run of Chinese, which a phrase keeps whole
-        return word_forms(self.text) if self.kind == "word" else phrase_forms(self.text)
+    def forms(self) -> dict[str, set[str]]:
+        """The ways a document may write it, as ``phrase``s, under what each begins with (a word's inflections
+        share their start, so one look at the start rules them all out). Worked out once, matched everywhere."""
+        if self.kind == "word":
+            return word_forms(self.text)
+        # A Chinese word is found inside a run of Chinese, which a phrase keeps whole.
+        return {form: {form} for form in ({self.text} if self.kind == "han" else phrase_forms(self.text))}
 
 
 def specific_terms(question: str) -> list[_Term]:
@@ -174,12 +175,14 @@ def _mentions(term: _Term, text: str, phrased: str) -> bool:
     """``phrased`` is the text's ``phrase``."""
     if term.kind == "han":
         return term.text in text
-    return any(form in phrased for form in term.forms)
+    return any(start in phrased and any(form in phrased for form in forms) for start, forms in term.forms.items())
 
 
 def _unknown(term: _Term, stats: TermStats) -> bool:
     """Whether no passage of the whole index mentions a name."""
-    return not any(stats.mentions(form) for form in term.forms)
+    return not any(
+        stats.mentions(start) and any(stats.mentions(form) for form in forms) for start, forms in term.forms.items()
+    )
 
 
 def check_terms(question: str, texts: Sequence[str], stats: TermStats | None = None) -> TermCheck:

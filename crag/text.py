@@ -80,31 +80,42 @@ def stem(word: str) -> str:
 
 _INFLECTION = re.compile(r"(?:ing|ed|es|s)$")
 _DOUBLED = re.compile(r"([b-df-hj-np-tv-z])\1$")
-
-
-def word_root(word: str) -> str:
-    """What an English word's inflections begin with: "recompiling", "recompiled" and "recompiles" all begin
-    with "recompil", "undoes" and "undo" with "undo". Never shorter than four letters: the word stays whole."""
-    if word.endswith(("ss", "us")):
-        return word
-    root = _INFLECTION.sub("", word)
-    if word.endswith(("ing", "ed")):
-        root = _DOUBLED.sub(r"\1", root)  # "shipped", "shipping": ship
-    return root if len(root) >= 4 else word
-
-
 _ENDINGS = ("", "e", "s", "es", "d", "ed", "ing")
+_Y_ENDINGS = ("y", "ies", "ied", "ying")
+# A word may be written in two ("flow chart", "re-compiled"): at a common prefix, or where both parts are words.
+_PREFIXES = ("re", "un", "co", "de", "bi")
 
 
-def word_forms(word: str) -> set[str]:
-    """The ways a document may write an English word, as ``phrase``s: in any inflection ("re-compiled" for
-    "recompiling"), whole or written as two words ("flow chart"), never as the start of another ("renv" is not
-    "Renviron")."""
-    root = word_root(word.lower())
-    doubled = [root[-1] + e for e in ("", "s", "ed", "ing")] if root[-1] not in "aeiouy" else []
-    endings = [*_ENDINGS, *doubled]  # "install" and "installing" share the root "instal"
-    spellings = [root, *(f"{root[:i]} {root[i:]}" for i in range(2, len(root) - 1))]
-    return {f" {spelling}{ending} " for spelling in spellings for ending in endings}
+def _inflections(word: str) -> tuple[str, tuple[str, ...]]:
+    """An English word's root and the endings its inflections add: "recompiling" is "recompil" and any of "e",
+    "es", "ed", "ing"…; "shipped" is "ship" and "s", "ped", "ping"…; "dependencies" is "dependenc" and "y", "ies"….
+    A root is never shorter than four letters: a shorter word only takes its plural."""
+    if word.endswith(("ss", "us", "is")):
+        return word, ("", "s", "es")
+    root = _INFLECTION.sub("", word)
+    doubled = word.endswith(("ing", "ed")) and bool(_DOUBLED.search(root))
+    root = root[:-1] if doubled else root
+    if len(root) < 4:
+        return word, ("", "s", "es")
+    consonant = root[-1] not in "aeiouy"
+    endings = ("", "s") if doubled else _ENDINGS  # "globbing" is "glob", never "globe"
+    endings += tuple(root[-1] + e for e in ("", "s", "ed", "ing")) if consonant else ()
+    if len(root) > 4 and (root[-1] == "i" or (root[-1] == "y" and root[-2] not in "aeiou")):
+        return root[:-1], endings + _Y_ENDINGS
+    if len(root) > 4 and root[-1] == "e":
+        return root[:-1], endings  # "recompile" and "recompiling"
+    return root, endings
+
+
+def word_forms(word: str) -> dict[str, set[str]]:
+    """The ways a document may write an English word, as ``phrase``s grouped by how they begin: in any inflection
+    ("re-compiled" for "recompiling", "dependency" for "dependencies"), whole or written as two words ("flow
+    chart"), never as the start of another ("renv" is not "Renviron"). A hyphenated word inflects its last part."""
+    *head, last = phrase(word).split()
+    root, endings = _inflections(last)
+    lead = "".join(f" {part}" for part in head)
+    spellings = [root, *(f"{root[:i]} {root[i:]}" for i in range(2, len(root) - 2) if i > 2 or root[:i] in _PREFIXES)]
+    return {f"{lead} {spelling}": {f"{lead} {spelling}{ending} " for ending in endings} for spelling in spellings}
 
 
 # Greek letters that typesetting puts in Latin names: LaTeX2e is printed "LATEX2ε".
@@ -202,11 +213,13 @@ def general_frequency(word: str) -> float:
 ASKS = re.compile(r"[?？]\s*$")
 # A text that ends at its full stop (a closing quote or bracket may follow).
 ENDED = re.compile(r"[.!?。！？…][\"'”’)）\]]*\s*$")
-# A footnote opens with its mark: a number of at most three digits, or * † ‡ § ¶ ("4这里只讨论…", "8 using a path").
-NOTE_MARK = re.compile(r"(\d{1,3}|[*†‡§¶])(?!\d)")
+# A footnote opens with its mark: a number of at most three digits, or * † ‡ § ¶ ("4这里只讨论…", "8 using a path"),
+# but not a number that goes on ("2.4 节", "1,000").
+NOTE_MARK = re.compile(r"(\d{1,3}|[*†‡§¶])(?!\d|[.,]\d)")
 _RAISED = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
-# A paragraph that is a footnote, as ``note_text`` writes it.
-NOTE = re.compile(r"[⁰¹²³⁴⁵⁶⁷⁸⁹]+|[†‡§¶]")
+# A paragraph that is a footnote, as ``note_text`` writes it: a raised number, or a dagger. Not * (a list's
+# bullet) nor § ¶ (a paragraph that cites one: "§ 4.2 says…").
+NOTE = re.compile(r"[⁰¹²³⁴⁵⁶⁷⁸⁹]+|[†‡]")
 
 
 def note_text(text: str) -> str:

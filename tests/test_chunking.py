@@ -215,6 +215,13 @@ def test_footnotes_wait_for_the_paragraph_they_interrupt() -> None:
         block("text", "新的一页", page=2),
     ]
     assert chunk_blocks(parsed(*ended), "a.pdf", "abc", words)[0].text == "这一页结束了。\n\n¹ 脚注\n\n新的一页"
+    # Only the note's mark is raised, not a number that opens its text.
+    notes = [block("text", "完。", page=1)] + [block("footnote", t, page=1) for t in ("15原文是:", "2.4 节", "† Died")]
+    assert chunk_blocks(parsed(*notes), "a.pdf", "abc", words)[0].text.split("\n\n")[1:] == [
+        "¹⁵原文是:",
+        "2.4 节",
+        "† Died",
+    ]
 
 
 def test_ids_are_stable_and_carry_metadata() -> None:

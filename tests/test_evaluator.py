@@ -82,11 +82,19 @@ def test_a_rare_word_is_mentioned_in_any_inflection_or_split_in_two() -> None:
     Incorrect ("your documents never mention 'recompiling'") though the manual answers it. Another inflection,
     a hyphen or a space between its parts is the same word; a word the documents really lack is still missing."""
     manual = "An existing R installation can use OpenBLAS, re-compiled or not, by replacing libRblas.so."
-    stats = FakeStats([manual, "Draw flow charts with the diagram package."])
+    stats = FakeStats([manual])
     for question in ("Can R use OpenBLAS without recompiling?", "Is OpenBLAS used without recompiles?"):
         assert check_terms(question, [manual], stats).missing == ()
-    check = check_terms("How do I draw flowcharts without recompiling?", [manual], stats)
-    assert check.missing == ("flowcharts",) and check.unknown == (), "in another passage, as two words"
+    for question, text in (
+        ("Must I recompile R for OpenBLAS?", "R need not be recompiling for OpenBLAS."),
+        ("Which subdirectories hold OpenBLAS?", "Each subdirectory of the tree holds one OpenBLAS build."),
+        ("Is a tarball-based install of OpenBLAS possible?", "A tarball-based install of OpenBLAS is possible."),
+    ):
+        assert check_terms(question, [text], FakeStats([text])).missing == (), question
+    check = check_terms(
+        "Can R use OpenBLAS without recompiling?", ["Use OpenBLAS."], FakeStats(["Use OpenBLAS.", manual])
+    )
+    assert check.missing == ("recompiling",) and check.unknown == (), "written in two in another passage"
     check = check_terms("Can R use multithreaded OpenBLAS without recompiling?", [manual], FakeStats([manual]))
     assert check.missing == ("multithreaded",)
     tarball = ["Unpack the tarballs as root and install them."]
