@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from crag.text import ASKS, join_sentences, split_sentences, width
+from crag.text import ASKS, NOTE, join_sentences, split_sentences, width
 from crag.types import Action, Source, Strip
 
 MAX_STRIPS = 6
@@ -135,7 +135,9 @@ def evidence_answer(strips: Sequence[Strip], sources: Sequence[Source], language
         lines.append(LEADS[(language, lead)])
         runs: list[tuple[int, Strip, list[str]]] = []  # neighbouring strips of one source read as one
         for strip, n in group:
-            if runs and runs[-1][0] == n and runs[-1][1].order[1] + 1 == strip.order[1]:
+            # A footnote is quoted on its own line: run on, "…解决³原文是…" reads as one sentence.
+            notes = NOTE.match(strip.text) or (runs and NOTE.match(runs[-1][1].text))
+            if runs and runs[-1][0] == n and runs[-1][1].order[1] + 1 == strip.order[1] and not notes:
                 runs[-1] = (n, strip, runs[-1][2] + pieces(strip.text))
             else:
                 runs.append((n, strip, pieces(strip.text)))

@@ -111,6 +111,21 @@ def test_quotes_follow_document_order_and_neighbours_read_as_one() -> None:
     ]
 
 
+def test_a_footnote_is_quoted_on_its_own_line() -> None:
+    """Neighbouring footnote strips were read as one quote: "…参考 2.4 节解决³原文是: By default…"."""
+    sources = [Source(1, "local", "", file="m.pdf", pages=(1,), chunk_ids=("c0",))]
+    strips = [
+        strip("升级宏包依旧可以使用 tlmgr。", 0.8, (0, 0)),
+        strip("²sudo tlmgr 无法使用的情况可以参考 2.4 节解决", 0.7, (0, 1)),
+        strip("³原文是: By default, please get the new TL", 0.6, (0, 2)),
+    ]
+    assert evidence_answer(strips, sources, "zh", Action.CORRECT).splitlines()[1:] == [
+        "“升级宏包依旧可以使用 tlmgr。” [1]",
+        "“²sudo tlmgr 无法使用的情况可以参考 2.4 节解决” [1]",
+        "“³原文是: By default, please get the new TL” [1]",
+    ]
+
+
 def test_a_sentence_that_two_chunks_share_is_quoted_once() -> None:
     """Neighbouring chunks overlap: the same sentence comes from both, and was quoted twice, as [1] and [2]."""
     sources = [
