@@ -136,9 +136,10 @@ def evidence_answer(strips: Sequence[Strip], sources: Sequence[Source], language
         runs: list[tuple[int, Strip, list[str]]] = []  # neighbouring strips of one source read as one
         for strip, n in group:
             # A footnote is quoted on its own line: run on, "…解决³原文是…" reads as one sentence.
-            notes = NOTE.match(strip.text) or (runs and NOTE.match(runs[-1][1].text))
-            if runs and runs[-1][0] == n and runs[-1][1].order[1] + 1 == strip.order[1] and not notes:
-                runs[-1] = (n, strip, runs[-1][2] + pieces(strip.text))
+            last = runs[-1] if runs else None
+            follows = last is not None and last[0] == n and last[1].order[1] + 1 == strip.order[1]
+            if follows and not NOTE.match(strip.text) and not NOTE.match(last[1].text):
+                runs[-1] = (n, strip, last[2] + pieces(strip.text))
             else:
                 runs.append((n, strip, pieces(strip.text)))
         lines += [
