@@ -93,12 +93,15 @@ def test_no_quotable_sentence_means_no_answer_not_an_empty_one(settings) -> None
     assert answer.kind is AnswerKind.NO_ANSWER and answer.text
 
 
+SOURCE = Source(1, "local", "", file="m.pdf", pages=(1,), chunk_ids=("c0",))  # the source of strip()'s default chunk
+
+
 def strip(text: str, score: float, order: tuple[int, int], chunk_id: str = "c0") -> Strip:
     return Strip(text, score, True, "local", file="m.pdf", pages=(1,), order=order, chunk_id=chunk_id)
 
 
 def test_quotes_follow_document_order_and_neighbours_read_as_one() -> None:
-    sources = [Source(1, "local", "", file="m.pdf", pages=(1,), chunk_ids=("c0",))]
+    sources = [SOURCE]
     strips = [
         strip("Third strip says something else entirely.", 0.5, (0, 2)),
         strip("First strip restates the problem.", 0.8, (0, 0)),
@@ -113,7 +116,7 @@ def test_quotes_follow_document_order_and_neighbours_read_as_one() -> None:
 
 def test_a_footnote_is_quoted_on_its_own_line() -> None:
     """Neighbouring footnote strips were read as one quote: "…参考 2.4 节解决³原文是: By default…"."""
-    sources = [Source(1, "local", "", file="m.pdf", pages=(1,), chunk_ids=("c0",))]
+    sources = [SOURCE]
     strips = [
         strip("升级宏包依旧可以使用 tlmgr。", 0.8, (0, 0)),
         strip("²sudo tlmgr 无法使用的情况可以参考 2.4 节解决", 0.7, (0, 1)),
@@ -129,7 +132,7 @@ def test_a_footnote_is_quoted_on_its_own_line() -> None:
 def test_a_sentence_that_two_chunks_share_is_quoted_once() -> None:
     """Neighbouring chunks overlap: the same sentence comes from both, and was quoted twice, as [1] and [2]."""
     sources = [
-        Source(1, "local", "", file="m.pdf", pages=(1,), chunk_ids=("c0",)),
+        SOURCE,
         Source(2, "local", "", file="m.pdf", pages=(2,), chunk_ids=("c1",)),
     ]
     shared = "Then execute: cp login-local /bin/login to move your program into place."
@@ -149,7 +152,7 @@ def test_the_first_half_of_a_sentence_that_the_next_chunk_holds_whole_is_not_quo
     directory by" / "... by make prefix=/path/to/here install-libR"). The cut half was quoted as a line of its
     own above the whole sentence, whichever of the two scored higher."""
     sources = [
-        Source(1, "local", "", file="m.pdf", pages=(1,), chunk_ids=("c0",)),
+        SOURCE,
         Source(2, "local", "", file="m.pdf", pages=(1,), chunk_ids=("c1",)),
     ]
     cut = "If you have made R as a shared library you can install it in your system's library directory by"
@@ -169,7 +172,7 @@ def test_questions_are_boundaries_and_never_quotes() -> None:
 def test_a_quote_that_answers_a_faq_question_shows_the_question_before_it() -> None:
     """Two FAQ answers in one strip: each quote says which question it answers, so "use indentfirst" is not
     read as the answer to a question about line spacing."""
-    sources = [Source(1, "local", "", file="m.pdf", pages=(1,), chunk_ids=("c0",))]
+    sources = [SOURCE]
     faq = "36 如何使首段段首也缩进？使用 indentfirst 宏包。37 如何设置双倍行距？使用命令\\linespread{2}。"
     text = evidence_answer([strip(faq, 0.9, (0, 0))], sources, "zh", Action.CORRECT)
     assert text.splitlines()[1:] == [
@@ -184,7 +187,7 @@ def test_a_quote_that_answers_a_faq_question_shows_the_question_before_it() -> N
 def test_the_lines_of_an_evidence_answer_read_back_as_question_quote_and_number() -> None:
     """The UI and the benchmark read an answer's lines back: a FAQ question that quotes words itself stays the
     question (the benchmark must not find the key fact in it), and a quote holding a question stays a quote."""
-    sources = [Source(1, "local", "", file="m.pdf", pages=(1,), chunk_ids=("c0",))]
+    sources = [SOURCE]
     faq = "37 如何使用“甲”命令？用 \\jia 命令。Is it on? It is “on” by default."
     text = evidence_answer([strip(faq, 0.9, (0, 0))], sources, "zh", Action.CORRECT)
     assert [(m["asked"], m["quote"], m["n"]) for m in quoted_lines(text)] == [
@@ -202,7 +205,7 @@ def test_a_sentence_is_never_dropped_from_inside_a_quote() -> None:
 
 
 def test_a_documents_own_reference_is_not_taken_for_a_citation() -> None:
-    sources = [Source(1, "local", "", file="m.pdf", pages=(1,), chunk_ids=("c0",))]
+    sources = [SOURCE]
     text = evidence_answer(
         [strip("As shown in [3], the widget needs two cores.", 0.9, (0, 0))], sources, "en", Action.CORRECT
     )
