@@ -22,6 +22,9 @@ class ScoreOut(_Strict):
     pages: list[int]
     score: float
     method: str
+    anchor: str = Field(
+        "", description="The question's term this passage was searched for, when the first search missed it."
+    )
 
 
 class SourceOut(_Strict):
@@ -85,7 +88,13 @@ class AnswerOut(_Strict):
             model=answer.model,
             backend_reason=backend.reason,
             scores=[
-                ScoreOut(file=g.chunk.file, pages=list(g.chunk.pages), score=round(g.score, 4), method=g.method)
+                ScoreOut(
+                    file=g.chunk.file,
+                    pages=list(g.chunk.pages),
+                    score=round(g.score, 4),
+                    method=g.method,
+                    anchor=g.anchor,
+                )
                 for g in (trace.retrieved if trace else ())
             ],
             terms=TermsOut(

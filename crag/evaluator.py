@@ -185,6 +185,12 @@ def _unknown(term: _Term, stats: TermStats) -> bool:
     )
 
 
+def mention_test(question: str, term: str) -> Callable[[str], bool]:
+    """Whether a text mentions ``term``, one of the question's specific terms, in any of its forms."""
+    found = next(t for t in specific_terms(question) if t.text == term)
+    return lambda text: _mentions(found, text, phrase(text))
+
+
 def check_terms(question: str, texts: Sequence[str], stats: TermStats | None = None) -> TermCheck:
     """Which of the question's specific terms the texts never mention, and which the whole index never does.
 

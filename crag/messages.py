@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from crag.models import BackendInfo
 from crag.text import language
 from crag.types import Action, TermCheck
@@ -56,9 +58,16 @@ def model_failure_message(backend: BackendInfo, exc: Exception) -> str:
     return f"The model stopped before the answer was complete ({type(exc).__name__}: {exc}): {fix}."
 
 
-def near_miss_note(terms: TermCheck) -> str:
+def near_miss_note(terms: TermCheck, searched_again: Sequence[str] = ()) -> str:
+    """``searched_again``: the missing terms that a passage was then found for (``retriever.anchor``)."""
     if terms.unknown:
         names = ", ".join(f"“{t}”" for t in terms.unknown)
         return f"the documents never mention {names}: a near miss, so the action is Incorrect"
     names = ", ".join(f"“{t}”" for t in terms.missing)
-    return f"none of the retrieved passages mentions {names}, so they cannot make the action Correct"
+    if not searched_again:
+        return f"none of the retrieved passages mentions {names}, so they cannot make the action Correct"
+    again = ", ".join(f"“{t}”" for t in searched_again)
+    return (
+        f"none of the passages found for the question mentions {names}, so they cannot make the action Correct; "
+        f"searched again for {again}: the passage found was added, and cannot either"
+    )

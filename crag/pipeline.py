@@ -104,11 +104,6 @@ def decide_action(scores: Sequence[float], upper: float, lower: float) -> Action
     return Action.INCORRECT
 
 
-def keywords(question: str, n: int = 6) -> str:
-    """The web query without a model: the question's first content words."""
-    return " ".join(content_words(question)[:n])
-
-
 # ---------------------------------------------------------------------------------------------
 # Agents: built once; the model is given per run, so tests can ``override`` them.
 
@@ -208,20 +203,21 @@ class Pipeline:
             )
         return Condensed(question, (question, with_context), with_context, tuple(notes))
 
-    def retrieve(self, queries: Sequence[str], k: int, mode: Mode) -> list[ScoredChunk]:
+    def retrieve(self, queries: Sequence[str], k: int, mode: Mode, asked: str) -> list[ScoredChunk]:
         rankings = [self.retriever.retrieve(q, k, mode) for q in dict.fromkeys(queries)]
-        return rankings[0] if len(rankings) == 1 else fuse(rankings)[:k]
+        return self.retriever.anchor(asked, rankings[0] if len(rankings) == 1 else fuse(rankings)[:k])
 
     def evaluate(
         self, question: str, asked: str, hits: Sequence[ScoredChunk], evaluator: Evaluator, upper: float, usage: Usage
     ) -> Evaluation:
-        """Grades in [-1, 1], capped for a near miss: a specific term of the question as asked that no
-        retrieved passage mentions (below ``upper``), or that the documents never mention (Incorrect)."""
+        """Grades in [-1, 1], capped for a near miss: a specific term of the question as asked that no passage
+        of the first search mentions (below ``upper``), or that the documents never mention (Incorrect)."""
         texts = [index_text(h.chunk) for h in hits]  # with their section headings, as they were indexed
         grading = evaluator.grade(question, texts, usage)
-        terms = check_terms(asked, texts, self.retriever.term_stats())
+        first = [t for t, h in zip(texts, hits, strict=True) if not h.anchor]  # found by a term alone: no say
+        terms = check_terms(asked, first, self.retriever.term_stats())
         grades = cap_near_miss(grading.grades, terms, upper)
-        graded = tuple(ScoredChunk(h.chunk, g.score, g.method) for h, g in zip(hits, grades, strict=True))
+        graded = tuple(replace(h, score=g.score, method=g.method) for h, g in zip(hits, grades, strict=True))
         return Evaluation(graded, terms, grading.web_query)
 
     def refine(self, question: str, graded: Sequence[ScoredChunk], lower: float) -> list[Strip]:
@@ -234,7 +230,7 @@ class Pipeline:
         if not query and self.backend.name != "embedded":
             out = self._structured(web_query_agent, question, usage, notes)
             query = out.query.strip() if out is not None else ""
-        query = query or keywords(question)
+        query = query or " ".join(content_words(question)[:6])  # without a model: the first content words
         try:
             found = self.searcher.search(query, WEB_RESULTS)
             results = tuple(self.fetch(found, WEB_PAGES_FETCHED, self.settings.request_timeout))
@@ -324,7 +320,7 @@ class AnswerStream:
         condense_calls = self.usage.requests
 
         with self._stage("retrieving", "retrieve"):
-            hits = p.retrieve(condensed.queries, o.top_k, o.retrieval_mode)
+            hits = p.retrieve(condensed.queries, o.top_k, o.retrieval_mode, self.question)
         with self._stage("grading", "grade"):
             evaluator = p.evaluator(o.evaluator)
             evaluation = p.evaluate(question, self.question, hits, evaluator, o.upper_threshold, self.usage)
@@ -343,7 +339,7 @@ class AnswerStream:
                         action = decide_action([g.score for g in again.graded], o.upper_threshold, o.lower_threshold)
                         self.notes.append("a follow-up: read with the words of the question it follows")
         if evaluation.terms.missing:
-            self.notes.append(near_miss_note(evaluation.terms))
+            self.notes.append(near_miss_note(evaluation.terms, [h.anchor for h in hits if h.anchor]))
 
         strips: list[Strip] = []
         if action in (Action.CORRECT, Action.AMBIGUOUS):

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
+from dataclasses import replace
 
 from crag.config import Settings
+from crag.evaluator import TermStats, check_terms, mention_test
 from crag.models import Embedder, build_embedder
 from crag.store import POINTER_MAX_AGE, IndexReader, Mode, RebuildNeeded, index_text, open_store
 from crag.text import cjk_share
@@ -29,6 +32,11 @@ class Retriever:
             reader.check_embedder(self.embedder.name)
             self._reader = reader
         return self._reader
+
+    def anchor(self, question: str, hits: list[ScoredChunk]) -> list[ScoredChunk]:
+        """``hits`` and, for each term of the question they miss, the best passage that mentions it."""
+        reader = self._current()
+        return anchor(question, hits, reader, reader.lexical) if reader else hits
 
     def term_stats(self) -> IndexReader | None:
         """Document frequencies of the index that answers now (None when nothing is built)."""
@@ -62,6 +70,38 @@ class Retriever:
                 vectors = reader.vectors([h.chunk.id for h in hits])
                 self.embedder.remember([index_text(h.chunk) for h in hits], vectors)
         return hits
+
+
+# Corrective retrieval for names. A Chinese question about an English manual ("R 能直接读取 SPSS 保存的数据文件吗？")
+# matches Chinese passages on its many Chinese words, and the one passage that names SPSS falls out of the top k.
+# A specific term that the index holds but no hit mentions is searched for again: the lexical hits for the question
+# that mention it (for the term alone when none does), ANCHOR_DEPTH deep. The passage found is graded with the
+# others, but the term check still counts the term as missing: found only by a word, it cannot make the action
+# Correct.
+ANCHORED = 2  # terms searched for again, at most
+ANCHOR_DEPTH = 200
+
+
+def anchor(
+    question: str, hits: list[ScoredChunk], stats: TermStats, lexical: Callable[[str, int], list[ScoredChunk]]
+) -> list[ScoredChunk]:
+    check = check_terms(question, [index_text(h.chunk) for h in hits], stats)
+    if check.unknown:  # a near miss: Incorrect whatever else is found
+        return hits
+    seen = {h.chunk.id for h in hits}
+    found = []
+    for term in [t for t in check.missing if t not in check.unknown][:ANCHORED]:
+        mentioned = mention_test(question, term)
+        for query in (question, term):
+            hit = next(
+                (h for h in lexical(query, ANCHOR_DEPTH) if h.chunk.id not in seen and mentioned(index_text(h.chunk))),
+                None,
+            )
+            if hit:
+                seen.add(hit.chunk.id)
+                found.append(replace(hit, anchor=term))
+                break
+    return [*hits, *found]
 
 
 def index_embedder(settings: Settings, rebuild: bool = False) -> Embedder:

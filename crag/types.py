@@ -58,6 +58,7 @@ class ScoredChunk:
     chunk: Chunk
     score: float
     method: str = ""  # who scored it: "llm", "similarity", or "similarity (fallback: <why>)"
+    anchor: str = ""  # the question's term it was searched for, when the first search missed that term
 
 
 class Action(StrEnum):

@@ -15,6 +15,7 @@ from crag.config import Settings
 from crag.evaluator import Evaluator, Grade, Grading, SimilarityEvaluator, Usage
 from crag.models import BackendInfo, Embedder
 from crag.pipeline import Pipeline
+from crag.retriever import anchor
 from crag.text import lexical_tokens, phrase
 from crag.types import Chunk, ScoredChunk, WebResult
 from crag.websearch import Searcher, WebSearchUnavailable
@@ -52,6 +53,15 @@ class FakeRetriever:
 
     def term_stats(self) -> FakeStats:
         return FakeStats([c.text for c in self.chunks])
+
+    def anchor(self, question: str, hits: list[ScoredChunk]) -> list[ScoredChunk]:
+        return anchor(question, hits, self.term_stats(), self.lexical)
+
+    def lexical(self, query: str, n: int) -> list[ScoredChunk]:
+        """Every chunk, those sharing most words with the query first."""
+        words = set(lexical_tokens(query))
+        ranked = sorted(self.chunks, key=lambda c: -len(words & set(lexical_tokens(c.text))))
+        return [ScoredChunk(c, 0.0) for c in ranked[:n]]
 
 
 @dataclass

@@ -389,6 +389,21 @@ def test_a_new_question_after_a_conversation_is_read_as_asked(settings) -> None:
     assert "小部件需要两个处理器核心" in answer.text
 
 
+def test_a_name_the_first_search_missed_is_searched_for_again(settings) -> None:
+    """A Chinese question about an English manual matched Chinese passages on its Chinese words; the one passage
+    naming SPSS fell out of the top k, and the answer quoted passages that never mention it."""
+    chinese = ["读取数据文件之前，请先保存工作。", "这个函数可以直接读取文本数据。", "保存的数据文件放在工作目录里。"]
+    spss = "Function read.spss can read files created by the save and export commands in SPSS."
+    chunks = [chunk(text, n=i) for i, text in enumerate(chinese)] + [chunk(spss, file="R-data.pdf", n=3)]
+    p = pipeline(settings, chunks, [0.1, 0.1, 0.1, 0.9], backend="embedded")
+    answer = p.ask("R 能直接读取 SPSS 保存的数据文件吗？用哪个函数？", top_k=3, web=False)
+    assert [h.chunk.file for h in answer.trace.retrieved][-1] == "R-data.pdf"
+    assert "Function read.spss can read files created by the save and export commands in SPSS." in answer.text
+    # Found by the name alone, the passage cannot make the action Correct, and the expander says what happened.
+    assert answer.action is Action.AMBIGUOUS
+    assert any("searched again for “SPSS”: the passage found was added" in note for note in answer.trace.notes)
+
+
 def test_the_agents_are_built_once_and_can_be_overridden(settings) -> None:
     """PydanticAI's own way to swap a model in tests: the pipeline's agents are module-level."""
     from pydantic_ai.models.test import TestModel

@@ -85,6 +85,21 @@ def test_retrieval_modes_find_the_right_file(kb: Settings, embedder: Embedder, m
     assert zh[0].chunk.file == "zh.pdf"
 
 
+def test_a_name_the_top_k_misses_brings_a_passage_that_mentions_it(kb: Settings, embedder: Embedder) -> None:
+    sync(kb, embedder)
+    retriever = Retriever(kb, embedder)
+    question = "小部件需要安装依赖吗？gadget 呢？"
+    hits = retriever.retrieve(question, 1)
+    assert [h.chunk.file for h in hits] == ["zh.pdf"]
+    added = retriever.anchor(question, hits)[1:]
+    assert [(h.chunk.file, h.anchor) for h in added] == [("gadget.pdf", "gadget")]
+    # A name the documents never mention makes the question Incorrect whatever else is found: nothing is added.
+    assert retriever.anchor("小部件需要安装依赖吗？gadget 和 Zorblax 呢？", hits) == hits
+    # Every name already retrieved: nothing is added.
+    hits = retriever.retrieve("How much memory does the gadget need?", 1)
+    assert retriever.anchor("How much memory does the gadget need?", hits) == hits
+
+
 def test_incremental_sync_touches_only_what_changed(kb: Settings, embedder: Embedder) -> None:
     first = sync(kb, embedder)
     unchanged = sync(kb, embedder)

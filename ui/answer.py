@@ -90,7 +90,8 @@ def how_it_was_made(trace: Trace, thresholds: tuple[float, float], key: int) -> 
     with st.expander("How this answer was made", icon=":material/account_tree:"):
         if trace.action is not None:
             scores = [r.score for r in trace.retrieved]
-            reason = action_reason(trace.action, scores, upper, lower, trace.terms)
+            again = [r.anchor for r in trace.retrieved if r.anchor]
+            reason = action_reason(trace.action, scores, upper, lower, trace.terms, again)
             st.markdown(f"**Action: {ACTIONS[trace.action].label}.** {reason} {ACTIONS[trace.action].effect}")
         if trace.standalone_question and trace.standalone_question != trace.question:
             st.caption("The follow-up was asked as:")
@@ -125,6 +126,8 @@ def key_terms(trace: Trace) -> str:
     for term in terms.terms:
         if term in terms.unknown:
             marks.append(f"“{md_escape(term)}” (never mentioned in your documents)")
+        elif term in terms.missing and any(r.anchor == term for r in trace.retrieved):
+            marks.append(f"“{md_escape(term)}” (not in the passages found for the question; searched for again)")
         elif term in terms.missing:
             marks.append(f"“{md_escape(term)}” (not in the retrieved passages)")
         elif trace.retrieved:
@@ -189,6 +192,7 @@ def retrieved(trace: Trace, lower: float, upper: float, key: int) -> None:
             "section": r.chunk.section,
             "text": shorten(r.chunk.text, 400),
             "graded by": r.method,
+            "found by": f"searching for “{r.anchor}”" if r.anchor else "the question",
         }
         for i, r in enumerate(trace.retrieved, start=1)
     ]

@@ -9,7 +9,7 @@ that a document or web page could have dictated.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -114,8 +114,16 @@ def quoted_terms(terms: Iterable[str]) -> str:
     return ", ".join(f"“{md_escape(t)}”" for t in terms)
 
 
-def action_reason(action: Action, scores: list[float], upper: float, lower: float, terms: TermCheck) -> str:
-    """Why the action trigger chose this action, in one sentence."""
+def action_reason(
+    action: Action,
+    scores: list[float],
+    upper: float,
+    lower: float,
+    terms: TermCheck,
+    searched_again: Sequence[str] = (),
+) -> str:
+    """Why the action trigger chose this action, in a sentence or two. ``searched_again``: missing terms a
+    passage was then searched for (``Retriever.anchor``)."""
     if terms.unknown:
         return (
             f"Your documents never mention {quoted_terms(terms.unknown)}: they are on the question's topic at most, "
@@ -125,9 +133,14 @@ def action_reason(action: Action, scores: list[float], upper: float, lower: floa
         return "Nothing was retrieved, so the knowledge base could not help."
     best = max(scores)
     if terms.missing and action is not Action.INCORRECT:
+        again = (
+            f" The passage found by searching for {quoted_terms(searched_again)} cannot either."
+            if searched_again
+            else ""
+        )
         return (
-            f"None of the retrieved passages mentions {quoted_terms(terms.missing)}, so they cannot be Correct; "
-            f"the best scored {best:.2f}."
+            f"None of the passages found for the question mentions {quoted_terms(terms.missing)}, so they cannot be "
+            f"Correct; the best scored {best:.2f}.{again}"
         )
     if action is Action.CORRECT:
         return f"The best passage scored {best:.2f}, at or above the upper threshold {upper:.2f}."
