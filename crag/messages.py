@@ -67,7 +67,8 @@ def near_miss_note(terms: TermCheck, searched_again: Sequence[str] = ()) -> str:
     if not searched_again:
         return f"none of the retrieved passages mentions {names}, so they cannot make the action Correct"
     again = ", ".join(f"“{t}”" for t in searched_again)
+    found = "the passages found were" if len(searched_again) > 1 else "the passage found was"
     return (
         f"none of the passages found for the question mentions {names}, so they cannot make the action Correct; "
-        f"searched again for {again}: the passage found was added, and cannot either"
+        f"searched again for {again}: {found} added, and cannot either"
     )

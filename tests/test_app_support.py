@@ -237,6 +237,11 @@ def test_specific_terms_are_ticked_only_against_retrieved_passages() -> None:
     )
     hit = ScoredChunk(Chunk("c0", "CRAN is the archive.", "m.pdf", (1,)), 0.9)
     assert "“CRAN” ✓" in key_terms(Trace("q", "q", retrieved=(hit,), terms=terms))
+    # A passage searched for by the missing term: still missing from what the question found, and said so.
+    again = ScoredChunk(Chunk("c1", "bzip2 -k keeps the input.", "m.pdf", (2,)), 0.3, anchor="bzip2")
+    assert key_terms(Trace("q", "q", retrieved=(hit, again), terms=terms)).endswith(
+        "“bzip2” (not in the passages found for the question; searched for again)"
+    )
 
 
 def test_an_evidence_answer_shows_quotes_as_block_quotes_after_their_faq_question() -> None:

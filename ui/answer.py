@@ -189,10 +189,10 @@ def retrieved(trace: Trace, lower: float, upper: float, key: int) -> None:
             "score": round(r.score, 3),
             "file": r.chunk.file,
             "pages": ", ".join(map(str, r.chunk.pages)),
+            "found by": f"searching for “{r.anchor}”" if r.anchor else "the question",
             "section": r.chunk.section,
             "text": shorten(r.chunk.text, 400),
             "graded by": r.method,
-            "found by": f"searching for “{r.anchor}”" if r.anchor else "the question",
         }
         for i, r in enumerate(trace.retrieved, start=1)
     ]

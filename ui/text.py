@@ -134,7 +134,8 @@ def action_reason(
     best = max(scores)
     if terms.missing and action is not Action.INCORRECT:
         again = (
-            f" The passage found by searching for {quoted_terms(searched_again)} cannot either."
+            f" The {'passages' if len(searched_again) > 1 else 'passage'} found by searching for "
+            f"{quoted_terms(searched_again)} cannot either."
             if searched_again
             else ""
         )
