@@ -82,25 +82,24 @@ ANCHORED = 2  # terms searched for again, at most
 ANCHOR_DEPTH = 200
 
 
+def _first(ranked: list[ScoredChunk], seen: set[str], mentioned: Callable[[str], bool]) -> ScoredChunk | None:
+    return next((h for h in ranked if h.chunk.id not in seen and mentioned(index_text(h.chunk))), None)
+
+
 def anchor(
     question: str, hits: list[ScoredChunk], stats: TermStats, lexical: Callable[[str, int], list[ScoredChunk]]
 ) -> list[ScoredChunk]:
     check = check_terms(question, [index_text(h.chunk) for h in hits], stats)
-    if check.unknown:  # a near miss: Incorrect whatever else is found
+    if check.unknown or not check.missing:  # unknown: a near miss, Incorrect whatever else is found
         return hits
     seen = {h.chunk.id for h in hits}
+    by_question = lexical(question, ANCHOR_DEPTH)  # searched once for all the terms
     found = []
-    for term in [t for t in check.missing if t not in check.unknown][:ANCHORED]:
+    for term in check.missing[:ANCHORED]:
         mentioned = mention_test(question, term)
-        for query in (question, term):
-            hit = next(
-                (h for h in lexical(query, ANCHOR_DEPTH) if h.chunk.id not in seen and mentioned(index_text(h.chunk))),
-                None,
-            )
-            if hit:
-                seen.add(hit.chunk.id)
-                found.append(replace(hit, anchor=term))
-                break
+        if hit := _first(by_question, seen, mentioned) or _first(lexical(term, ANCHOR_DEPTH), seen, mentioned):
+            seen.add(hit.chunk.id)
+            found.append(replace(hit, anchor=term))
     return [*hits, *found]
 
 
