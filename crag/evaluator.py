@@ -35,6 +35,7 @@ from crag.text import (
     chinese_words,
     cjk_share,
     content_words,
+    fold,
     general_frequency,
     has_han,
     language,
@@ -143,6 +144,14 @@ class _Term:
         # A Chinese word is found inside a run of Chinese, which a phrase keeps whole.
         return {form: {form} for form in ({self.text} if self.kind == "han" else phrase_forms(self.text))}
 
+    @cached_property
+    def letter(self) -> re.Pattern[str] | None:
+        """A capital letter alone ("R", "C") is that name only as written: ``phrase`` folds case, and would find
+        it in a variable or a table's column letters ("l l r")."""
+        if len(self.text) == 1 and self.text.isupper():
+            return re.compile(rf"(?<![A-Za-z0-9]){self.text}(?![A-Za-z0-9])")
+        return None
+
 
 def specific_terms(question: str) -> list[_Term]:
     """The question's names and identifiers, and its words that are rare in everyday language.
@@ -175,6 +184,8 @@ def _mentions(term: _Term, text: str, phrased: str) -> bool:
     """``phrased`` is the text's ``phrase``."""
     if term.kind == "han":
         return term.text in text
+    if term.letter:
+        return term.letter.search(fold(text)) is not None
     return any(start in phrased and any(form in phrased for form in forms) for start, forms in term.forms.items())
 
 

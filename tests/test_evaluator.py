@@ -15,6 +15,7 @@ from crag.evaluator import (
     calibrate,
     check_terms,
     coverage,
+    mention_test,
     specific_terms,
     word_weights,
 )
@@ -75,6 +76,20 @@ def test_a_name_run_into_chinese_text_or_typeset_apart_from_its_number_is_still_
         assert "visudo" not in check.missing and "LaTeX2e" not in check.missing
     assert check_terms("用 sudoedit 改 secure_path 可以吗？", [guide], stats).unknown == ("sudoedit",)
     assert check_terms("提示 LaTeX3 版本太低怎么办？", [guide], stats).unknown == ("LaTeX3",)
+
+
+def test_a_capital_letter_alone_is_a_name_only_as_written() -> None:
+    """ "R 里怎么按两列排序？" found "R" in a CTeX table's column letters ("l l l r"), so the passage searched for
+    again was that table, not one of R's manuals."""
+    table = r"\begin{tabular*}{5cm}{@{\extracolsep{\fill}} l l l r} 1 & 2 & 3 & 4 \end{tabular*}"
+    manual = "In R, order() sorts by several columns: DF[order(DF$a, DF$b), ]."
+    stats = FakeStats([table, manual])
+    question = "R 里怎么按两列对数据框的行进行排序？"
+    assert check_terms(question, [table], stats).missing == ("R",)
+    assert check_terms(question, [manual], stats).missing == ()
+    assert check_terms(question, ["用R读取数据"], stats).missing == ()
+    assert mention_test(question, "R")("See the R-devel list.")
+    assert not mention_test(question, "R")("x <- r + 1")
 
 
 def test_a_rare_word_is_mentioned_in_any_inflection_or_split_in_two() -> None:
