@@ -221,7 +221,7 @@ class Pipeline:
         return Evaluation(graded, terms, grading.web_query)
 
     def refine(self, question: str, graded: Sequence[ScoredChunk], lower: float) -> list[Strip]:
-        keep = [g for g in graded if g.score >= lower]
+        keep = [g for g in graded if g.score >= lower or g.anchor]
         return refine(question, local_strips(keep), self.scorer, STRIPS_KEPT, STRIP_FLOOR)
 
     def search_web(self, question: str, suggested: str, usage: Usage, notes: list[str]) -> WebKnowledge:

@@ -132,7 +132,12 @@ SECTION_GAP = 0.3
 
 def local_strips(chunks: Sequence[ScoredChunk]) -> list[Strip]:
     """The strips of graded chunks; each starts with its chunk's grade, or with its section's best grade less
-    ``SECTION_GAP`` when that is higher, and refinement blends in the strip's own score."""
+    ``SECTION_GAP`` when that is higher, and refinement blends in the strip's own score.
+
+    A chunk found by searching again for a term that the others never mention (``anchor``) starts level with the
+    best of them: it is the only one about what the question names ("R" in a Chinese question that matched passages
+    on Asymptote's axes). Its grade no longer decides anything, since the action cannot be Correct then."""
+    top = max((hit.score for hit in chunks), default=0.0)
     best: dict[tuple[str, str], float] = {}
     for hit in chunks:
         if hit.chunk.section:
@@ -141,7 +146,9 @@ def local_strips(chunks: Sequence[ScoredChunk]) -> list[Strip]:
     return [
         Strip(
             text,
-            max(hit.score, best.get((hit.chunk.file, hit.chunk.section), hit.score) - SECTION_GAP),
+            top
+            if hit.anchor
+            else max(hit.score, best.get((hit.chunk.file, hit.chunk.section), hit.score) - SECTION_GAP),
             False,
             "local",
             file=hit.chunk.file,

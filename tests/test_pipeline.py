@@ -404,6 +404,20 @@ def test_a_name_the_first_search_missed_is_searched_for_again(settings) -> None:
     assert any("searched again for “SPSS”: the passage found was added" in note for note in answer.trace.notes)
 
 
+def test_the_passage_searched_for_again_is_quoted_however_its_words_were_graded(settings) -> None:
+    """A Chinese question about an English manual is graded on its Chinese words, which the manual never uses: the
+    one passage about what the question names was graded below the floor and dropped, and the answer quoted
+    Asymptote's axes for "R 的基础绘图里，怎样把 x 轴的刻度标签旋转 45 度？"."""
+    chinese = ["刻度标注默认在数学模式中排版。", "坐标轴的刻度可以用不同的画笔。", "轴标注可以旋转到沿轴的位置。"]
+    faq = "How can I create rotated axis labels in R? Use text() with srt = 45 after plotting with axes = FALSE."
+    chunks = [chunk(text, n=i) for i, text in enumerate(chinese)] + [chunk(faq, file="R-FAQ.pdf", n=3)]
+    p = pipeline(settings, chunks, [0.3, 0.2, 0.2, -0.95], backend="embedded")
+    answer = p.ask("R 的基础绘图里，怎样把 x 轴的刻度标签旋转 45 度？", top_k=3, web=False)
+    assert [h.anchor for h in answer.trace.retrieved] == ["", "", "", "R"]
+    assert answer.action is Action.AMBIGUOUS
+    assert "srt = 45" in answer.text
+
+
 def test_the_agents_are_built_once_and_can_be_overridden(settings) -> None:
     """PydanticAI's own way to swap a model in tests: the pipeline's agents are module-level."""
     from pydantic_ai.models.test import TestModel

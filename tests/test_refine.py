@@ -135,6 +135,14 @@ def test_a_passage_that_goes_on_with_its_section_is_not_judged_on_its_words_alon
     assert [s.chunk_id for s in kept if s.kept] == ["c0", "c1"]
 
 
+def test_a_passage_searched_for_again_starts_level_with_the_best() -> None:
+    graded = [
+        ScoredChunk(chunk("Asymptote axes.", n=0), 0.3),
+        ScoredChunk(chunk("R axis labels.", n=1), -0.9, anchor="R"),
+    ]
+    assert [s.score for s in local_strips(graded)] == [0.3, 0.3]
+
+
 def test_a_command_shown_on_its_own_line_stays_with_the_sentence_that_explains_it() -> None:
     # tlmgr-intro-zh-cn: the command, then what it does; a strip with the command alone answers nothing.
     text = "tlmgr update -self\n升级 tlmgr 本身.\n\ntlmgr info <pkgs>\n\n列出 <pkgs> 的详细信息, 比如它们的安装状态."
