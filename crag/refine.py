@@ -136,7 +136,8 @@ def local_strips(chunks: Sequence[ScoredChunk]) -> list[Strip]:
 
     A chunk found by searching again for a term that the others never mention (``anchor``) starts level with the
     best of them: it is the only one about what the question names ("R" in a Chinese question that matched passages
-    on Asymptote's axes). Its grade no longer decides anything, since the action cannot be Correct then."""
+    on Asymptote's axes). This is refinement only: the action is decided before, and such a chunk cannot make it
+    Correct."""
     top = max((hit.score for hit in chunks), default=0.0)
     best: dict[tuple[str, str], float] = {}
     for hit in chunks:
