@@ -24,7 +24,7 @@ def no_answer_message(
             "`python -m crag index`), or wait for the build in progress to finish."
         )
     elif terms.unknown:
-        names = ("、" if zh else ", ").join(f"“{t}”" for t in terms.unknown)
+        names = _quoted(terms.unknown, "、" if zh else ", ")
         local = f"你的文档中没有提到{names}。" if zh else f"Your documents never mention {names}."
     elif action is Action.INCORRECT:
         local = "你的文档中没有找到答案。" if zh else "I could not find this in your documents."
@@ -58,17 +58,19 @@ def model_failure_message(backend: BackendInfo, exc: Exception) -> str:
     return f"The model stopped before the answer was complete ({type(exc).__name__}: {exc}): {fix}."
 
 
+def _quoted(terms: Sequence[str], separator: str = ", ") -> str:
+    return separator.join(f"“{t}”" for t in terms)
+
+
 def near_miss_note(terms: TermCheck, searched_again: Sequence[str] = ()) -> str:
     """``searched_again``: the missing terms that a passage was then found for (``retriever.anchor``)."""
     if terms.unknown:
-        names = ", ".join(f"“{t}”" for t in terms.unknown)
-        return f"the documents never mention {names}: a near miss, so the action is Incorrect"
-    names = ", ".join(f"“{t}”" for t in terms.missing)
+        return f"the documents never mention {_quoted(terms.unknown)}: a near miss, so the action is Incorrect"
+    names = _quoted(terms.missing)
     if not searched_again:
         return f"none of the retrieved passages mentions {names}, so they cannot make the action Correct"
-    again = ", ".join(f"“{t}”" for t in searched_again)
     found = "the passages found were" if len(searched_again) > 1 else "the passage found was"
     return (
         f"none of the passages found for the question mentions {names}, so they cannot make the action Correct; "
-        f"searched again for {again}: {found} added, and cannot either"
+        f"searched again for {_quoted(searched_again)}: {found} added, and cannot either"
     )
