@@ -1,6 +1,6 @@
 """Check ``questions.jsonl`` against the corpus PDFs and print what the set holds.
 
-    python -m crag.bench.check_questions
+    python -m crag.bench.check_questions [--holdout]
 
 Fetches the corpus (``fetch_corpus(default_cache_dir())``) and checks, with the text PyMuPDF extracts
 (``page.get_text()``):
@@ -11,6 +11,9 @@ Fetches the corpus (``fetch_corpus(default_cache_dir())``) and checks, with the 
 - an out-of-scope question has no file, pages or strings; a near-miss names a ``missing_term`` that
   the question writes verbatim and that no corpus PDF contains, even without spaces or punctuation;
 - the counts the set promises (totals, out-of-scope, near-misses, the dev/test split).
+
+``--holdout`` checks ``holdout.jsonl`` line by line the same way, against all nine PDFs (a near-miss term must be
+in none of them), without the main set's counts.
 
 Matching is on normalised text: NFKC (which also undoes the ``fi``/``fl`` ligatures), lower case, and
 whitespace collapsed to one space, or removed entirely for a Chinese document (Chinese text has no
@@ -31,6 +34,7 @@ from pathlib import Path
 from crag.bench.corpus import CORPUS, default_cache_dir, fetch_corpus
 
 QUESTIONS = Path(__file__).with_name("questions.jsonl")
+HOLDOUT = Path(__file__).with_name("holdout.jsonl")
 # The fields of crag.bench.retrieval.Question, in file order. That module is not imported at the top
 # because it loads the whole retrieval stack; main() compares the two when it can import it.
 KEYS = [
@@ -39,7 +43,8 @@ KEYS = [
 ]  # fmt: skip
 LANGS = ("en", "zh")
 KINDS = ("en", "zh", "cross")
-SPLITS = ("dev", "test")
+SPLITS = ("dev", "test", "holdout")
+MAIN_SPLITS = ("dev", "test")  # questions.jsonl; holdout.jsonl is the holdout split
 
 # What the set must hold at least (see README.md, "Question set").
 MIN_TOTAL = 180
@@ -74,7 +79,7 @@ def page_texts(paths: dict[str, Path]) -> dict[str, list[str]]:
     return out
 
 
-def check(rows: list[dict], texts: dict[str, list[str]]) -> list[str]:
+def check(rows: list[dict], texts: dict[str, list[str]], counts: bool = True) -> list[str]:
     """Every problem found, one line each; an empty list means the set is sound."""
     problems: list[str] = []
 
@@ -154,7 +159,7 @@ def check(rows: list[dict], texts: dict[str, list[str]]) -> list[str]:
                 bad(qid, f"near_miss must be true or false, not {r['near_miss']!r}")
         else:
             bad(qid, f"in_kb must be true or false, not {r['in_kb']!r}")
-    return problems + check_counts(rows)
+    return problems + (check_counts(rows) if counts else [])
 
 
 def check_counts(rows: list[dict]) -> list[str]:
@@ -176,7 +181,7 @@ def check_counts(rows: list[dict]) -> list[str]:
     for lang in LANGS:
         at_least(f"test in-KB in {lang}", sum(r.get("lang") == lang for r in test_kb), MIN_TEST_IN_KB_PER_LANG)
     at_least("test out-of-scope", sum(r.get("split") == "test" for r in oos), MIN_TEST_OUT_OF_SCOPE)
-    for split in SPLITS:
+    for split in MAIN_SPLITS:
         at_least(f"{split} near-miss", sum(r.get("split") == split for r in near), MIN_NEAR_MISS_PER_SPLIT)
     if near:
         share = sum(r.get("lang") == "zh" for r in near) / len(near)
@@ -188,10 +193,10 @@ def check_counts(rows: list[dict]) -> list[str]:
 
     used = {r.get("file") for r in in_kb}
     at_least("documents with questions", len(used & set(CORPUS)), MIN_DOCUMENTS)
-    for name in CORPUS:
-        if name not in used:
+    for name, doc in CORPUS.items():
+        if name not in used and doc.split in MAIN_SPLITS:
             problems.append(f"counts: no question on {name}")
-    for split in SPLITS:
+    for split in MAIN_SPLITS:
         langs = {doc.lang for doc in CORPUS.values() if doc.split == split}
         if langs != set(LANGS):
             problems.append(f"counts: the {split} documents are in {sorted(langs)}, English and Chinese expected")
@@ -206,13 +211,13 @@ def summary(rows: list[dict]) -> str:
         lines.append(f"{split!s:<6} {kind!s:<6} {in_kb!s:<6} {near!s:<10} {n:>5}")
     lines.append(f"{'total':<31} {len(rows):>5}")
     lines.append("")
-    lines.append(f"{'document':<26} {'lang':<5} {'split':<6} {'pages':>5} {'in-KB':>6} {'en q':>5} {'zh q':>5}")
+    lines.append(f"{'document':<26} {'lang':<5} {'split':<7} {'pages':>5} {'in-KB':>6} {'en q':>5} {'zh q':>5}")
     for name, doc in CORPUS.items():
         qs = [r for r in rows if r.get("file") == name]
         en = sum(r.get("lang") == "en" for r in qs)
-        lines.append(f"{name:<26} {doc.lang:<5} {doc.split:<6} {doc.pages:>5} {len(qs):>6} {en:>5} {len(qs) - en:>5}")
+        lines.append(f"{name:<26} {doc.lang:<5} {doc.split:<7} {doc.pages:>5} {len(qs):>6} {en:>5} {len(qs) - en:>5}")
     oos = [r for r in rows if r.get("in_kb") is False]
-    for split in SPLITS:
+    for split in [s for s in SPLITS if any(r.get("split") == s for r in oos)]:
         part = [r for r in oos if r.get("split") == split]
         near = [r for r in part if r.get("near_miss")]
         lines.append(
@@ -238,11 +243,13 @@ def check_loader(path: Path) -> list[str]:
     return []
 
 
-def main(path: Path = QUESTIONS) -> int:
+def main(argv: list[str] | None = None) -> int:
+    holdout = "--holdout" in (sys.argv[1:] if argv is None else argv)
+    path = HOLDOUT if holdout else QUESTIONS
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    texts = page_texts(fetch_corpus(default_cache_dir()))
+    texts = page_texts(fetch_corpus(default_cache_dir(), SPLITS if holdout else MAIN_SPLITS))
     print(summary(rows))
-    problems = check(rows, texts) + check_loader(path)
+    problems = check(rows, texts, counts=not holdout) + check_loader(path)
     print()
     if problems:
         print(f"{len(problems)} problem(s):")

@@ -31,6 +31,7 @@ from crag.store import bm25_rank
 from crag.text import lexical_tokens
 
 QUESTIONS = Path(__file__).with_name("questions.jsonl")
+HOLDOUT = QUESTIONS.with_name("holdout.jsonl")  # the fresh held-out set: answers.py --split holdout
 MODES = ("dense", "lexical", "hybrid")
 FLOOR_WINDOW, FLOOR_STRIDE = 200, 150  # words
 
