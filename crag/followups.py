@@ -13,6 +13,12 @@ from crag.text import TOKEN, content_words, has_han, stem
 
 History = Sequence[tuple[str, str]]  # (role, text), role "user" | "assistant"
 
+READ_ON = "a follow-up: read with the words of the question it follows"
+NEW_QUESTION = (
+    "read with the question before it, no passage worth keeping names a word of this one: a new question, "
+    "not a follow-up"
+)
+
 _REPEATS = re.compile(r"(.{1,8}?)\1{3,}")
 
 
@@ -34,12 +40,25 @@ def rewrite_problem(rewrite: str, question: str, history: History) -> str:
 
 
 def conversation_query(question: str, history: History) -> str:
-    """The question plus the content words of the previous question that it does not repeat: a follow-up
-    ("And on Windows?", "那行距呢？") is retrieved in the context of what it follows, without a model."""
+    """The question, then the previous question as it was asked: a follow-up ("And on Windows?", "那行距呢？") is
+    retrieved in the context of what it follows, without a model. Whole, the previous question keeps what a list
+    of its content words loses: "R" in "How do I run R in batch mode?", and wording the embedder understands."""
     previous = next((text for role, text in reversed(history) if role == "user"), "")
-    own = set(content_words(question))
-    extra = [w for w in content_words(previous) if w not in own]
-    return f"{question} {' '.join(extra)}" if extra else question
+    return f"{question} {previous}" if previous.strip() and previous.strip() != question.strip() else question
+
+
+# A question that opens with "and" or "what about", or a Chinese one that opens with 那 or ends in 呢, leaves out what
+# it is about: it goes on from the question before, whatever a passage says to its few words alone.
+_ELLIPTICAL = re.compile(
+    r"^\s*(?:and|or|but|also|then|so|what about|how about|what if)\b"
+    r"|^\s*(?:那|那么|还有|另外|而且)|呢\s*[?？]?\s*$",
+    re.IGNORECASE,
+)
+
+
+def elliptical(question: str) -> bool:
+    """Whether a question goes on from the one before ("And on Windows?", "那行距呢？")."""
+    return _ELLIPTICAL.search(question) is not None
 
 
 # Words that ask for more of what came before ("Tell me more", "Can you explain?", "具体怎么做？", "还有呢？"): they
@@ -54,7 +73,7 @@ MORE_OF_THE_SAME = frozenset(
 )
 
 
-def adds_to(question: str, passage: str) -> bool:
+def adds_to(question: str, *passages: str) -> bool:
     """Whether a passage found for a question read with its conversation names one of the question's own words.
 
     A follow-up adds to what it follows ("And on Windows?", "那行距呢？"): the passage that answers it names
@@ -66,8 +85,29 @@ def adds_to(question: str, passage: str) -> bool:
     own = [word for word in content_words(question) if word not in MORE_OF_THE_SAME]
     if not own:
         return True
+    return any(_names(own, passage) for passage in passages)
+
+
+def reading(question: str, alone: float, answered: bool, graded: Sequence[tuple[float, str]], floor: float) -> str:
+    """How a question asked in a conversation is read, given the best grade of the passages for it ``alone``, whether
+    that ``answered`` it (Correct), and the (grade, passage) pairs for it read with the question before it:
+
+    - READ_ON, with the words of the question it follows, when it goes on from that question ("And on Windows?"),
+      or when it was not answered alone and they find a better passage;
+    - NEW_QUESTION, as asked, when the passages they find never name its own words (any passage worth keeping, for
+      a question that goes on; the best one otherwise): a new topic is not answered from the old one;
+    - "", as asked and nothing to say, when it was answered alone and does not go on from the question before.
+    """
+    goes_on = elliptical(question)
+    if not goes_on and (answered or max((g for g, _ in graded), default=-1.0) <= alone):
+        return ""
+    ranked = sorted(graded, key=lambda g: -g[0])[: None if goes_on else 1]
+    return READ_ON if adds_to(question, *(text for g, text in ranked if g >= floor)) else NEW_QUESTION
+
+
+def _names(words: Sequence[str], passage: str) -> bool:
     found = set(content_words(passage))
-    return any(_han_named(word, passage) if has_han(word) else word in found for word in own)
+    return any(_han_named(word, passage) if has_han(word) else word in found for word in words)
 
 
 def _han_named(word: str, passage: str) -> bool:

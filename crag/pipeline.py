@@ -27,7 +27,7 @@ from pydantic_ai.models import Model
 from crag import evidence, prompts
 from crag.config import Settings
 from crag.evaluator import Evaluator, LLMEvaluator, SimilarityEvaluator, Usage, cap_near_miss, check_terms
-from crag.followups import History, adds_to, conversation_query, rewrite_problem
+from crag.followups import READ_ON, History, conversation_query, elliptical, reading, rewrite_problem
 from crag.messages import model_failure_message, near_miss_note, no_answer_message
 from crag.models import BackendInfo, build_chat_model, resolve_backend
 from crag.refine import keep_closest, local_strips, refine, web_strips
@@ -44,9 +44,6 @@ STRIP_FLOOR = -0.2  # a strip below this is noise even when few strips exist
 CLOSEST_KEPT = 3  # Ambiguous with no strip above the floor: the closest passages shown, said to be such
 WEB_RESULTS = 5
 WEB_PAGES_FETCHED = 2
-NEW_QUESTION = (
-    "read with the question before it, its best passage names no word of this one: a new question, not a follow-up"
-)
 
 
 @dataclass(frozen=True)
@@ -85,6 +82,10 @@ class Evaluation:
     graded: tuple[ScoredChunk, ...]
     terms: TermCheck
     web_query: str = ""  # an LLM grader writes it on the way
+
+    @property
+    def best(self) -> float:
+        return max((g.score for g in self.graded), default=-1.0)
 
 
 @dataclass(frozen=True)
@@ -325,19 +326,19 @@ class AnswerStream:
             evaluator = p.evaluator(o.evaluator)
             evaluation = p.evaluate(question, self.question, hits, evaluator, o.upper_threshold, self.usage)
             action = decide_action([g.score for g in evaluation.graded], o.upper_threshold, o.lower_threshold)
-            if action is not Action.CORRECT and condensed.with_context not in ("", question):
-                # Not answered on its own: a follow-up ("And on Windows?") is read with what it follows.
+            # Not answered on its own, or going on from the question before ("And on Windows?": alone, its one word
+            # is Correct on any page that names Windows): a follow-up is read with what it follows.
+            follows = condensed.with_context not in ("", question)
+            if follows and (action is not Action.CORRECT or elliptical(self.question)):
                 again = p.evaluate(
                     condensed.with_context, self.question, hits, evaluator, o.upper_threshold, self.usage
                 )
-                best = max(again.graded, key=lambda g: g.score, default=None)
-                if best and best.score > max((g.score for g in evaluation.graded), default=-1):
-                    if not adds_to(self.question, index_text(best.chunk)):
-                        self.notes.append(NEW_QUESTION)
-                    else:
-                        question, evaluation = condensed.with_context, again
-                        action = decide_action([g.score for g in again.graded], o.upper_threshold, o.lower_threshold)
-                        self.notes.append("a follow-up: read with the words of the question it follows")
+                graded = [(g.score, index_text(g.chunk)) for g in again.graded]
+                if note := reading(self.question, evaluation.best, action is Action.CORRECT, graded, o.lower_threshold):
+                    self.notes.append(note)
+                if note == READ_ON:
+                    question, evaluation = condensed.with_context, again
+                    action = decide_action([g.score for g in again.graded], o.upper_threshold, o.lower_threshold)
         if evaluation.terms.missing:
             self.notes.append(near_miss_note(evaluation.terms, [h.anchor for h in hits if h.anchor]))
 

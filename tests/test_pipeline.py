@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-
 import pytest
 from pydantic_ai.models.function import FunctionModel
 
 from crag.config import load_settings
-from crag.evaluator import Evaluator, Grade, Grading, Usage
 from crag.pipeline import decide_action
 from crag.text import BadQuestion, quote
 from crag.types import Action, AnswerKind, WebResult, cited
@@ -264,94 +260,6 @@ def test_injection_in_a_web_page_is_dropped(settings) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Follow-ups
-
-
-def test_an_embedded_follow_up_uses_the_conversation_without_a_model(settings) -> None:
-    """A tiny model once "condensed" a Chinese follow-up into 1.1.1.1…; now no model is asked."""
-    model = ScriptedModel(structured={"Standalone": {"question": "1.1.1.1.1.1.1.1"}})
-    p = pipeline(settings, [chunk(ZH_MEMORY)], [0.9], model, backend="embedded")
-    history = [("user", "小部件需要几个处理器核心？"), ("assistant", "“小部件需要两个处理器核心。” [1]")]
-    answer = p.ask("那内存呢？", history=history)
-    assert model.prompts == []
-    assert p.retriever.asked[0] == "那内存呢？" and "处理器" in p.retriever.asked[1] and "部件" in p.retriever.asked[1]
-    assert answer.action is Action.CORRECT and "内存需要八百兆" in answer.text
-    assert "1.1.1" not in answer.trace.standalone_question
-
-
-ZH_MEMORY = "小部件需要两个处理器核心。小部件的内存需要八百兆。"
-
-
-@dataclass
-class KeyedEvaluator(Evaluator):
-    """Grades high only a question that holds ``word``: the passages answer the question they were found for."""
-
-    word: str
-    name: str = "keyed"
-
-    def grade(self, question: str, texts: Sequence[str], usage: Usage | None = None) -> Grading:
-        return Grading([Grade(0.9 if self.word in question else -0.95, self.name) for _ in texts])
-
-
-@pytest.mark.parametrize(
-    ("question", "action", "follow_up"),
-    [("And how much memory?", Action.CORRECT, True), ("What is the capital of Australia?", Action.INCORRECT, False)],
-)
-def test_a_new_question_is_not_answered_with_the_words_of_the_one_before(settings, question, action, follow_up) -> None:
-    """Read with the previous question's words, the widget manual matches any question; only a follow-up whose
-    own words the passage names ("memory") is answered from it. A new topic gets "not in your documents"."""
-    p = pipeline(settings, [chunk(DOC)], [], evaluator=KeyedEvaluator("processor"), backend="embedded")
-    history = [("user", "How many processor cores does the widget need?"), ("assistant", "“…two…” [1]")]
-    answer = p.ask(question, history=history, web=False)
-    assert answer.action is action
-    assert ("eight hundred megabytes" in answer.text) is follow_up
-    assert any("a new question, not a follow-up" in note for note in answer.trace.notes) is not follow_up
-
-
-@pytest.mark.parametrize(
-    ("question", "passage", "adds"),
-    [
-        ("那行距呢？", "37 如何设置双倍或者更大的行间距？使用命令\\renewcommand", True),
-        ("And on Windows?", "On Windows, use the installer.", True),
-        ("Why?", "Anything at all.", True),
-        ("Can you explain that in more detail?", "The widget needs two cores.", True),
-        ("具体怎么做？还有其他例子吗？", "The widget needs two cores.", True),
-        ("还有别的办法吗？", "The widget needs two cores.", True),
-        ("What is the capital of Australia?", "使用 graphicx 宏包插入图形。", False),
-        ("怎么做红烧肉？", "Function read.spss reads SPSS files.", False),
-    ],
-)
-def test_a_follow_up_is_one_whose_own_words_the_passage_names(question: str, passage: str, adds: bool) -> None:
-    from crag.followups import adds_to
-
-    assert adds_to(question, passage) is adds
-
-
-@pytest.mark.parametrize(
-    ("rewrite", "why"),
-    [("1.1.1.1.1.1.1.1.1.1", "repeats itself"), ("", ""), ("What is the weather in Paris?", "shares no word")],
-)
-def test_a_junk_rewrite_is_rejected_and_the_question_used_as_asked(settings, rewrite: str, why: str) -> None:
-    model = ScriptedModel(answer="It needs 800 MB [1].", structured={"Standalone": {"question": rewrite}})
-    p = pipeline(settings, [chunk(DOC)], [0.9], model)
-    answer = p.ask("And memory?", history=[("user", "How many cores does the widget need?"), ("assistant", "Two.")])
-    assert p.retriever.asked[0] == "And memory?"
-    assert answer.trace.standalone_question.startswith("And memory?")
-    if why:
-        assert any("was rejected" in note and why in note and "used as asked" in note for note in answer.trace.notes)
-
-
-def test_rewrite_problems() -> None:
-    from crag.followups import rewrite_problem
-
-    history = [("user", "How do I install R on Linux?")]
-    assert rewrite_problem("How do I install R on Windows?", "And on Windows?", history) == ""
-    assert rewrite_problem("怎么在 Windows 上安装 R？", "那 Windows 呢？", history) == ""
-    assert rewrite_problem("!!! ???", "And on Windows?", history) == "it has no words"
-    assert rewrite_problem("the the the the the the the", "And on Windows?", history) == "it repeats itself"
-
-
-# ---------------------------------------------------------------------------------------------
 # Messages that say what really happened
 
 
@@ -376,17 +284,6 @@ def test_no_strip_and_no_web_says_so_rather_than_blaming_the_web(settings) -> No
         "Your documents have passages on this topic, but no sentence in them answers the question closely. "
         "Web search is off."
     )
-
-
-def test_a_new_question_after_a_conversation_is_read_as_asked(settings) -> None:
-    """The conversation's words only help a question that is not answered on its own."""
-    p = pipeline(settings, [chunk(ZH_MEMORY), chunk(DOC, n=1)], [], backend="embedded", evaluator=None)
-    p.evaluators["similarity"] = p.scorer
-    history = [("user", "How many processor cores does the widget need?"), ("assistant", "“Two.” [1]")]
-    answer = p.ask("小部件需要几个处理器核心？", history=history)
-    assert answer.action is Action.CORRECT
-    assert answer.trace.standalone_question == "小部件需要几个处理器核心？"
-    assert "小部件需要两个处理器核心" in answer.text
 
 
 def test_a_name_the_first_search_missed_is_searched_for_again(settings) -> None:
