@@ -20,7 +20,7 @@ from pydantic import TypeAdapter
 
 from crag.errors import CragError
 from crag.text import pages_label
-from crag.types import Answer
+from crag.types import NOT_WRITTEN, Answer
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -193,7 +193,9 @@ def answer_markdown(question: str, answer: Answer) -> str:
             where = f"{s.file}, {pages_label(s.pages)}" if s.kind == "local" else f"{s.title or s.url} <{s.url}>"
             lines.append(f"[{s.n}] {where}: “{s.snippet}”")
         lines.append("")
-    made = [answer.kind.value, answer.backend, answer.model]
+    made = (
+        [NOT_WRITTEN[answer.kind]] if answer.kind in NOT_WRITTEN else [answer.kind.value, answer.backend, answer.model]
+    )
     if answer.action is not None:
         made.insert(0, f"CRAG action: {answer.action.value}")
     lines.append(f"*{' · '.join(made)}*")

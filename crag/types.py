@@ -168,6 +168,13 @@ class AnswerKind(StrEnum):
     NO_ANSWER = "no_answer"  # no usable knowledge: a fixed message says so and why
 
 
+# What an answer that no model wrote says of itself, on the page and in an export.
+NOT_WRITTEN = {
+    AnswerKind.EVIDENCE: "quoted from the sources: no model wrote this",
+    AnswerKind.NO_ANSWER: "no usable knowledge: no model was asked to improvise",
+}
+
+
 CITATION = re.compile(r"\[(\d+(?:\s*[,，]\s*\d+)*)\]")
 
 

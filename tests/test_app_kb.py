@@ -296,7 +296,7 @@ def test_an_interrupted_answer_keeps_what_was_said(monkeypatch: pytest.MonkeyPat
     messages = saved(files)
     assert [m.role for m in messages] == ["user", "assistant"]
     assert messages[1].content.startswith("The widget needs") and not messages[1].complete
-    assert "Stopped before the end" in at.chat_message[1].error[0].value
+    assert "stopped before its end" in at.chat_message[1].error[0].value
 
 
 def test_the_highlight_follows_the_chunks_that_were_used() -> None:

@@ -170,6 +170,21 @@ def test_render_highlight_close_up_crops_to_the_passage(tmp_path: Path) -> None:
     assert yellow_share(png) > 0.3
 
 
+def test_render_highlight_marks_only_the_paragraphs_the_answer_quotes(tmp_path: Path) -> None:
+    """Seen in the app: a passage of several paragraphs was highlighted whole, though the answer quoted one."""
+    doc = pymupdf.open()
+    page = doc.new_page(width=595, height=842)
+    page.insert_text((72, 100), "Packages may be distributed in source form.", fontsize=11)
+    page.insert_text((72, 500), "Use the environment variable R_LIBS_USER for a personal library.", fontsize=11)
+    doc.save(tmp_path / "p.pdf")
+    boxes = [(1, 70.0, 85.0, 400.0, 105.0), (1, 70.0, 485.0, 460.0, 505.0)]
+    quote = "Use the environment variable R_LIBS_USER for a personal library."
+    png = render_highlight(tmp_path / "p.pdf", 1, boxes, dpi=72, quoted=[quote])
+    assert yellow_share(png, (0, 0.5, 1, 1)) > 0 and yellow_share(png, (0, 0, 1, 0.4)) == 0
+    unquoted = render_highlight(tmp_path / "p.pdf", 1, boxes, dpi=72, quoted=["A sentence from no page at all."])
+    assert yellow_share(unquoted, (0, 0, 1, 0.4)) > 0, "no region holds the quote: every region is highlighted"
+
+
 def test_render_highlight_on_a_rotated_page(tmp_path: Path) -> None:
     doc = pymupdf.open()
     page = doc.new_page(width=595, height=842)
@@ -259,3 +274,28 @@ def test_an_evidence_answer_shows_quotes_as_block_quotes_after_their_faq_questio
         "> “\\*Plain\\* text\\.” \\[2\\]",
         "> *37 如何使用“甲”命令？* “Is it? “Yes” it is\\.” \\[3\\]",
     ], "a question that quotes words itself stays whole, and a quote holding a question stays a quote"
+
+
+def test_a_web_address_in_a_quote_links_to_that_address_without_the_closing_punctuation() -> None:
+    """Seen in the app: "…from http://binaries.html-tidy.org/.”" linked to ".../.%E2%80%9D"."""
+    from ui.text import evidence_markdown
+
+    text = "From your documents:\n“It can be installed from http://binaries.html-tidy.org/.” [1]"
+    assert evidence_markdown(text).split("\n\n")[1] == (
+        "> “It can be installed from <http://binaries.html-tidy.org/>\\.” \\[1\\]"
+    )
+
+
+def test_a_failed_file_is_named_once() -> None:
+    from ui.text import file_reason
+
+    assert file_reason("broken.pdf", "broken.pdf: corrupt or truncated PDF.") == "corrupt or truncated PDF."
+    assert file_reason("a.pdf", "") == "failed"
+
+
+def test_an_answer_cut_off_by_a_reload_says_so_in_the_question_language() -> None:
+    """Seen in the app: a Chinese question reloaded mid-answer showed an English message, worded two ways."""
+    from ui.text import stopped
+
+    assert stopped("tlmgr 如何安装单个宏包？").startswith("这个回答没有完成")
+    assert stopped("How do I install a package?").endswith("ask again.")

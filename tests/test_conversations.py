@@ -91,7 +91,8 @@ def test_an_answer_exports_as_markdown_with_its_sources() -> None:
     text = answer_markdown("How many cores?", answer())
     assert text.startswith("## How many cores?\n\n“The widget needs two cores.” [1]")
     assert "### Sources" in text and "[1] manual.pdf, page 1: “The widget needs two cores.”" in text
-    assert "CRAG action: correct · evidence · embedded · SmolLM2" in text
+    assert "*CRAG action: correct · quoted from the sources: no model wrote this*" in text
+    assert "SmolLM2" not in text, "the embedded model wrote none of it (seen in an export)"
     uncited = answer_markdown("How many cores?", Answer("Two.", "ollama", "qwen3", answer().sources))
     assert "### Given to the model, not cited" in uncited
 

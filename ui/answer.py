@@ -15,8 +15,9 @@ import streamlit as st
 
 from crag.conversations import answer_markdown
 from crag.errors import CragError
+from crag.evidence import quoted_lines
 from crag.text import pages_label
-from crag.types import Answer, AnswerKind, Source, Trace
+from crag.types import NOT_WRITTEN, Answer, AnswerKind, Source, Trace
 from crag.websearch import OFF_REASON
 from ui.text import ACTIONS, action_reason, evidence_markdown, md_escape, no_images, shorten
 
@@ -60,15 +61,9 @@ def render(answer: Answer, question: str, files_dir: Path, key: int) -> None:
     )
 
 
-KIND_LABELS = {
-    AnswerKind.EVIDENCE: "quoted from the sources: no model wrote this",
-    AnswerKind.NO_ANSWER: "no usable knowledge: no model was asked to improvise",
-}
-
-
 def caption(answer: Answer) -> str:
-    if answer.kind in KIND_LABELS:
-        parts = [KIND_LABELS[answer.kind]]
+    if answer.kind in NOT_WRITTEN:
+        parts = [NOT_WRITTEN[answer.kind]]
     else:
         parts = [f"written by {md_escape(answer.backend)} · {md_escape(answer.model)}"]
     if answer.trace is not None:
@@ -296,7 +291,7 @@ def sources_panel(answer: Answer, files_dir: Path, key: int) -> None:
         for source in shown:
             with st.container(border=True):
                 if source.kind == "local":
-                    local_source(source, passage_boxes(source, answer.trace), files_dir)
+                    local_source(source, passage_boxes(source, answer.trace), quoted_from(source, answer), files_dir)
                 else:
                     web_source(source)
         others = [f"[{s.n}]" for s in answer.sources if s not in shown]
@@ -332,7 +327,15 @@ def passage_boxes(source: Source, trace: Trace | None) -> tuple:
     return tuple(dict.fromkeys(boxes)) or source.bboxes
 
 
-def local_source(source: Source, boxes: tuple, files_dir: Path) -> None:
+def quoted_from(source: Source, answer: Answer) -> tuple[str, ...]:
+    """What the answer took from this source, to highlight: its quotes, or the strips a model was given."""
+    if answer.kind is AnswerKind.EVIDENCE:
+        return tuple(line["quote"] for line in quoted_lines(answer.text) if int(line["n"]) == source.n)
+    strips = answer.trace.strips if answer.trace is not None else ()
+    return tuple(s.text for s in strips if s.kept and s.kind == "local" and s.chunk_id in source.chunk_ids)
+
+
+def local_source(source: Source, boxes: tuple, quoted: tuple[str, ...], files_dir: Path) -> None:
     text, image = st.columns([2, 3], gap="medium")
     with text:
         where = f"{md_escape(source.file)} · {pages_label(source.pages)}"
@@ -340,13 +343,13 @@ def local_source(source: Source, boxes: tuple, files_dir: Path) -> None:
         st.text(source.snippet)
     with image:
         for page in source.pages[:2]:
-            close_up, problem = page_image(files_dir, source.file, page, boxes, around=CLOSE_UP_MARGIN)
+            close_up, problem = page_image(files_dir, source.file, page, boxes, quoted, around=CLOSE_UP_MARGIN)
             if close_up is None:
                 st.caption(md_escape(problem))
                 continue
             st.image(close_up, caption=f"{pages_label([page])}, the passage highlighted", width="stretch")
             with st.popover(f"Whole {pages_label([page])}", icon=":material/fullscreen:"):
-                whole, problem = page_image(files_dir, source.file, page, boxes)
+                whole, problem = page_image(files_dir, source.file, page, boxes, quoted)
                 if whole is not None:
                     st.image(whole, width=620)
                 else:
@@ -366,7 +369,7 @@ def web_source(source: Source) -> None:
 
 
 def page_image(
-    files_dir: Path, file: str, page: int, bboxes: tuple, around: float | None = None
+    files_dir: Path, file: str, page: int, bboxes: tuple, quoted: tuple[str, ...] = (), around: float | None = None
 ) -> tuple[bytes | None, str]:
     """The page as PNG with the passage highlighted, or None and why not."""
     root = files_dir.resolve()
@@ -378,7 +381,7 @@ def page_image(
     except OSError:
         return None, f"Page image unavailable: {file} is no longer in the files folder."
     try:
-        return _render(str(path), mtime, page, tuple(tuple(b) for b in bboxes), around), ""
+        return _render(str(path), mtime, page, tuple(tuple(b) for b in bboxes), around, quoted), ""
     except CragError as exc:
         return None, f"Page image unavailable: {exc}"
     except Exception as exc:  # noqa: BLE001 - a page image is a nicety; the answer stands without it
@@ -386,7 +389,7 @@ def page_image(
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def _render(path: str, mtime: int, page: int, bboxes: tuple, around: float | None) -> bytes:
+def _render(path: str, mtime: int, page: int, bboxes: tuple, around: float | None, quoted: tuple[str, ...]) -> bytes:
     from crag.ingest.pymupdf import render_highlight  # PyMuPDF loads only when a page is shown
 
-    return render_highlight(Path(path), page, bboxes, dpi=110, around=around)
+    return render_highlight(Path(path), page, bboxes, dpi=110, around=around, quoted=quoted)

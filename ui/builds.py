@@ -13,7 +13,7 @@ from crag.config import Settings
 from crag.errors import CragError
 from crag.jobs import Job
 from ui import state
-from ui.text import build_summary, md_escape, no_images, progress_text
+from ui.text import build_summary, file_reason, md_escape, no_images, progress_text
 
 REFRESH_RUNNING = 1.0  # seconds between two looks at a running build
 REFRESH_IDLE = 5.0  # between two looks for a build another session started
@@ -100,4 +100,4 @@ def outcome(job: Job) -> None:
         summary = build_summary((f.status for f in report.files), report.total_chunks, report.seconds)
         (st.warning if failed else st.success)(f"{what}: {summary}.", icon="⚠️" if failed else "✅")
         for f in failed:
-            st.error(f"**{md_escape(f.file)}** was not indexed: {no_images(f.error)}")
+            st.error(f"**{md_escape(f.file)}** was not indexed: {file_reason(f.file, f.error)}")

@@ -20,7 +20,7 @@ from crag.text import clean_question
 from crag.types import AnswerKind
 from ui import answer as answer_ui
 from ui import state
-from ui.text import md_escape, safe_stream, stage_label
+from ui.text import md_escape, safe_stream, stage_label, stopped
 
 SAVE_EVERY = 1.0  # seconds between two saves of an answer that is streaming
 
@@ -65,7 +65,7 @@ def replay(message: Message, question: str, settings: Settings) -> None:
         if message.answer is not None:
             answer_ui.render(message.answer, question, settings.files_dir, key=message.id)
         elif not message.complete:
-            st.error(message.error or "This answer stopped before its end: ask again.")
+            st.error(message.error or stopped(question))
 
 
 def ask(
@@ -139,7 +139,7 @@ def ask(
             # BaseException): the model's stream ends now, and what was said so far is kept, marked incomplete.
             stream.close()
             if not stored:
-                store.update(reply, stream.text, None, complete=False, error="Stopped before the end of the answer.")
+                store.update(reply, stream.text, None, complete=False, error=stopped(question))
 
 
 def saving(stream: crag.pipeline.AnswerStream, store: Conversations, reply: int) -> Iterator[str]:

@@ -21,7 +21,7 @@ def main() -> None:
     st.title(f"📚 {TITLE}", anchor=False)
     st.caption(
         "Answers come from the PDFs in your knowledge base, checked with Corrective RAG: retrieved passages are "
-        "graded, weak retrieval is corrected with a web search, and every answer shows how it was made."
+        "graded, weak retrieval is corrected with a web search when that is on, and every answer shows how it was made."
     )
     try:
         base = state.load_base_settings()

@@ -15,9 +15,9 @@ from ui import builds, state
 from ui.text import (
     FILE_STATUS,
     built_at,
+    file_reason,
     human_bytes,
     md_escape,
-    no_images,
 )
 
 ANSWER_MODES = {
@@ -97,7 +97,7 @@ def files_list(kb: state.KnowledgeBase) -> None:
         )
         for f in kb.files:
             if f.status == "failed":
-                st.error(f"**{md_escape(f.file)}**: {no_images(f.error or 'failed')}")
+                st.error(f"**{md_escape(f.file)}**: {file_reason(f.file, f.error or '')}")
 
 
 def upload(settings: Settings) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from crag.evidence import LINE
+from crag.text import language
 from crag.types import Action, Progress, TermCheck
 
 # Every ASCII punctuation character may be backslash-escaped in CommonMark, and Streamlit's extra
@@ -26,9 +27,39 @@ def md_escape(text: str) -> str:
     return MD_SPECIAL.sub(r"\\\1", " ".join(text.split()))
 
 
+# A web address in a quote, without the punctuation that ends its sentence or closes the quote: left to Markdown,
+# "from http://binaries.html-tidy.org/.”" links to "http://binaries.html-tidy.org/.%E2%80%9D".
+URL = re.compile(r"https?://[^\s<>“”\"'‘’]*[^\s<>“”\"'‘’.,;:!?)\]]")
+
+
+def md_linked(text: str) -> str:
+    """``md_escape``, with each web address a link to exactly that address."""
+    text, out, last = " ".join(text.split()), [], 0
+    for found in URL.finditer(text):
+        out += [MD_SPECIAL.sub(r"\\\1", text[last : found.start()]), f"<{found.group()}>"]
+        last = found.end()
+    return "".join([*out, MD_SPECIAL.sub(r"\\\1", text[last:])])
+
+
 def no_images(markdown: str) -> str:
     """Markdown with image syntax turned into plain text: ``![x](url)`` shows as ``![x](url)``."""
     return markdown.replace("![", "!\\[")
+
+
+def file_reason(file: str, error: str) -> str:
+    """Why a file failed, to show after its name: the message itself opens with the name, said once is enough."""
+    return no_images(error.removeprefix(f"{file}: ") or "failed")
+
+
+STOPPED = {
+    "en": "This answer stopped before its end (a reload or another click interrupted it): ask again.",
+    "zh": "这个回答没有完成（页面刷新或其他点击打断了它）：请再问一次。",
+}
+
+
+def stopped(question: str) -> str:
+    """What an answer cut off by a reload or a click says, in the question's language."""
+    return STOPPED[language(question)]
 
 
 def evidence_markdown(text: str) -> str:
@@ -40,7 +71,7 @@ def evidence_markdown(text: str) -> str:
         if found := LINE.match(line.strip()):
             asked = f"*{md_escape(found['asked'])}* " if found["asked"] else ""
             quote = "“" + found["quote"] + f"” [{found['n']}]"
-            out.append(f"> {asked}{md_escape(quote)}")
+            out.append(f"> {asked}{md_linked(quote)}")
         else:
             out.append(f"**{md_escape(line)}**")
     return "\n\n".join(out)
@@ -86,13 +117,13 @@ ACTIONS = {
         "Ambiguous",
         "orange",
         ":material/help:",
-        "The documents were not convincing: the answer uses them, with a web search when one can be made.",
+        "The documents were not convincing: the answer uses what matched best in them, and the web when search is on.",
     ),
     Action.INCORRECT: ActionStyle(
         "Incorrect",
         "red",
         ":material/cancel:",
-        "The retrieved passages did not match: they were dropped, and a web search was the only source left.",
+        "The retrieved passages did not match, so none is used: only a web search can answer, when web search is on.",
     ),
 }
 

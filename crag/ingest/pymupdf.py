@@ -23,7 +23,7 @@ from pymupdf4llm.helpers import document_layout
 
 from crag.config import cpu_threads
 from crag.ingest.base import OnBlocks, PageProgress, Parser, PDFError
-from crag.text import NOTE_MARK, join_lines, strip_invisible
+from crag.text import NOTE_MARK, join_lines, split_sentences, strip_invisible
 from crag.types import Block, ParsedPDF
 
 if TYPE_CHECKING:  # ocr.py builds on this module, so the parser only receives a PageOCR
@@ -119,7 +119,7 @@ def open_pdf(path: Path, max_pages: int | None = None) -> Iterator[pymupdf.Docum
                 f"{path.name}: password-protected. Save an unprotected copy (e.g. `qpdf --decrypt`) and rebuild."
             )
         if doc.page_count == 0:
-            raise PDFError(f"{path.name}: the PDF has no pages.")
+            raise PDFError(f"{path.name}: no pages could be read: truncated or damaged. Re-download or re-export it.")
         if max_pages is not None and doc.page_count > max_pages:
             raise PDFError(
                 f"{path.name}: {doc.page_count} pages, over the limit of {max_pages} (CRAG_MAX_PAGES). "
@@ -156,6 +156,7 @@ def render_highlight(
     dpi: int = 110,
     pad: float = 2.0,
     around: float | None = None,
+    quoted: Sequence[str] = (),
 ) -> bytes:
     """A page (1-based) as PNG bytes, with translucent highlights over the given regions.
 
@@ -166,18 +167,22 @@ def render_highlight(
 
     ``around`` (points) crops the image to the highlights with that much margin on every side:
     a readable close-up. Without highlights it has no effect.
+
+    ``quoted``: the sentences an answer quotes from these regions. Only the regions that hold some of them are
+    highlighted (all of them when none does): a passage is several paragraphs, and an answer quotes one or two.
     """
     with open_pdf(path) as doc:
         if not 1 <= page <= doc.page_count:
             raise PDFError(f"{path.name}: has no page {page} (it has {doc.page_count}). Rebuild the knowledge base.")
         pdf_page = doc[page - 1]
+        rects = [
+            pymupdf.Rect(*box[1:]) + (-pad, -pad, pad, pad) for box in bboxes if len(box) == 5 and int(box[0]) == page
+        ]
+        rects = [r for r in rects if not r.is_empty and not r.is_infinite]
+        marks = [_squashed(s) for text in quoted for s in split_sentences(text)]
+        holding = [r for r in rects if _holds(_squashed(pdf_page.get_textbox(r)), [m for m in marks if len(m) >= 8])]
         drawn = pymupdf.Rect()  # empty; grows to cover every highlight
-        for box in bboxes:
-            if len(box) != 5 or int(box[0]) != page:
-                continue
-            rect = pymupdf.Rect(*box[1:]) + (-pad, -pad, pad, pad)
-            if rect.is_empty or rect.is_infinite:
-                continue
+        for rect in holding or rects:
             pdf_page.draw_rect(
                 rect, color=HIGHLIGHT_EDGE, fill=HIGHLIGHT_FILL, width=0.8, fill_opacity=0.3, stroke_opacity=0.9
             )
@@ -188,6 +193,16 @@ def render_highlight(
             band = drawn * pdf_page.rotation_matrix
             clip = (band + (-around, -around, around, around)) & pdf_page.rect
         return pdf_page.get_pixmap(dpi=dpi, alpha=False, clip=clip).tobytes("png")
+
+
+def _squashed(text: str) -> str:
+    """Text to compare a quote with a page's: no spaces, no Markdown marks, ligatures undone."""
+    return re.sub(r"[\s*|#`]+", "", unicodedata.normalize("NFKC", text))
+
+
+def _holds(region: str, quoted: Sequence[str], probe: int = 20) -> bool:
+    """Whether a region's text holds part of a quoted sentence: the sentence's start or end, or the region whole."""
+    return len(region) >= 8 and any(q[:probe] in region or q[-probe:] in region or region[:probe] in q for q in quoted)
 
 
 def clean(text: str) -> str:
