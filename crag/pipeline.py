@@ -87,6 +87,12 @@ class Evaluation:
     def best(self) -> float:
         return max((g.score for g in self.graded), default=-1.0)
 
+    def mean(self, other: Evaluation) -> Evaluation:
+        """Each passage graded as the mean of two readings of a follow-up: alone, by what it adds ("删除" in
+        "那怎么删除呢？"), and with the question it goes on from (installing a package with tlmgr)."""
+        scores = [round((a.score + b.score) / 2, 4) for a, b in zip(self.graded, other.graded, strict=True)]
+        return replace(other, graded=tuple(replace(g, score=s) for g, s in zip(other.graded, scores, strict=True)))
+
 
 @dataclass(frozen=True)
 class WebKnowledge:
@@ -328,16 +334,16 @@ class AnswerStream:
             action = decide_action([g.score for g in evaluation.graded], o.upper_threshold, o.lower_threshold)
             # Not answered on its own, or going on from the question before ("And on Windows?": alone, its one word
             # is Correct on any page that names Windows): a follow-up is read with what it follows.
-            follows = condensed.with_context not in ("", question)
-            if follows and (action is not Action.CORRECT or elliptical(self.question)):
-                again = p.evaluate(
-                    condensed.with_context, self.question, hits, evaluator, o.upper_threshold, self.usage
-                )
+            context = condensed.with_context
+            if context not in ("", question) and (action is not Action.CORRECT or elliptical(self.question)):
+                again = p.evaluate(context, self.question, hits, evaluator, o.upper_threshold, self.usage)
+                if elliptical(self.question):  # graded on both: what it adds, and what it goes on from
+                    again = evaluation.mean(again)
                 graded = [(g.score, index_text(g.chunk)) for g in again.graded]
                 if note := reading(self.question, evaluation.best, action is Action.CORRECT, graded, o.lower_threshold):
                     self.notes.append(note)
                 if note == READ_ON:
-                    question, evaluation = condensed.with_context, again
+                    question, evaluation = context, again
                     action = decide_action([g.score for g in again.graded], o.upper_threshold, o.lower_threshold)
         if evaluation.terms.missing:
             self.notes.append(near_miss_note(evaluation.terms, [h.anchor for h in hits if h.anchor]))
@@ -374,11 +380,8 @@ class AnswerStream:
                 quoted = evidence.evidence_answer(strips, sources, language(self.question), action)
                 kind = AnswerKind.EVIDENCE if quoted else AnswerKind.NO_ANSWER
             if kind is AnswerKind.NO_ANSWER:
-                yield self._emit(
-                    no_answer_message(
-                        self.question, action, evaluation.terms, web.query, web.error, o.web, bool(evaluation.graded)
-                    )
-                )
+                terms, graded = evaluation.terms, bool(evaluation.graded)
+                yield self._emit(no_answer_message(self.question, action, terms, web.query, web.error, o.web, graded))
             elif kind is AnswerKind.EVIDENCE:
                 yield self._emit(quoted)
             else:

@@ -48,7 +48,10 @@ class KeyedEvaluator(Evaluator):
 
 @pytest.mark.parametrize(
     ("question", "action", "follow_up"),
-    [("And how much memory?", Action.CORRECT, True), ("What is the capital of Australia?", Action.INCORRECT, False)],
+    [
+        ("How much memory does it need?", Action.CORRECT, True),
+        ("What is the capital of Australia?", Action.INCORRECT, False),
+    ],
 )
 def test_a_new_question_is_not_answered_with_the_words_of_the_one_before(settings, question, action, follow_up) -> None:
     """Read with the previous question's words, the widget manual matches any question; only a follow-up whose
@@ -63,15 +66,15 @@ def test_a_new_question_is_not_answered_with_the_words_of_the_one_before(setting
 
 @dataclass
 class FollowUpEvaluator(Evaluator):
-    """A changelog line that names Windows matches "And on Windows?" alone fairly well, and the question read with
-    the one before it badly; the passage on running R in batch mode under Windows matches only the latter."""
+    """A changelog line that names Windows matches "And on Windows?" alone a little better than the passage on
+    running R in batch mode under Windows does; read with the question before it, only that passage matches."""
 
     name: str = "follow-up"
 
     def grade(self, question: str, texts: Sequence[str], usage: Usage | None = None) -> Grading:
         def one(text: str) -> float:
             if "Windows" in text and "batch" in text:
-                return 0.95 if "batch" in question else -0.9
+                return 0.95 if "batch" in question else 0.4
             return 0.7 if "Windows" in text and "batch" not in question else -0.9
 
         return Grading([Grade(one(t), self.name) for t in texts])
@@ -160,3 +163,30 @@ def test_a_new_question_after_a_conversation_is_read_as_asked(settings) -> None:
     assert answer.action is Action.CORRECT
     assert answer.trace.standalone_question == "小部件需要几个处理器核心？"
     assert "小部件需要两个处理器核心" in answer.text
+
+
+@dataclass
+class TwoReadingsEvaluator(Evaluator):
+    """Alone, "那怎么删除呢？" matches the passage on removing; read with the question before it, the passage on
+    installing matches better."""
+
+    name: str = "two-readings"
+
+    def grade(self, question: str, texts: Sequence[str], usage: Usage | None = None) -> Grading:
+        def one(text: str) -> float:
+            if "remove" in text:
+                return 0.3 if "安装" in question else 0.8
+            return 0.9 if "安装" in question else -0.5
+
+        return Grading([Grade(one(t), self.name) for t in texts])
+
+
+def test_a_follow_up_that_goes_on_is_graded_on_what_it_adds_as_well_as_on_what_it_follows(settings) -> None:
+    install = chunk("tlmgr install 安装单个宏包。", n=0)
+    remove = chunk("tlmgr remove 删除一个宏包。", n=1)
+    p = pipeline(settings, [install, remove], [], evaluator=TwoReadingsEvaluator(), backend="embedded")
+    history = [("user", "tlmgr 怎么安装单个宏包？"), ("assistant", "“tlmgr install 安装单个宏包。” [1]")]
+    answer = p.ask("那怎么删除呢？", history=history, web=False)
+    assert answer.action is Action.CORRECT
+    assert "tlmgr remove" in answer.text
+    assert [round(g.score, 2) for g in answer.trace.retrieved] == [0.2, 0.55]
