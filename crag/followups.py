@@ -15,8 +15,7 @@ History = Sequence[tuple[str, str]]  # (role, text), role "user" | "assistant"
 
 READ_ON = "a follow-up: read with the words of the question it follows"
 NEW_QUESTION = (
-    "read with the question before it, no passage worth keeping names a word of this one: a new question, "
-    "not a follow-up"
+    "read with the question before it, what it finds names no word of this one: a new question, not a follow-up"
 )
 
 _REPEATS = re.compile(r"(.{1,8}?)\1{3,}")
