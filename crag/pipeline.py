@@ -332,12 +332,12 @@ class AnswerStream:
             evaluator = p.evaluator(o.evaluator)
             evaluation = p.evaluate(question, self.question, hits, evaluator, o.upper_threshold, self.usage)
             action = decide_action([g.score for g in evaluation.graded], o.upper_threshold, o.lower_threshold)
-            # Not answered on its own, or going on from the question before ("And on Windows?": alone, its one word
-            # is Correct on any page that names Windows): a follow-up is read with what it follows.
-            context = condensed.with_context
-            if context not in ("", question) and (action is not Action.CORRECT or elliptical(self.question)):
+            # Not answered on its own, or going on from the question before ("And on Windows?" alone is Correct on
+            # any page that names Windows): a follow-up is read with what it follows.
+            context, goes_on = condensed.with_context, elliptical(self.question)
+            if context not in ("", question) and (action is not Action.CORRECT or goes_on):
                 again = p.evaluate(context, self.question, hits, evaluator, o.upper_threshold, self.usage)
-                if elliptical(self.question):  # graded on both: what it adds, and what it goes on from
+                if goes_on:  # graded on both: what it adds, and what it goes on from
                     again = evaluation.mean(again)
                 graded = [(g.score, index_text(g.chunk)) for g in again.graded]
                 if note := reading(self.question, evaluation.best, action is Action.CORRECT, graded, o.lower_threshold):

@@ -179,8 +179,8 @@ def render_highlight(
             pymupdf.Rect(*box[1:]) + (-pad, -pad, pad, pad) for box in bboxes if len(box) == 5 and int(box[0]) == page
         ]
         rects = [r for r in rects if not r.is_empty and not r.is_infinite]
-        marks = [_squashed(s) for text in quoted for s in split_sentences(text)]
-        holding = [r for r in rects if _holds(_squashed(pdf_page.get_textbox(r)), [m for m in marks if len(m) >= 8])]
+        marks = [m for text in quoted for s in split_sentences(text) if len(m := _squashed(s)) >= 8]
+        holding = [r for r in rects if _holds(_squashed(pdf_page.get_textbox(r)), marks)]
         drawn = pymupdf.Rect()  # empty; grows to cover every highlight
         for rect in holding or rects:
             pdf_page.draw_rect(
