@@ -4,7 +4,7 @@
     retrieve      top-k chunks
     evaluate      the retrieval evaluator scores each (question, chunk) in [-1, 1]; near misses are capped
     decide_action Correct / Ambiguous / Incorrect, as the official code's ``process_flag``
-    refine        decompose -> score -> filter -> recompose (Correct, Ambiguous)
+    refine        decompose -> score -> filter -> recompose, number the sources (Correct, Ambiguous)
     search_web    rewrite the question, search, refine the web text the same way (Incorrect, Ambiguous)
     generate      the answer: quoted evidence, or written by the chat model, citing sources as [n]
 
@@ -30,7 +30,7 @@ from crag.evaluator import Evaluator, LLMEvaluator, SimilarityEvaluator, Usage, 
 from crag.followups import READ_ON, History, conversation_query, elliptical, reading, rewrite_problem
 from crag.messages import model_failure_message, near_miss_note, no_answer_message
 from crag.models import BackendInfo, build_chat_model, resolve_backend
-from crag.refine import keep_closest, local_strips, refine, web_strips
+from crag.refine import keep_closest, local_strips, number_sources, refine, web_strips
 from crag.retriever import Retriever, open_retriever
 from crag.store import Mode, fuse, index_text
 from crag.text import clean_question, content_words, language
@@ -371,9 +371,12 @@ class AnswerStream:
         if dropped := sum(1 for s in strips if s.reason.startswith("possible prompt injection")):
             self.notes.append(f"{dropped} strip(s) looked like prompt injection and were dropped (see their reasons)")
 
-        sources = number_sources(strips, evaluation.graded)
-        before_answer = self.usage.requests - condense_calls
-        kind, error = (p.answer_kind(o.answer_mode) if sources else AnswerKind.NO_ANSWER), ""
+        kind, error = p.answer_kind(o.answer_mode), ""
+        # Quoted strips number their sources first: an answer quoting two passages cites [1] and [2].
+        sources = number_sources(
+            strips, evaluation.graded, evidence.select(strips) if kind is AnswerKind.EVIDENCE else ()
+        )
+        kind, before_answer = kind if sources else AnswerKind.NO_ANSWER, self.usage.requests - condense_calls
         with self._stage("generating", "generate"):
             quoted = ""
             if kind is AnswerKind.EVIDENCE:
@@ -418,33 +421,3 @@ class AnswerStream:
             output_tokens=self.usage.output_tokens,
         )
         self.answer = Answer(text, p.backend.name, p.backend.model, tuple(sources), trace, not error, error, kind)
-
-
-def number_sources(strips: Sequence[Strip], graded: Sequence[ScoredChunk]) -> list[Source]:
-    """One numbered source per chunk or web page that kept a strip, numbered in context order."""
-    chunks = {g.chunk.id: g.chunk for g in graded}
-    groups: dict[tuple[str, str], list[Strip]] = {}
-    for strip in strips:
-        if strip.kept:
-            key = ("local", strip.chunk_id) if strip.kind == "local" else ("web", strip.url)
-            groups.setdefault(key, []).append(strip)
-    sources = []
-    for n, ((kind, _), members) in enumerate(groups.items(), start=1):
-        text = " ".join(m.text for m in members)
-        first = members[0]
-        if kind == "local":
-            chunk = chunks.get(first.chunk_id)
-            sources.append(
-                Source(
-                    n,
-                    "local",
-                    text,
-                    file=first.file,
-                    pages=first.pages,
-                    chunk_ids=(chunk.id,) if chunk else (),
-                    bboxes=chunk.bboxes if chunk else (),
-                )
-            )
-        else:
-            sources.append(Source(n, "web", text, url=first.url, title=first.title))
-    return sources

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from crag.evaluator import SimilarityEvaluator
 from crag.text import ASKS, ENDED, NOTE, join_blocks, join_sentences, split_sentences, width
-from crag.types import ScoredChunk, Strip, WebResult
+from crag.types import ScoredChunk, Source, Strip, WebResult
 
 STRIP_CHARS = 320  # a strip is one to three sentences: about 70 tokens of English, 80 Chinese characters
 
@@ -217,3 +217,39 @@ def keep_closest(strips: Sequence[Strip], count: int) -> list[Strip]:
         for s in strips
     ]
     return sorted((s for s in marked if s.kept), key=lambda s: s.order) + [s for s in marked if not s.kept]
+
+
+def number_sources(
+    strips: Sequence[Strip], graded: Sequence[ScoredChunk], quoted: Sequence[Strip] = ()
+) -> list[Source]:
+    """One numbered source per chunk or web page that kept a strip, numbered in context order; the sources of
+    ``quoted`` (the strips an evidence answer quotes, in the answer's order) come before the others."""
+    chunks = {g.chunk.id: g.chunk for g in graded}
+    groups: dict[tuple[str, str], list[Strip]] = {_source_key(s): [] for s in quoted}
+    for strip in strips:
+        if strip.kept:
+            groups.setdefault(_source_key(strip), []).append(strip)
+    sources = []
+    for n, ((kind, _), members) in enumerate(groups.items(), start=1):
+        text = " ".join(m.text for m in members)
+        first = members[0]
+        if kind == "local":
+            chunk = chunks.get(first.chunk_id)
+            sources.append(
+                Source(
+                    n,
+                    "local",
+                    text,
+                    file=first.file,
+                    pages=first.pages,
+                    chunk_ids=(chunk.id,) if chunk else (),
+                    bboxes=chunk.bboxes if chunk else (),
+                )
+            )
+        else:
+            sources.append(Source(n, "web", text, url=first.url, title=first.title))
+    return sources
+
+
+def _source_key(strip: Strip) -> tuple[str, str]:
+    return ("local", strip.chunk_id) if strip.kind == "local" else ("web", strip.url)

@@ -6,7 +6,7 @@ import pytest
 
 from crag.config import load_settings
 from crag.evidence import Asked, evidence_answer, passages, pieces, quoted_lines
-from crag.types import Action, AnswerKind, Source, Strip, cited
+from crag.types import Action, AnswerKind, Chunk, Source, Strip, cited
 from tests.fakes import ScriptedModel, chunk, pipeline
 
 DOC = (
@@ -38,6 +38,19 @@ def test_an_evidence_answer_quotes_the_documents_with_citations(settings) -> Non
     assert cited(answer.text) == {1} and [s.n for s in answer.cited_sources] == [1]
     assert model.prompts == [], "no model call at all: no prose a tiny model could invent"
     assert answer.trace.llm_calls == 0 and answer.trace.llm_calls_before_answer == 0
+
+
+def test_the_quoted_sources_are_numbered_first(settings) -> None:
+    """A passage kept by refinement but not quoted comes before the quoted one in the context: the answer still
+    cites [1], not [2], and the other is numbered after it."""
+    other = Chunk("c9", "The gadget ships in a blue box with a manual.", "other.pdf", (4,), "Box", ((4, 0, 0, 9, 9),))
+    p = pipeline(settings, [other, chunk(DOC)], [0.2, 0.95], backend="embedded")
+    answer = p.ask("How many processor cores does the widget need?")
+    kept = {s.file for s in answer.trace.strips if s.kept}
+    assert kept == {"manual.pdf", "other.pdf"}, "both passages kept, one quoted"
+    assert "blue box" not in answer.text and answer.text.splitlines()[1].endswith("” [1]")
+    assert [(s.n, s.file) for s in answer.sources] == [(1, "manual.pdf"), (2, "other.pdf")]
+    assert [s.n for s in answer.cited_sources] == [1]
 
 
 def test_a_chinese_question_gets_a_chinese_lead_and_the_quote_as_written(settings) -> None:

@@ -27,8 +27,8 @@ from pydantic_ai import Agent, NativeOutput
 
 from crag import prompts
 from crag.models import LlamaCppChat
-from crag.pipeline import Pipeline, decide_action, number_sources
-from crag.refine import local_strips
+from crag.pipeline import Pipeline, decide_action
+from crag.refine import local_strips, number_sources
 from crag.types import WebResult
 from crag.websearch import Searcher
 
