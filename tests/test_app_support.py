@@ -299,3 +299,25 @@ def test_an_answer_cut_off_by_a_reload_says_so_in_the_question_language() -> Non
 
     assert stopped("tlmgr 如何安装单个宏包？").startswith("这个回答没有完成")
     assert stopped("How do I install a package?").endswith("ask again.")
+
+
+def test_chats_with_the_same_title_are_told_apart() -> None:
+    """Seen in the app: two conversations opened with the same question were two identical buttons."""
+    from datetime import datetime
+
+    from crag.conversations import Conversation
+    from ui.text import chat_labels
+
+    at = datetime(2026, 11, 24, 9, 5).timestamp()
+    chats = [
+        Conversation("a", "How do I run R in batch mode?", at, at),
+        Conversation("b", "Widget cores", at, at),
+        Conversation("c", "How do I run R in batch mode?", at, at + 3600),
+        Conversation("d", "How do I run R in batch mode?", at, at),
+    ]
+    assert chat_labels(chats) == [
+        "How do I run R in batch mode? · 2026\\-11\\-24 09\\:05",
+        "Widget cores",
+        "How do I run R in batch mode? · 2026\\-11\\-24 10\\:05",
+        "How do I run R in batch mode? · 2026\\-11\\-24 09\\:05 \\(2\\)",
+    ]

@@ -7,7 +7,7 @@ import streamlit as st
 from crag.config import Settings
 from crag.conversations import Conversations, HistoryUnavailable
 from ui import state
-from ui.text import md_escape
+from ui.text import chat_labels, md_escape
 
 SHOWN = 30  # conversations listed; the rest stay stored
 
@@ -33,9 +33,9 @@ def render(settings: Settings) -> tuple[Conversations, str | None]:
     chats = store.list()
     if chats:
         with st.expander(f"Conversations ({len(chats)})", expanded=True, icon=":material/forum:"):
-            for chat in chats[:SHOWN]:
+            for chat, label in zip(chats[:SHOWN], chat_labels(chats[:SHOWN]), strict=True):
                 st.button(
-                    chat.title,
+                    label,
                     key=f"chat-{chat.id}",
                     type="secondary" if chat.id == current else "tertiary",
                     icon=":material/chat:" if chat.id == current else None,

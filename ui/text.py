@@ -9,10 +9,12 @@ that a document or web page could have dictated.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from crag.conversations import Conversation
 from crag.evidence import LINE
 from crag.text import language
 from crag.types import Action, Progress, TermCheck
@@ -234,6 +236,22 @@ def built_at(stamp: str) -> str:
         return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S%z").strftime("%Y-%m-%d %H:%M")
     except ValueError:
         return stamp
+
+
+def chat_labels(chats: Sequence[Conversation]) -> list[str]:
+    """The conversations' titles as the list shows them: chats that share a title (the same first question) are
+    told apart by the time of their last message, and by a number when that is the same minute too."""
+    titles = Counter(c.title for c in chats)
+    labels = [
+        c.title + (f" · {datetime.fromtimestamp(c.updated).strftime('%Y-%m-%d %H:%M')}" if titles[c.title] > 1 else "")
+        for c in chats
+    ]
+    seen: Counter[str] = Counter()
+    out = []
+    for label in labels:
+        seen[label] += 1
+        out.append(md_escape(label if seen[label] == 1 else f"{label} ({seen[label]})"))
+    return out
 
 
 def human_bytes(n: int) -> str:
