@@ -16,7 +16,8 @@ TITLE = "Chat with your PDFs"
 
 
 def main() -> None:
-    st.set_page_config(page_title="CRAG knowledge base", page_icon="📚", layout="wide")
+    # 400 px: the Files table's status and names and the settings' choices show whole (the default cuts them).
+    st.set_page_config(page_title="CRAG knowledge base", page_icon="📚", layout="wide", initial_sidebar_state=400)
     state.init()
     st.title(f"📚 {TITLE}", anchor=False)
     st.caption(

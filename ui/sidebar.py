@@ -78,8 +78,8 @@ def files_list(kb: state.KnowledgeBase) -> None:
     with st.expander(f"Files ({len(kb.files)})", expanded=trouble or len(kb.files) <= 5, icon=":material/folder:"):
         rows = [
             {
+                "status": FILE_STATUS.get(f.status, f.status),  # first: the sidebar may be too narrow for all
                 "file": f.file,
-                "status": FILE_STATUS.get(f.status, f.status),
                 "pages": f.pages or None,
                 "passages": f.chunks or None,
                 "problem": f.error or "; ".join(f.warnings),
