@@ -145,6 +145,8 @@ def _ask(args: argparse.Namespace) -> int:
         print()
     answer = stream.answer
     print(f"\n[{answer.action.value}] " + "  ".join(_source_line(s) for s in answer.sources), file=sys.stderr)
+    if answer.trace and answer.trace.hint:
+        print(answer.trace.hint, file=sys.stderr)
     return 0
 
 

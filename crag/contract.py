@@ -73,6 +73,7 @@ class AnswerOut(_Strict):
     tokens: TokensOut
     timings: dict[str, float]
     notes: list[str]
+    hint: str = Field("", description="What the user could do for a better answer (ask in the documents' language).")
     complete: bool
     error: str | None = Field(None, description="Only when `complete` is false: why the answer stopped early.")
 
@@ -124,6 +125,7 @@ class AnswerOut(_Strict):
             tokens=TokensOut(input=trace.input_tokens if trace else 0, output=trace.output_tokens if trace else 0),
             timings=trace.timings if trace else {},
             notes=list(trace.notes) if trace else [],
+            hint=trace.hint if trace else "",
             complete=answer.complete,
             error=(answer.error or "The answer stopped early: ask again.") if not answer.complete else None,
         )

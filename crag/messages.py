@@ -8,6 +8,8 @@ from crag.models import BackendInfo
 from crag.text import language
 from crag.types import Action, TermCheck
 
+HINT_FILES = 3  # files named in a hint; the rest are counted
+
 
 def no_answer_message(
     question: str, action: Action, terms: TermCheck, web_query: str, web_error: str, web_on: bool, indexed: bool = True
@@ -73,4 +75,28 @@ def near_miss_note(terms: TermCheck, searched_again: Sequence[str] = ()) -> str:
     return (
         f"none of the passages found for the question mentions {names}, so they cannot make the action Correct; "
         f"searched again for {_quoted(searched_again)}: {found} added, and cannot either"
+    )
+
+
+def language_hint(question: str, files: dict[str, str]) -> str:
+    """For an answer that is not Correct, when some documents are in the other language and the embedder is
+    English-only: offline search matches words, so a Chinese question rarely finds an English passage. The way
+    out is to ask in the documents' language (or to use a multilingual embedder). ``files``: file -> language."""
+    asked = language(question)
+    other = sorted(file for file, lang in files.items() if lang != asked)
+    if not other:
+        return ""
+    names = "、".join(other[:HINT_FILES]) if asked == "zh" else ", ".join(other[:HINT_FILES])
+    more = len(other) > HINT_FILES
+    if asked == "zh":
+        return (
+            f"提示：你的 {len(files)} 份文档中有 {len(other)} 份是英文的（{names}{'等' if more else ''}）。"
+            "如果答案可能在其中，请用英文提问：离线检索按词语匹配，中文问题很难找到英文段落。"
+            "使用 Ollama 的多语言向量模型 bge-m3 时可以跨语言检索。"
+        )
+    return (
+        f"Tip: {len(other)} of your {len(files)} documents {'are' if len(other) > 1 else 'is'} in Chinese "
+        f"({names}{', …' if more else ''}). If the answer may be in them, ask in Chinese: offline search matches "
+        "words, so an English question rarely finds Chinese passages. Ollama's multilingual bge-m3 embeddings "
+        "match across languages."
     )

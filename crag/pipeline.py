@@ -28,7 +28,7 @@ from crag import evidence, prompts
 from crag.config import Settings
 from crag.evaluator import Evaluator, LLMEvaluator, SimilarityEvaluator, Usage, cap_near_miss, check_terms
 from crag.followups import READ_ON, History, conversation_query, elliptical, reading, rewrite_problem
-from crag.messages import model_failure_message, near_miss_note, no_answer_message
+from crag.messages import language_hint, model_failure_message, near_miss_note, no_answer_message
 from crag.models import BackendInfo, build_chat_model, resolve_backend
 from crag.refine import keep_closest, local_strips, number_sources, refine, web_strips
 from crag.retriever import Retriever, open_retriever
@@ -402,6 +402,8 @@ class AnswerStream:
             self.notes.append(
                 "the answer cites none of its sources: they are listed as given to the model, not as cited"
             )
+        # A question in one language rarely finds passages in the other offline: the user is told to ask in theirs.
+        crosses = action is not Action.CORRECT and not p.retriever.embedder.multilingual
         trace = Trace(
             question=self.question,
             standalone_question=question,
@@ -414,6 +416,7 @@ class AnswerStream:
             web_results=web.results,
             web_error=web.error,
             notes=tuple(self.notes),
+            hint=language_hint(self.question, p.retriever.file_languages()) if crosses else "",
             timings=dict(self.timings),
             llm_calls=self.usage.requests,
             llm_calls_before_answer=before_answer,

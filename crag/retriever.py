@@ -45,6 +45,11 @@ class Retriever:
         except RebuildNeeded:
             return None
 
+    def file_languages(self) -> dict[str, str]:
+        """Each indexed file's language (empty when nothing is built)."""
+        reader = self.term_stats()
+        return reader.file_languages() if reader else {}
+
     def retrieve(self, question: str, k: int, mode: Mode = "hybrid") -> list[ScoredChunk]:
         reader = self._current()
         if reader is None:

@@ -149,6 +149,7 @@ class Trace:
     web_results: tuple[WebResult, ...] = ()
     web_error: str = ""
     notes: tuple[str, ...] = ()
+    hint: str = ""  # what the user could do for a better answer, shown under it
     timings: dict[str, float] = field(default_factory=dict)
     llm_calls: int = 0
     llm_calls_before_answer: int = 0

@@ -16,7 +16,7 @@ from crag.evaluator import Evaluator, Grade, Grading, SimilarityEvaluator, Usage
 from crag.models import BackendInfo, Embedder
 from crag.pipeline import Pipeline
 from crag.retriever import anchor
-from crag.text import lexical_tokens, phrase
+from crag.text import language, lexical_tokens, phrase
 from crag.types import Chunk, ScoredChunk, WebResult
 from crag.websearch import Searcher, WebSearchUnavailable
 
@@ -56,6 +56,9 @@ class FakeRetriever:
 
     def anchor(self, question: str, hits: list[ScoredChunk]) -> list[ScoredChunk]:
         return anchor(question, hits, self.term_stats(), self.lexical)
+
+    def file_languages(self) -> dict[str, str]:
+        return {c.file: language(c.text) for c in self.chunks}
 
     def lexical(self, query: str, n: int) -> list[ScoredChunk]:
         """Every chunk, those sharing most words with the query first."""

@@ -20,6 +20,7 @@ from tests.apptest import (
     app,
     ask,
     badges,
+    plain,
     saved,
     texts,
     use_pipeline,
@@ -93,6 +94,18 @@ def test_an_incorrect_answer_cites_the_web(monkeypatch: pytest.MonkeyPatch, file
     assert "Widget FAQ" in texts(sources.markdown)
     assert "(https://example.com/faq)" in texts(sources.caption)  # the URL, as a link
     assert not sources.image
+
+
+def test_a_question_in_the_other_language_than_the_documents_is_told_to_ask_in_theirs(
+    monkeypatch: pytest.MonkeyPatch, files: Path
+) -> None:
+    monkeypatch.setattr(fakes.HashEmbedder, "multilingual", False)
+    use_pipeline(monkeypatch, [0.1])
+    at = ask(app(), "小部件需要多少内存？")
+    assert not at.exception
+    assert "如果答案可能在其中，请用英文提问" in plain(texts(at.chat_message[1].caption))
+    at = ask(at, "How many cores does the widget need?")  # in the documents' language: no hint
+    assert "Tip:" not in texts(at.chat_message[3].caption) and "提示" not in texts(at.chat_message[3].caption)
 
 
 def test_history_survives_reruns_reloads_and_restarts(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:

@@ -244,3 +244,24 @@ def test_chinese_typeset_with_western_stops_still_has_sentences_once_joined() ->
         "版本 2.4 之后.",
     ]
     assert isinstance(parts[2], Asked) and not isinstance(parts[1], Asked)
+
+
+def test_a_question_that_misses_documents_in_the_other_language_is_told_to_ask_in_theirs(settings) -> None:
+    """Offline, a Chinese question rarely finds an English passage (the embedder is English-only, BM25 matches
+    words). When its answer is not Correct, the user is told which documents are in English, and to ask in
+    English; a Correct answer, or a multilingual embedder, gets no such hint."""
+    chunks = [chunk(DOC), chunk(ZH_DOC, file="zh.pdf", n=1), chunk("The gadget ships in a box.", file="b.pdf", n=2)]
+    p = pipeline(settings, chunks, [0.1, 0.2, -0.8], backend="embedded")
+    p.retriever.embedder.multilingual = False
+    answer = p.ask("小部件需要多少内存？", web=False)
+    assert answer.action is Action.AMBIGUOUS
+    assert answer.trace.hint.startswith("提示：你的 3 份文档中有 2 份是英文的（b.pdf、manual.pdf）。")
+    assert "请用英文提问" in answer.trace.hint
+    english = p.ask("How much memory does the widget need?", web=False)
+    assert english.trace.hint.startswith("Tip: 1 of your 3 documents is in Chinese (zh.pdf).")
+    p.retriever.embedder.multilingual = True
+    assert p.ask("小部件需要多少内存？", web=False).trace.hint == ""
+    p = pipeline(settings, chunks, [0.9, 0.2, -0.8], backend="embedded")
+    p.retriever.embedder.multilingual = False
+    assert p.ask("小部件需要多少内存？", web=False).action is Action.CORRECT
+    assert p.ask("小部件需要多少内存？", web=False).trace.hint == ""

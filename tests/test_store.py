@@ -85,6 +85,12 @@ def test_retrieval_modes_find_the_right_file(kb: Settings, embedder: Embedder, m
     assert zh[0].chunk.file == "zh.pdf"
 
 
+def test_each_file_has_its_language(kb: Settings, embedder: Embedder) -> None:
+    assert Retriever(kb, embedder).file_languages() == {}, "nothing built yet"
+    sync(kb, embedder)
+    assert Retriever(kb, embedder).file_languages() == {"widget.pdf": "en", "gadget.pdf": "en", "zh.pdf": "zh"}
+
+
 def test_a_name_the_top_k_misses_brings_a_passage_that_mentions_it(kb: Settings, embedder: Embedder) -> None:
     sync(kb, embedder)
     retriever = Retriever(kb, embedder)

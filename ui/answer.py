@@ -43,6 +43,8 @@ def render(answer: Answer, question: str, files_dir: Path, key: int) -> None:
             style = ACTIONS[trace.action]
             st.badge(style.label, icon=style.icon, color=style.color, help=style.help)
         st.caption(caption(answer))
+    if trace is not None and trace.hint:
+        st.caption(f":material/translate: {md_escape(trace.hint)}")
     if not answer.complete:
         # crag's message names the fix; the partial text above stays, and so does the trace below.
         st.error(no_images(answer.error) or "The model stopped before the answer was complete: ask again.")

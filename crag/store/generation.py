@@ -15,11 +15,12 @@ import numpy as np
 
 from crag.store.common import Generation, Mode, RebuildNeeded, fuse, index_text, new_generation_id
 from crag.store.lexical import LexicalIndex
-from crag.text import lexical_tokens
+from crag.text import language, lexical_tokens
 from crag.text import phrase as text_phrase
 from crag.types import Chunk, FileResult, ScoredChunk
 
 WRITE_BATCH = 1000  # records per Chroma request; a server refuses batches over ~5000
+LANGUAGE_SAMPLE = 20  # a file's first passages tell its language
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,7 @@ class IndexReader:
         self.n_docs = len(self.chunks)
         self._df: dict[str, int] | None = None
         self._phrases: str | None = None
+        self._languages: dict[str, str] | None = None
 
     def doc_frequency(self, token: str) -> int:
         """In how many chunks a lexical token occurs: the index's own IDF, read off the BM25 matrix."""
@@ -151,6 +153,16 @@ class IndexReader:
         if self._phrases is None:
             self._phrases = "\n".join(text_phrase(index_text(c)) for c in self.chunks)
         return phrase in self._phrases
+
+    def file_languages(self) -> dict[str, str]:
+        """Each file's language, ``zh`` or ``en``, judged on its first passages."""
+        if self._languages is None:
+            opening: dict[str, list[str]] = {}
+            for chunk in self.chunks:
+                if len(part := opening.setdefault(chunk.file, [])) < LANGUAGE_SAMPLE:
+                    part.append(chunk.text)
+            self._languages = {file: language(" ".join(texts)) for file, texts in opening.items()}
+        return self._languages
 
     def vectors(self, ids: Sequence[str]) -> list[list[float]]:
         """The stored vectors of these chunks, in order."""
