@@ -42,9 +42,14 @@ def cjk_share(text: str) -> float:
     return sum(1 for c in letters if HAN.match(c)) / len(letters) if letters else 0.0
 
 
+LATIN_WORD = re.compile(r"[A-Za-z]+")
+
+
 def language(text: str) -> str:
-    """``zh`` when Chinese characters make a good part of the text, else ``en``: the language to answer in."""
-    return "zh" if cjk_share(text) > 0.3 else "en"
+    """``zh`` when the text has more Chinese characters than Latin words, else ``en``: the language to answer in.
+    Words, not letters: "在 Windows 上如何安装 TeX Live？" is Chinese (a Chinese word is one or two characters), and
+    "How do I typeset 中文 in LaTeX?" is English."""
+    return "zh" if len(HAN.findall(text)) > len(LATIN_WORD.findall(text)) else "en"
 
 
 def strip_invisible(text: str) -> str:

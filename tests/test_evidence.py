@@ -6,6 +6,7 @@ import pytest
 
 from crag.config import load_settings
 from crag.evidence import Asked, evidence_answer, passages, pieces, quoted_lines
+from crag.text import language
 from crag.types import Action, AnswerKind, Chunk, Source, Strip, cited
 from tests.fakes import ScriptedModel, chunk, pipeline
 
@@ -59,6 +60,21 @@ def test_a_chinese_question_gets_a_chinese_lead_and_the_quote_as_written(setting
     assert answer.kind is AnswerKind.EVIDENCE
     assert answer.text.splitlines()[0] == "文档中的相关内容："
     assert "小部件需要两个处理器核心。" in answer.text and answer.text.endswith("[1]")
+
+
+@pytest.mark.parametrize(
+    ("question", "lang"),
+    [
+        ("在 Windows 上如何安装 TeX Live？", "zh"),  # seen in the app: answered under "From your documents:"
+        ("R 语言为什么叫 R？", "zh"),
+        ("LaTeX 宏包", "zh"),
+        ("How do I typeset 中文 in LaTeX?", "en"),
+        ("What is 宏包?", "en"),
+        ("How do I run R in batch mode?", "en"),
+    ],
+)
+def test_the_language_of_a_question_counts_words_not_letters(question: str, lang: str) -> None:
+    assert language(question) == lang
 
 
 def test_ambiguous_evidence_says_the_passages_may_not_answer(settings) -> None:
