@@ -314,6 +314,8 @@ def clean_question(question: str) -> str:
     text = " ".join(strip_invisible(question).split())
     if not text:
         raise BadQuestion("The question is empty: type a question about your documents.")
+    if not any(c.isalnum() for c in text):
+        raise BadQuestion("The question has no words, only punctuation: type a question about your documents.")
     if len(text) > MAX_QUESTION_CHARS:
         raise BadQuestion(
             f"The question is {len(text)} characters long; the limit is {MAX_QUESTION_CHARS}. "
