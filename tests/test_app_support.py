@@ -321,3 +321,17 @@ def test_chats_with_the_same_title_are_told_apart() -> None:
         "How do I run R in batch mode? · 2026\\-11\\-24 10\\:05",
         "How do I run R in batch mode? · 2026\\-11\\-24 09\\:05 \\(2\\)",
     ]
+
+
+def test_each_retrieved_passage_is_labelled_with_its_number_in_the_answer() -> None:
+    """Seen in the app: the answer's [3] was not the Retrieved table's #3. The table now says which source each
+    passage became, and whether the answer cites it."""
+    from crag.types import Answer, AnswerKind, Source
+    from ui.answer import source_labels
+
+    sources = (
+        Source(1, "local", "a", file="a.pdf", pages=(1,), chunk_ids=("c7",)),
+        Source(2, "local", "b", file="b.pdf", pages=(2,), chunk_ids=("c2",)),
+    )
+    answer = Answer("From your documents:\n“a” [1]", "embedded", "", sources, kind=AnswerKind.EVIDENCE)
+    assert source_labels(answer) == {"c7": "[1]", "c2": "[2] (not cited)"}

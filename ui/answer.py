@@ -49,7 +49,7 @@ def render(answer: Answer, question: str, files_dir: Path, key: int) -> None:
         # crag's message names the fix; the partial text above stays, and so does the trace below.
         st.error(no_images(answer.error) or "The model stopped before the answer was complete: ask again.")
     if trace is not None:
-        how_it_was_made(trace, trace.thresholds, key)
+        how_it_was_made(trace, trace.thresholds, key, source_labels(answer))
     sources_panel(answer, files_dir, key)
     st.download_button(
         "Export as Markdown",
@@ -81,7 +81,7 @@ def caption(answer: Answer) -> str:
 # How this answer was made
 
 
-def how_it_was_made(trace: Trace, thresholds: tuple[float, float], key: int) -> None:
+def how_it_was_made(trace: Trace, thresholds: tuple[float, float], key: int, labels: dict[str, str]) -> None:
     lower, upper = thresholds
     kept = sum(1 for s in trace.strips if s.kept)
     with st.expander("How this answer was made", icon=":material/account_tree:"):
@@ -105,7 +105,7 @@ def how_it_was_made(trace: Trace, thresholds: tuple[float, float], key: int) -> 
             key=f"trace-tabs-{key}",
         )
         with tabs[0]:
-            retrieved(trace, lower, upper, key)
+            retrieved(trace, lower, upper, key, labels)
         with tabs[1]:
             refined(trace, key)
         with tabs[2]:
@@ -141,7 +141,7 @@ def zone(score: float, lower: float, upper: float) -> str:
 def score_chart(trace: Trace, lower: float, upper: float) -> alt.LayerChart:
     data = pd.DataFrame(
         {
-            "passage": [f"#{i}" for i in range(1, len(trace.retrieved) + 1)],
+            "passage": [f"P{i}" for i in range(1, len(trace.retrieved) + 1)],
             "score": [round(r.score, 3) for r in trace.retrieved],
             "file": [f"{r.chunk.file} · {pages_label(r.chunk.pages)}" for r in trace.retrieved],
             "zone": [zone(r.score, lower, upper) for r in trace.retrieved],
@@ -171,7 +171,16 @@ def score_chart(trace: Trace, lower: float, upper: float) -> alt.LayerChart:
     return alt.layer(bars, rules, labels).properties(height=190)
 
 
-def retrieved(trace: Trace, lower: float, upper: float, key: int) -> None:
+def source_labels(answer: Answer) -> dict[str, str]:
+    """What each retrieved passage became in the answer, by chunk id: "[2]", or "[3] (not cited)". Passages are
+    named P1, P2… in retrieval order, so their rank is never read as a citation number."""
+    cited = {s.n for s in answer.cited_sources}
+    return {
+        chunk: f"[{s.n}]" if s.n in cited else f"[{s.n}] (not cited)" for s in answer.sources for chunk in s.chunk_ids
+    }
+
+
+def retrieved(trace: Trace, lower: float, upper: float, key: int, labels: dict[str, str]) -> None:
     if not trace.retrieved:
         st.info("Nothing was retrieved: the knowledge base is empty, or nothing in it matches the question.")
         return
@@ -182,8 +191,9 @@ def retrieved(trace: Trace, lower: float, upper: float, key: int) -> None:
     st.altair_chart(score_chart(trace, lower, upper), width="stretch", key=f"scores-{key}")
     rows = [
         {
-            "#": i,
+            "passage": f"P{i}",
             "score": round(r.score, 3),
+            "source in the answer": labels.get(r.chunk.id, ""),
             "file": r.chunk.file,
             "pages": ", ".join(map(str, r.chunk.pages)),
             "found by": f"searching for “{r.anchor}”" if r.anchor else "the question",
@@ -198,7 +208,7 @@ def retrieved(trace: Trace, lower: float, upper: float, key: int) -> None:
         hide_index=True,
         key=f"retrieved-{key}",
         column_config={
-            "#": st.column_config.NumberColumn(width="small"),
+            "passage": st.column_config.TextColumn(width="small"),
             "score": st.column_config.NumberColumn(format="%.2f", width="small"),
             "text": st.column_config.TextColumn(width="large"),
         },
