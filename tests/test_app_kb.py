@@ -236,6 +236,14 @@ def test_a_real_build_lists_a_failed_file_with_its_reason(monkeypatch: pytest.Mo
     assert "not a PDF" in table.loc["broken.pdf", "problem"]
     assert any("broken\\.pdf" in e.value and "not a PDF" in e.value for e in at.sidebar.error)
     assert "Your knowledge base is empty" not in texts(at.main.markdown)
+    assert "deleted from the folder" not in texts(at.sidebar.warning)
+    # Seen in the app: a PDF deleted from Files/ was still counted and quoted, with nothing said until a rebuild.
+    (files / "manual.pdf").unlink()
+    at = app()
+    assert at.sidebar.dataframe[0].value.set_index("file").loc["manual.pdf", "status"] == "⚠️ deleted from the folder"
+    assert "1 indexed file was deleted from the folder: answers may still quote it until you rebuild." in texts(
+        at.sidebar.warning
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -218,7 +218,14 @@ def test_model_dying_mid_stream_keeps_the_partial_answer(settings) -> None:
 @pytest.mark.reliability
 @pytest.mark.parametrize(
     ("question", "message"),
-    [("", "empty"), ("   \t\n ", "empty"), ("\x00\x1b\u200b", "empty"), ("why? " * 500, "limit is 2000"), ("?", "no words"), ("？？ …", "no words")],
+    [
+        ("", "empty"),
+        ("   \t\n ", "empty"),
+        ("\x00\x1b\u200b", "empty"),
+        ("why? " * 500, "limit is 2000"),
+        ("?", "no words"),
+        ("？？ …", "no words"),
+    ],
 )
 def test_bad_questions_are_refused_with_the_reason(settings, question: str, message: str) -> None:
     with pytest.raises(BadQuestion, match=message):

@@ -64,9 +64,14 @@ def knowledge_base(settings: Settings, pipeline: crag.pipeline.Pipeline | None, 
     else:
         st.caption(f"Not built yet. Parser: {settings.parser}.")
     files_list(kb)
-    if kb.pending and state.builds(settings).running is None:  # a running build reads them already
-        n = len(kb.pending)
-        st.info(f"{n} new file{'s' if n > 1 else ''} in the folder: rebuild to index {'them' if n > 1 else 'it'}.")
+    if state.builds(settings).running is None:  # a running build reads the folder already
+        if n := len(kb.pending):
+            st.info(f"{n} new file{'s' if n > 1 else ''} in the folder: rebuild to index {'them' if n > 1 else 'it'}.")
+        if n := len(kb.missing):
+            st.warning(
+                f"{n} indexed file{'s were' if n > 1 else ' was'} deleted from the folder: answers may still quote "
+                f"{'them' if n > 1 else 'it'} until you rebuild."
+            )
     upload(settings)
     builds.rebuild(settings)
 

@@ -214,6 +214,11 @@ class KnowledgeBase:
         return [f.file for f in self.files if f.status == "new"]
 
     @property
+    def missing(self) -> list[str]:
+        """Indexed files that are no longer in the folder: the index holds them until the next build."""
+        return [f.file for f in self.files if f.status == "missing"]
+
+    @property
     def parsers(self) -> list[str]:
         return sorted({f.parser for f in self.files if f.parser})
 
