@@ -189,6 +189,10 @@ def test_full_rebuild_chooses_the_embedder_afresh(monkeypatch: pytest.MonkeyPatc
     settle(at.button(key="rebuild").click().run())
     assert calls[0]["rebuild"] is True and chosen == [True]
     assert "Rebuilt from scratch" in texts(at.sidebar.warning)
+    # A full rebuild is a one-off (seen in the app: the toggle stayed on, so the next click re-read everything).
+    assert at.toggle(key="full_rebuild").value is False
+    settle(at.button(key="rebuild").click().run())
+    assert [c["rebuild"] for c in calls] == [True, False]
 
 
 def test_a_failed_build_shows_the_fix_and_keeps_the_chat(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:

@@ -24,6 +24,8 @@ def rebuild(settings: Settings) -> None:
     ss = st.session_state
     runner = state.builds(settings)
     running = runner.running is not None
+    if ss.pop("full_started", False):  # a full rebuild is a one-off: the next click is incremental again
+        ss.full_rebuild = False
     full = st.toggle(
         "Full rebuild",
         key="full_rebuild",
@@ -60,6 +62,7 @@ def start(settings: Settings, full: bool) -> None:
     except CragError as exc:  # another build (here or in another process), an unwritable folder
         ss.build_error = md_escape(str(exc))
         return
+    ss.full_started = full
     st.rerun()  # the page as it is while a build runs: the button off, the progress on
 
 
