@@ -147,6 +147,8 @@ def test_a_chat_can_be_renamed_deleted_and_exported(monkeypatch: pytest.MonkeyPa
     assert "Widget cores" in [b.label for b in at.sidebar.button]
     export = at.chat_message[1].get("download_button")[0]
     assert export.proto.label == "Export as Markdown"
+    assert at.button(key=f"delete-{chat}").disabled, "one click deletes nothing: it must be confirmed"
+    at.checkbox(key=f"sure-{chat}").check().run()
     at.button(key=f"delete-{chat}").click().run()
     assert len(at.chat_message) == 0 and saved(files) == []
 

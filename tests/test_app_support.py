@@ -335,3 +335,11 @@ def test_each_retrieved_passage_is_labelled_with_its_number_in_the_answer() -> N
     )
     answer = Answer("From your documents:\n“a” [1]", "embedded", "", sources, kind=AnswerKind.EVIDENCE)
     assert source_labels(answer) == {"c7": "[1]", "c2": "[2] (not cited)"}
+
+
+def test_an_exported_answer_is_named_after_its_question() -> None:
+    from ui.text import export_name
+
+    assert export_name("How do I run R in batch mode?", 30) == "answer-how-do-i-run-r-in-batch-mode.md"
+    assert export_name("怎么用 tlmgr 更新所有宏包？", 31) == "answer-怎么用-tlmgr-更新所有宏包.md"
+    assert export_name("？", 32) == "answer-32.md"

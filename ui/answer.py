@@ -19,7 +19,7 @@ from crag.evidence import quoted_lines
 from crag.text import pages_label
 from crag.types import NOT_WRITTEN, Answer, AnswerKind, Source, Trace
 from crag.websearch import OFF_REASON
-from ui.text import ACTIONS, action_reason, evidence_markdown, md_escape, no_images, shorten
+from ui.text import ACTIONS, action_reason, evidence_markdown, export_name, md_escape, no_images, shorten
 
 CLOSE_UP_MARGIN = 54.0  # points of page shown above and below the passage (about four lines)
 ZONE_COLORS = {"Correct": "#21a366", "Ambiguous": "#f0a020", "Incorrect": "#e0443e"}
@@ -54,7 +54,7 @@ def render(answer: Answer, question: str, files_dir: Path, key: int) -> None:
     st.download_button(
         "Export as Markdown",
         answer_markdown(question, answer),
-        file_name=f"answer-{key}.md",
+        file_name=export_name(question, key),
         mime="text/markdown",
         icon=":material/download:",
         key=f"export-{key}",

@@ -57,7 +57,8 @@ def manage(store: Conversations, current: str) -> None:
         if st.button("Rename", key=f"rename-{chat.id}", icon=":material/edit:") and title.strip():
             store.rename(chat.id, title)
             st.rerun()
-        if st.button("Delete this chat", key=f"delete-{chat.id}", icon=":material/delete:", type="primary"):
+        sure = st.checkbox("Delete it with all its answers: this cannot be undone", key=f"sure-{chat.id}")
+        if st.button("Delete this chat", key=f"delete-{chat.id}", icon=":material/delete:", disabled=not sure):
             store.delete(chat.id)
             state.new_chat()
             st.rerun()

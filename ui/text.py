@@ -254,6 +254,13 @@ def chat_labels(chats: Sequence[Conversation]) -> list[str]:
     return out
 
 
+def export_name(question: str, key: int) -> str:
+    """The file name of an exported answer: its question's words ("answer-how-do-i-run-r.md"), any language."""
+    words = re.findall(r"\w+", question.lower())
+    slug = "-".join(words)[:60].strip("-")
+    return f"answer-{slug or key}.md"
+
+
 def human_bytes(n: int) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
