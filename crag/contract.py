@@ -35,6 +35,7 @@ class SourceOut(_Strict):
     pages: list[int]
     url: str | None
     title: str | None
+    section: str | None = Field(None, description="The headings above a document's passage.")
     snippet: str
 
 
@@ -113,6 +114,7 @@ class AnswerOut(_Strict):
                     pages=list(s.pages),
                     url=s.url or None,
                     title=s.title or None,
+                    section=s.section or None,
                     snippet=s.snippet,
                 )
                 for s in answer.sources

@@ -191,6 +191,7 @@ def answer_markdown(question: str, answer: Answer) -> str:
         lines += ["### Sources" if answer.cited_sources else "### Given to the model, not cited", ""]
         for s in cited:
             where = f"{s.file}, {pages_label(s.pages)}" if s.kind == "local" else f"{s.title or s.url} <{s.url}>"
+            where += f" ({s.section})" if s.section else ""
             lines.append(f"[{s.n}] {where}: “{s.snippet}”")
         lines.append("")
     made = (

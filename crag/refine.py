@@ -244,6 +244,7 @@ def number_sources(
                     pages=first.pages,
                     chunk_ids=(chunk.id,) if chunk else (),
                     bboxes=chunk.bboxes if chunk else (),
+                    section=first.context,
                 )
             )
         else:

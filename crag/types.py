@@ -115,6 +115,7 @@ class Source:
     title: str = ""
     chunk_ids: tuple[str, ...] = ()
     bboxes: tuple[tuple[int, float, float, float, float], ...] = ()
+    section: str = ""  # the headings above the passage, "2.2 Uninstalling > 2.2.3 With tlmgr"
 
     @property
     def snippet(self) -> str:

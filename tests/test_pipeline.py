@@ -248,6 +248,7 @@ def test_each_source_is_one_chunk_with_its_own_boxes(settings) -> None:
     )
     answer = pipeline(settings, [first, second], [0.9, 0.8]).ask("What does the widget need for processor cores?")
     assert [(s.file, s.pages) for s in answer.sources] == [("manual.pdf", (1,)), ("manual.pdf", (1,))]
+    assert [s.section for s in answer.sources] == ["Intro", "Intro"], "what each passage is about: its headings"
     assert [s.chunk_ids for s in answer.sources] == [("c0",), ("c1",)]
     assert [s.bboxes for s in answer.sources] == [first.bboxes, second.bboxes]
 

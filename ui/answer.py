@@ -352,6 +352,8 @@ def local_source(source: Source, boxes: tuple, quoted: tuple[str, ...], files_di
     with text:
         where = f"{md_escape(source.file)} · {pages_label(source.pages)}"
         st.markdown(f"**\\[{source.n}\\]** :material/description: {where}")
+        if source.section:  # what the quote is about: "sudo tlmgr remove --all" under "Uninstalling TeX Live"
+            st.caption(f":material/subdirectory_arrow_right: {md_escape(source.section)}")
         st.text(source.snippet)
     with image:
         for page in source.pages[:2]:
