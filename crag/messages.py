@@ -81,22 +81,30 @@ def near_miss_note(terms: TermCheck, searched_again: Sequence[str] = ()) -> str:
 def language_hint(question: str, files: dict[str, str]) -> str:
     """For an answer that is not Correct, when some documents are in the other language and the embedder is
     English-only: offline search matches words, so a Chinese question rarely finds an English passage. The way
-    out is to ask in the documents' language (or to use a multilingual embedder). ``files``: file -> language."""
+    out is to ask in the documents' language (or to use a multilingual embedder). ``files``: file -> ``zh``,
+    ``en`` or ``mixed`` (a bilingual document answers either language, so it is not named)."""
     asked = language(question)
-    other = sorted(file for file, lang in files.items() if lang != asked)
+    other = sorted(file for file, lang in files.items() if lang not in (asked, "mixed"))
     if not other:
         return ""
-    names = "、".join(other[:HINT_FILES]) if asked == "zh" else ", ".join(other[:HINT_FILES])
-    more = len(other) > HINT_FILES
+    n, total, more = len(other), len(files), len(other) > HINT_FILES
     if asked == "zh":
+        names = "、".join(other[:HINT_FILES]) + ("等" if more else "")
+        share = "都" if n == total else f"中有 {n} 份"
+        which = "你的文档是英文的" if total == 1 else f"你的 {total} 份文档{share}是英文的"
         return (
-            f"提示：你的 {len(files)} 份文档中有 {len(other)} 份是英文的（{names}{'等' if more else ''}）。"
-            "如果答案可能在其中，请用英文提问：离线检索按词语匹配，中文问题很难找到英文段落。"
+            f"提示：{which}（{names}）。如果答案可能在其中，请用英文提问：离线检索按词语匹配，中文问题很难找到英文段落。"
             "使用 Ollama 的多语言向量模型 bge-m3 时可以跨语言检索。"
         )
+    names = ", ".join(other[:HINT_FILES]) + (", …" if more else "")
+    if total == 1:
+        which = "Your document is in Chinese"
+    elif n == total:
+        which = f"All {total} of your documents are in Chinese"
+    else:
+        which = f"{n} of your {total} documents {'are' if n > 1 else 'is'} in Chinese"
     return (
-        f"Tip: {len(other)} of your {len(files)} documents {'are' if len(other) > 1 else 'is'} in Chinese "
-        f"({names}{', …' if more else ''}). If the answer may be in them, ask in Chinese: offline search matches "
-        "words, so an English question rarely finds Chinese passages. Ollama's multilingual bge-m3 embeddings "
-        "match across languages."
+        f"Tip: {which} ({names}). If the answer may be in {'them' if n > 1 else 'it'}, ask in Chinese: offline search "
+        "matches words, so an English question rarely finds Chinese passages. Ollama's multilingual bge-m3 "
+        "embeddings match across languages."
     )

@@ -155,8 +155,8 @@ class Pipeline:
     def stream(
         self, question: str, history: History = (), on_step: OnStep | None = None, **overrides: object
     ) -> AnswerStream:
-        """The answer as a stream of text. Raises ``BadQuestion`` at once for an empty or over-long question.
-        ``overrides`` are ``Options`` fields for this question (``top_k=3``, ``web=False``...)."""
+        """The answer as a stream of text. Raises ``BadQuestion`` at once for an empty, punctuation-only or
+        over-long question. ``overrides`` are ``Options`` fields for this question (``top_k=3``, ``web=False``...)."""
         options = self.options(**{k: v for k, v in overrides.items() if v is not None})
         return AnswerStream(self, clean_question(question), history, on_step or (lambda stage: None), options)
 

@@ -230,7 +230,7 @@ def number_sources(
         if strip.kept:
             groups.setdefault(_source_key(strip), []).append(strip)
     sources = []
-    for n, ((kind, _), members) in enumerate(groups.items(), start=1):
+    for n, ((kind, _), members) in enumerate(((key, m) for key, m in groups.items() if m), start=1):
         text = " ".join(m.text for m in members)
         first = members[0]
         if kind == "local":

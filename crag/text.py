@@ -43,13 +43,22 @@ def cjk_share(text: str) -> float:
 
 
 LATIN_WORD = re.compile(r"[A-Za-z]+")
+KANA_HANGUL = re.compile(r"[\u3040-\u30ff\uac00-\ud7af]")  # Japanese and Korean use Chinese characters too
+ONE_LANGUAGE = 0.8  # the share of a file's passages in one language for the file to be in that language
 
 
 def language(text: str) -> str:
     """``zh`` when the text has more Chinese characters than Latin words, else ``en``: the language to answer in.
     Words, not letters: "在 Windows 上如何安装 TeX Live？" is Chinese (a Chinese word is one or two characters), and
     "How do I typeset 中文 in LaTeX?" is English."""
-    return "zh" if len(HAN.findall(text)) > len(LATIN_WORD.findall(text)) else "en"
+    chinese = len(HAN.findall(text)) > len(LATIN_WORD.findall(text)) and not KANA_HANGUL.search(text)
+    return "zh" if chinese else "en"
+
+
+def document_language(passages: Sequence[str]) -> str:
+    """``zh`` or ``en`` when most of a document's passages are in that language, else ``mixed`` (a bilingual guide)."""
+    share = sum(language(p) == "zh" for p in passages) / len(passages) if passages else 0.0
+    return "zh" if share >= ONE_LANGUAGE else "en" if share <= 1 - ONE_LANGUAGE else "mixed"
 
 
 def strip_invisible(text: str) -> str:
@@ -310,7 +319,8 @@ class BadQuestion(CragError):
 
 
 def clean_question(question: str) -> str:
-    """Control and invisible characters go; empty or over-long questions are refused with the reason."""
+    """Control and invisible characters go; empty, punctuation-only or over-long questions are refused with the
+    reason."""
     text = " ".join(strip_invisible(question).split())
     if not text:
         raise BadQuestion("The question is empty: type a question about your documents.")

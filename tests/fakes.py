@@ -16,7 +16,7 @@ from crag.evaluator import Evaluator, Grade, Grading, SimilarityEvaluator, Usage
 from crag.models import BackendInfo, Embedder
 from crag.pipeline import Pipeline
 from crag.retriever import anchor
-from crag.text import language, lexical_tokens, phrase
+from crag.text import document_language, lexical_tokens, phrase
 from crag.types import Chunk, ScoredChunk, WebResult
 from crag.websearch import Searcher, WebSearchUnavailable
 
@@ -58,7 +58,8 @@ class FakeRetriever:
         return anchor(question, hits, self.term_stats(), self.lexical)
 
     def file_languages(self) -> dict[str, str]:
-        return {c.file: language(c.text) for c in self.chunks}
+        files = {c.file for c in self.chunks}
+        return {f: document_language([c.text for c in self.chunks if c.file == f]) for f in files}
 
     def lexical(self, query: str, n: int) -> list[ScoredChunk]:
         """Every chunk, those sharing most words with the query first."""

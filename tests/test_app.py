@@ -52,7 +52,7 @@ def test_ask_streams_the_answer_with_its_badge_trace_and_sources(monkeypatch: py
     retrieved = how.dataframe[0].value
     assert list(retrieved["score"]) == [0.9, -0.8] and list(retrieved["file"]) == ["manual.pdf"] * 2
     # Passages are P1, P2 (a rank is no citation), each with the number it has in the answer, if any.
-    assert list(retrieved["passage"]) == ["P1", "P2"] and list(retrieved["source in the answer"]) == ["[1]", ""]
+    assert list(retrieved["passage"]) == [1, 2] and list(retrieved["source in the answer"]) == ["[1]", ""]
     assert how.get("vega_lite_chart")  # the scores against the two thresholds
     assert "two processor cores" in how.code[0].value  # the refined context
     strips = how.dataframe[1].value

@@ -241,6 +241,8 @@ def test_a_real_build_lists_a_failed_file_with_its_reason(monkeypatch: pytest.Mo
     assert any("broken\\.pdf" in e.value and "not a PDF" in e.value for e in at.sidebar.error)
     assert "Your knowledge base is empty" not in texts(at.main.markdown)
     assert "deleted from the folder" not in texts(at.sidebar.warning)
+    (files / "broken.pdf").unlink()  # it was never indexed: nothing to warn about
+    assert "deleted from the folder" not in texts(app().sidebar.warning)
     # Seen in the app: a PDF deleted from Files/ was still counted and quoted, with nothing said until a rebuild.
     (files / "manual.pdf").unlink()
     at = app()

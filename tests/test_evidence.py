@@ -281,3 +281,29 @@ def test_a_question_that_misses_documents_in_the_other_language_is_told_to_ask_i
     p.retriever.embedder.multilingual = False
     assert p.ask("小部件需要多少内存？", web=False).action is Action.CORRECT
     assert p.ask("小部件需要多少内存？", web=False).trace.hint == ""
+
+
+def test_the_language_hint_counts_and_names_the_documents_and_leaves_bilingual_ones_out() -> None:
+    from crag.messages import language_hint
+
+    assert language_hint("How do I install it?", {"a.pdf": "zh"}).startswith(
+        "Tip: Your document is in Chinese (a.pdf). If the answer may be in it, ask in Chinese"
+    )
+    assert language_hint("How?", {"a.pdf": "zh", "b.pdf": "zh"}).startswith("Tip: All 2 of your documents are")
+    hint = language_hint("怎么安装？", {"a.pdf": "en", "b.pdf": "zh"})
+    assert hint.startswith("提示：你的 2 份文档中有 1 份是英文的（a.pdf）")
+    assert language_hint("怎么安装？", {f"{i}.pdf": "en" for i in range(5)}).startswith(
+        "提示：你的 5 份文档都是英文的（0.pdf、1.pdf、2.pdf等）"
+    )
+    # The sample guide is English on one page and Chinese on the next: it answers either, so no hint names it.
+    assert language_hint("How do I install it?", {"guide.pdf": "mixed"}) == ""
+    assert language_hint("How do I install it?", {"guide.pdf": "mixed", "a.pdf": "en"}) == ""
+
+
+def test_a_document_is_mixed_when_neither_language_makes_most_of_its_passages() -> None:
+    from crag.text import document_language
+
+    assert document_language(["The widget needs two cores."] * 9 + ["小部件需要两个核心。"]) == "en"
+    assert document_language(["小部件需要两个核心。"] * 5 + ["The widget needs two cores."] * 5) == "mixed"
+    assert document_language(["小部件需要两个核心。"] * 9 + ["Overview"]) == "zh"
+    assert language("インストールの方法は？") == "en", "Japanese uses Chinese characters, but is not Chinese"

@@ -191,7 +191,7 @@ def retrieved(trace: Trace, lower: float, upper: float, key: int, labels: dict[s
     st.altair_chart(score_chart(trace, lower, upper), width="stretch", key=f"scores-{key}")
     rows = [
         {
-            "passage": f"P{i}",
+            "passage": i,
             "score": round(r.score, 3),
             "source in the answer": labels.get(r.chunk.id, ""),
             "file": r.chunk.file,
@@ -208,7 +208,7 @@ def retrieved(trace: Trace, lower: float, upper: float, key: int, labels: dict[s
         hide_index=True,
         key=f"retrieved-{key}",
         column_config={
-            "passage": st.column_config.TextColumn(width="small"),
+            "passage": st.column_config.NumberColumn(format="P%d", width="small"),  # sorts as numbers
             "score": st.column_config.NumberColumn(format="%.2f", width="small"),
             "text": st.column_config.TextColumn(width="large"),
         },

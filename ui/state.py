@@ -216,7 +216,7 @@ class KnowledgeBase:
     @property
     def missing(self) -> list[str]:
         """Indexed files that are no longer in the folder: the index holds them until the next build."""
-        return [f.file for f in self.files if f.status == "missing"]
+        return [f.file for f in self.files if f.status == "missing" and f.chunks]
 
     @property
     def parsers(self) -> list[str]:

@@ -54,7 +54,8 @@ class AskRequest(BaseModel):
     # The raw cap only bounds the transport (and makes pydantic refuse lone surrogates); the question's own
     # rule, the one the UI and the CLI apply, is ``clean_question``'s.
     question: Annotated[str, Field(min_length=1, max_length=MAX_TURN), AfterValidator(_question)] = Field(
-        description=f"Control and invisible characters are removed; then 1 to {MAX_QUESTION_CHARS} characters."
+        description=f"Control and invisible characters are removed; then 1 to {MAX_QUESTION_CHARS} characters, "
+        "not punctuation only."
     )
     history: list[Turn] = Field(
         default_factory=list, max_length=MAX_TURNS, description="Earlier turns, oldest first, for follow-ups."

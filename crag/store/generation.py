@@ -15,12 +15,11 @@ import numpy as np
 
 from crag.store.common import Generation, Mode, RebuildNeeded, fuse, index_text, new_generation_id
 from crag.store.lexical import LexicalIndex
-from crag.text import language, lexical_tokens
+from crag.text import document_language, lexical_tokens
 from crag.text import phrase as text_phrase
 from crag.types import Chunk, FileResult, ScoredChunk
 
 WRITE_BATCH = 1000  # records per Chroma request; a server refuses batches over ~5000
-LANGUAGE_SAMPLE = 20  # a file's first passages tell its language
 
 
 @dataclass(frozen=True)
@@ -155,13 +154,12 @@ class IndexReader:
         return phrase in self._phrases
 
     def file_languages(self) -> dict[str, str]:
-        """Each file's language, ``zh`` or ``en``, judged on its first passages."""
+        """Each file's language: ``zh``, ``en`` or ``mixed``, judged passage by passage."""
         if self._languages is None:
-            opening: dict[str, list[str]] = {}
+            passages: dict[str, list[str]] = {}
             for chunk in self.chunks:
-                if len(part := opening.setdefault(chunk.file, [])) < LANGUAGE_SAMPLE:
-                    part.append(chunk.text)
-            self._languages = {file: language(" ".join(texts)) for file, texts in opening.items()}
+                passages.setdefault(chunk.file, []).append(chunk.text)
+            self._languages = {file: document_language(texts) for file, texts in passages.items()}
         return self._languages
 
     def vectors(self, ids: Sequence[str]) -> list[list[float]]:
