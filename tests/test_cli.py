@@ -68,6 +68,7 @@ def test_ask_json_contract_with_a_knowledge_base(tmp_path: Path, closed_port_url
         "pages": out["sources"][0]["pages"],
         "url": None,
         "title": None,
+        "section": "2 Chapter 2: widget",  # the headings above the passage
         "snippet": "",
     }
     assert "eight hundred megabytes" in out["refined_context"] and "eight hundred megabytes" in out["answer"]
