@@ -212,7 +212,11 @@ class Pipeline:
 
     def retrieve(self, queries: Sequence[str], k: int, mode: Mode, asked: str) -> list[ScoredChunk]:
         rankings = [self.retriever.retrieve(q, k, mode) for q in dict.fromkeys(queries)]
-        return self.retriever.anchor(asked, rankings[0] if len(rankings) == 1 else fuse(rankings)[:k])
+        if len(rankings) == 1:
+            return self.retriever.anchor(asked, rankings[0])
+        own = {h.chunk.id for h in rankings[0]}
+        fused = [replace(h, context=h.chunk.id not in own) for h in fuse(rankings)[:k]]
+        return self.retriever.anchor(asked, fused)
 
     def evaluate(
         self, question: str, asked: str, hits: Sequence[ScoredChunk], evaluator: Evaluator, upper: float, usage: Usage
@@ -221,7 +225,11 @@ class Pipeline:
         of the first search mentions (below ``upper``), or that the documents never mention (Incorrect)."""
         texts = [index_text(h.chunk) for h in hits]  # with their section headings, as they were indexed
         grading = evaluator.grade(question, texts, usage)
-        first = [t for t, h in zip(texts, hits, strict=True) if not h.anchor]  # found by a term alone: no say
+        # Found by a term alone, or only with the words of the question before: no say on whether the question's own
+        # names are mentioned ("R 里怎么删除…" after a question on R is not answered by a tlmgr page that never says R).
+        first = [t for t, h in zip(texts, hits, strict=True) if not h.anchor and not h.context] or [
+            t for t, h in zip(texts, hits, strict=True) if not h.anchor
+        ]
         terms = check_terms(asked, first, self.retriever.term_stats())
         grades = cap_near_miss(grading.grades, terms, upper)
         graded = tuple(replace(h, score=g.score, method=g.method) for h, g in zip(hits, grades, strict=True))

@@ -59,6 +59,7 @@ class ScoredChunk:
     score: float
     method: str = ""  # who scored it: "llm", "similarity", or "similarity (fallback: <why>)"
     anchor: str = ""  # the question's term it was searched for, when the first search missed that term
+    context: bool = False  # found only with the words of the question before (a follow-up), not by the question's
 
 
 class Action(StrEnum):

@@ -10,7 +10,7 @@ import pytest
 
 from crag.config import load_settings
 from crag.evaluator import Evaluator, Grade, Grading, Usage
-from crag.types import Action
+from crag.types import Action, ScoredChunk
 from tests.fakes import ScriptedModel, chunk, pipeline
 from tests.test_pipeline import DOC
 
@@ -190,3 +190,36 @@ def test_a_follow_up_that_goes_on_is_graded_on_what_it_adds_as_well_as_on_what_i
     assert answer.action is Action.CORRECT
     assert "tlmgr remove" in answer.text
     assert [round(g.score, 2) for g in answer.trace.retrieved] == [0.2, 0.55]
+
+
+@dataclass
+class PassageEvaluator(Evaluator):
+    """Grades a passage by what it holds, whatever the question: ``grades`` maps a word of it to its grade."""
+
+    grades: dict[str, float]
+    name: str = "by passage"
+
+    def grade(self, question: str, texts: Sequence[str], usage: Usage | None = None) -> Grading:
+        return Grading([Grade(next(g for w, g in self.grades.items() if w in t), self.name) for t in texts])
+
+
+def test_a_name_found_only_with_the_words_of_the_question_before_does_not_vouch_for_a_passage(settings) -> None:
+    """Seen in the app: after "How do I run R in batch mode?", "R 里怎么删除工作空间里的所有对象？" came out Correct
+    on a tlmgr page about deleting backups, which never says R: the passages on R had been found with the words of
+    the question before. The question's own names must be in what its own words find."""
+    on_r = chunk("Use rm(list = ls()) in R to remove every object.", file="r.pdf", n=0)
+    backups = chunk("删除备份目录中的所有旧备份。", file="tlmgr.pdf", n=1)
+    evaluator = PassageEvaluator({"rm(": -0.9, "备份": 0.9})
+    p = pipeline(settings, [on_r, backups], [0.0, 0.0], evaluator=evaluator, backend="embedded")
+    question = "R 里怎么删除所有的对象？"
+    p.retriever.retrieve = lambda q, k, mode="hybrid": (
+        [ScoredChunk(backups, 1.0)]
+        if q == question
+        else [
+            ScoredChunk(on_r, 1.0),
+            ScoredChunk(backups, 0.5),
+        ]
+    )
+    answer = p.ask(question, history=[("user", "How do I run R in batch mode?"), ("assistant", "“R CMD BATCH” [1]")])
+    assert answer.action is not Action.CORRECT and answer.trace.terms.missing == ("R",)
+    assert {h.chunk.file: h.context for h in answer.trace.retrieved} == {"r.pdf": True, "tlmgr.pdf": False}
