@@ -122,11 +122,12 @@ def _number(strip: Strip, sources: Sequence[Source]) -> int | None:
     return None
 
 
-def evidence_answer(strips: Sequence[Strip], sources: Sequence[Source], language: str, action: Action) -> str:
+def evidence_answer(quoted: Sequence[Strip], sources: Sequence[Source], language: str, action: Action) -> str:
     """A lead line per kind of source, then one line per passage: “quoted sentences” [n], after the document's
-    question when the passage answers one (a FAQ). Empty when no kept strip holds a sentence worth quoting."""
+    question when the passage answers one (a FAQ). ``quoted``: the strips ``select`` chose. Empty when none holds a
+    sentence worth quoting."""
     lines: list[str] = []
-    chosen = [(strip, n) for strip in select(strips) if (n := _number(strip, sources)) is not None]
+    chosen = [(strip, n) for strip in quoted if (n := _number(strip, sources)) is not None]
     for kind in ("local", "web"):
         group = [(strip, n) for strip, n in chosen if strip.kind == kind]
         if not group:

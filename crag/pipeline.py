@@ -227,9 +227,8 @@ class Pipeline:
         grading = evaluator.grade(question, texts, usage)
         # Found by a term alone, or only with the words of the question before: no say on whether the question's own
         # names are mentioned ("R 里怎么删除…" after a question on R is not answered by a tlmgr page that never says R).
-        first = [t for t, h in zip(texts, hits, strict=True) if not h.anchor and not h.context] or [
-            t for t, h in zip(texts, hits, strict=True) if not h.anchor
-        ]
+        found = [(t, h.context) for t, h in zip(texts, hits, strict=True) if not h.anchor]
+        first = [t for t, context in found if not context] or [t for t, _ in found]
         terms = check_terms(asked, first, self.retriever.term_stats())
         grades = cap_near_miss(grading.grades, terms, upper)
         graded = tuple(replace(h, score=g.score, method=g.method) for h, g in zip(hits, grades, strict=True))
@@ -379,16 +378,16 @@ class AnswerStream:
         if dropped := sum(1 for s in strips if s.reason.startswith("possible prompt injection")):
             self.notes.append(f"{dropped} strip(s) looked like prompt injection and were dropped (see their reasons)")
 
-        kind, error = p.answer_kind(o.answer_mode), ""
+        answering = p.answer_kind(o.answer_mode)
         # Quoted strips number their sources first: an answer quoting two passages cites [1] and [2].
-        sources = number_sources(
-            strips, evaluation.graded, evidence.select(strips) if kind is AnswerKind.EVIDENCE else ()
-        )
-        kind, before_answer = kind if sources else AnswerKind.NO_ANSWER, self.usage.requests - condense_calls
+        chosen = evidence.select(strips) if answering is AnswerKind.EVIDENCE else []
+        sources = number_sources(strips, evaluation.graded, chosen)
+        before_answer = self.usage.requests - condense_calls
+        kind, error = (answering if sources else AnswerKind.NO_ANSWER), ""
         with self._stage("generating", "generate"):
             quoted = ""
             if kind is AnswerKind.EVIDENCE:
-                quoted = evidence.evidence_answer(strips, sources, language(self.question), action)
+                quoted = evidence.evidence_answer(chosen, sources, language(self.question), action)
                 kind = AnswerKind.EVIDENCE if quoted else AnswerKind.NO_ANSWER
             if kind is AnswerKind.NO_ANSWER:
                 terms, graded = evaluation.terms, bool(evaluation.graded)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from crag.config import load_settings
-from crag.evidence import Asked, evidence_answer, passages, pieces, quoted_lines
+from crag.evidence import Asked, evidence_answer, passages, pieces, quoted_lines, select
 from crag.text import language
 from crag.types import Action, AnswerKind, Chunk, Source, Strip, cited
 from tests.fakes import ScriptedModel, chunk, pipeline
@@ -136,7 +136,7 @@ def test_quotes_follow_document_order_and_neighbours_read_as_one() -> None:
         strip("First strip restates the problem.", 0.8, (0, 0)),
         strip("Second strip gives the answer.", 0.7, (0, 1)),
     ]
-    text = evidence_answer(strips, sources, "en", Action.CORRECT)
+    text = evidence_answer(select(strips), sources, "en", Action.CORRECT)
     assert text.splitlines()[1:] == [
         "“First strip restates the problem. Second strip gives the answer. Third strip says something else "
         "entirely.” [1]"
@@ -151,7 +151,7 @@ def test_a_footnote_is_quoted_on_its_own_line() -> None:
         strip("²sudo tlmgr 无法使用的情况可以参考 2.4 节解决", 0.7, (0, 1)),
         strip("³原文是: By default, please get the new TL", 0.6, (0, 2)),
     ]
-    assert evidence_answer(strips, sources, "zh", Action.CORRECT).splitlines()[1:] == [
+    assert evidence_answer(select(strips), sources, "zh", Action.CORRECT).splitlines()[1:] == [
         "“升级宏包依旧可以使用 tlmgr。” [1]",
         "“²sudo tlmgr 无法使用的情况可以参考 2.4 节解决” [1]",
         "“³原文是: By default, please get the new TL” [1]",
@@ -170,7 +170,7 @@ def test_a_sentence_that_two_chunks_share_is_quoted_once() -> None:
         strip(shared, 0.85, (1, 0), chunk_id="c1"),
         strip(f"{shared} Check the diversion with dpkg-divert --list.", 0.8, (1, 1), chunk_id="c1"),
     ]
-    lines = evidence_answer(strips, sources, "en", Action.CORRECT).splitlines()[1:]
+    lines = evidence_answer(select(strips), sources, "en", Action.CORRECT).splitlines()[1:]
     assert lines[0].startswith("“Do not overwrite") and lines[0].endswith("” [1]")
     # The strip that says nothing new is left out; one with something new is quoted whole.
     assert lines[1:] == [f"“{shared} Check the diversion with dpkg-divert --list.” [2]"]
@@ -188,7 +188,7 @@ def test_the_first_half_of_a_sentence_that_the_next_chunk_holds_whole_is_not_quo
     whole = f"{cut} make prefix=/path/to/here install-libR where prefix is optional."
     for first, second in ((0.9, 0.8), (0.8, 0.9)):
         strips = [strip(cut, first, (0, 3)), strip(whole, second, (1, 0), chunk_id="c1")]
-        lines = evidence_answer(strips, sources, "en", Action.CORRECT).splitlines()[1:]
+        lines = evidence_answer(select(strips), sources, "en", Action.CORRECT).splitlines()[1:]
         assert lines == [f"“{whole}” [2]"]
 
 
@@ -203,13 +203,13 @@ def test_a_quote_that_answers_a_faq_question_shows_the_question_before_it() -> N
     read as the answer to a question about line spacing."""
     sources = [SOURCE]
     faq = "36 如何使首段段首也缩进？使用 indentfirst 宏包。37 如何设置双倍行距？使用命令\\linespread{2}。"
-    text = evidence_answer([strip(faq, 0.9, (0, 0))], sources, "zh", Action.CORRECT)
+    text = evidence_answer(select([strip(faq, 0.9, (0, 0))]), sources, "zh", Action.CORRECT)
     assert text.splitlines()[1:] == [
         "36 如何使首段段首也缩进？ “使用 indentfirst 宏包。” [1]",
         "37 如何设置双倍行距？ “使用命令\\linespread{2}。” [1]",
     ]
     run_on = "CTEX 的论坛、主页和 FTP 服务器提供软件下载和资料交流" * 3 + "3 FAQ 的目的是什么？本 FAQ 收集常见问题。"
-    text = evidence_answer([strip(run_on, 0.9, (0, 0))], sources, "zh", Action.CORRECT)
+    text = evidence_answer(select([strip(run_on, 0.9, (0, 0))]), sources, "zh", Action.CORRECT)
     assert text.splitlines()[1:] == ["“本 FAQ 收集常见问题。” [1]"]  # a question run into other text: no heading
 
 
@@ -218,7 +218,7 @@ def test_the_lines_of_an_evidence_answer_read_back_as_question_quote_and_number(
     question (the benchmark must not find the key fact in it), and a quote holding a question stays a quote."""
     sources = [SOURCE]
     faq = "37 如何使用“甲”命令？用 \\jia 命令。Is it on? It is “on” by default."
-    text = evidence_answer([strip(faq, 0.9, (0, 0))], sources, "zh", Action.CORRECT)
+    text = evidence_answer(select([strip(faq, 0.9, (0, 0))]), sources, "zh", Action.CORRECT)
     assert [(m["asked"], m["quote"], m["n"]) for m in quoted_lines(text)] == [
         ("37 如何使用“甲”命令？", "用 \\jia 命令。", "1"),
         ("Is it on?", "It is “on” by default.", "1"),
@@ -236,7 +236,7 @@ def test_a_sentence_is_never_dropped_from_inside_a_quote() -> None:
 def test_a_documents_own_reference_is_not_taken_for_a_citation() -> None:
     sources = [SOURCE]
     text = evidence_answer(
-        [strip("As shown in [3], the widget needs two cores.", 0.9, (0, 0))], sources, "en", Action.CORRECT
+        select([strip("As shown in [3], the widget needs two cores.", 0.9, (0, 0))]), sources, "en", Action.CORRECT
     )
     assert cited(text) == {1} and "［3］" in text
 
