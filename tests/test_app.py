@@ -141,7 +141,7 @@ def test_history_survives_reruns_reloads_and_restarts(monkeypatch: pytest.Monkey
 
 def test_a_chat_can_be_renamed_deleted_and_exported(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
     use_pipeline(monkeypatch, [0.9])
-    at = ask(app(), "How many cores does the widget need?").run()  # the sidebar lists the new chat
+    at = ask(app(), "How many cores does the widget need?")
     chat = at.query_params["chat"]
     at.text_input(key=f"title-{chat}").set_value("Widget cores").run()
     at.button(key=f"rename-{chat}").click().run()
@@ -152,6 +152,25 @@ def test_a_chat_can_be_renamed_deleted_and_exported(monkeypatch: pytest.MonkeyPa
     at.checkbox(key=f"sure-{chat}").check().run()
     at.button(key=f"delete-{chat}").click().run()
     assert len(at.chat_message) == 0 and saved(files) == []
+
+
+def test_a_new_chat_is_listed_as_soon_as_it_is_asked(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
+    use_pipeline(monkeypatch, [0.9])
+    at = ask(app(), "How many cores does the widget need?")  # no further run: listed by the run that answers
+    assert not at.exception
+    assert "How many cores does the widget need?" in [b.label for b in at.sidebar.button]
+    at.button(key="new_chat").click().run()
+    at = ask(at, "How much memory does the widget need?")  # the first chat is listed twice in this run
+    assert not at.exception
+    labels = [b.label for b in at.sidebar.button]
+    assert "How many cores does the widget need?" in labels and "How much memory does the widget need?" in labels
+    at.run()  # the next run lists each once, the open one marked
+    listed = [b for b in at.sidebar.button if b.key.startswith("chat-")]
+    assert sorted(b.label for b in listed) == [
+        "How many cores does the widget need?",
+        "How much memory does the widget need?",
+    ]
+    assert [b.proto.type for b in listed if b.label.startswith("How much memory")] == ["secondary"]
 
 
 def test_a_bad_question_is_refused_and_leaves_no_dangling_turn(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:

@@ -7,7 +7,7 @@ again as it streams and when it ends. A reload, a restart or a crash loses nothi
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import streamlit as st
@@ -31,6 +31,7 @@ def render(
     options: dict[str, Any],
     store: Conversations,
     chat: str | None,
+    relist: Callable[[str], None],
 ) -> None:
     messages = store.messages(chat) if chat else []
     question = ""
@@ -52,7 +53,7 @@ def render(
         st.session_state["question"] = text  # back in the box, to shorten or fix: nothing typed is lost
     prompt = st.chat_input(placeholder, disabled=pipeline is None, key="question", submit_mode=mode)
     if prompt and pipeline is not None:
-        ask(prompt, settings, pipeline, options, store, chat, messages)
+        ask(prompt, settings, pipeline, options, store, chat, messages, relist)
 
 
 def replay(message: Message, question: str, settings: Settings) -> None:
@@ -76,6 +77,7 @@ def ask(
     store: Conversations,
     chat: str | None,
     previous: list[Message],
+    relist: Callable[[str], None],
 ) -> None:
     try:
         question = clean_question(question)  # the one check the CLI and the API make too
@@ -86,6 +88,7 @@ def ask(
     if chat is None:
         chat = store.create(title_of(question)).id
         state.open_chat(chat)
+        relist(chat)  # the sidebar was drawn before this chat existed
     history = [(m.role, m.content) for m in previous if m.content and m.complete]
     store.add(chat, "user", question)
     with st.chat_message("user"):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from crag.config import Settings
 from crag.conversations import Conversations, HistoryUnavailable
@@ -12,8 +15,10 @@ from ui.text import chat_labels, md_escape
 SHOWN = 30  # conversations listed; the rest stay stored
 
 
-def render(settings: Settings) -> tuple[Conversations, str | None]:
-    """The list in the sidebar; returns the store and the open conversation (None: a new, unsaved chat)."""
+def render(settings: Settings) -> tuple[Conversations, str | None, Callable[[str], None]]:
+    """The list in the sidebar; returns the store, the open conversation (None: a new, unsaved chat) and a
+    function that lists again, with a given chat open: the first question of a new chat creates it after the
+    sidebar was drawn, and the user should see it listed while its answer comes."""
     st.button(
         "New chat",
         icon=":material/add_comment:",
@@ -30,22 +35,33 @@ def render(settings: Settings) -> tuple[Conversations, str | None]:
     if store.recovered:
         st.warning(md_escape(store.recovered))
     current = state.current_chat(store)
+    slot = st.empty()
+    listing(slot, store, current)
+    return store, current, lambda chat: listing(slot, store, chat, again=True)
+
+
+def listing(slot: DeltaGenerator, store: Conversations, current: str | None, again: bool = False) -> None:
+    """The saved chats in ``slot``, newest first. Drawn ``again`` in the same run, their buttons take other keys
+    (a key names one widget per run)."""
     chats = store.list()
-    if chats:
-        with st.expander(f"Conversations ({len(chats)})", expanded=True, icon=":material/forum:"):
-            for chat, label in zip(chats[:SHOWN], chat_labels(chats[:SHOWN]), strict=True):
-                st.button(
-                    label,
-                    key=f"chat-{chat.id}",
-                    type="secondary" if chat.id == current else "tertiary",
-                    icon=":material/chat:" if chat.id == current else None,
-                    on_click=state.open_chat,
-                    args=(chat.id,),
-                    width="stretch",
-                )
-            if current is not None:
-                manage(store, current)
-    return store, current
+    if not chats:
+        return
+    with (
+        slot.container(),
+        st.expander(f"Conversations ({len(chats)})", expanded=True, icon=":material/forum:"),
+    ):
+        for chat, label in zip(chats[:SHOWN], chat_labels(chats[:SHOWN]), strict=True):
+            st.button(
+                label,
+                key=f"chat-{chat.id}" + ("-again" if again else ""),
+                type="secondary" if chat.id == current else "tertiary",
+                icon=":material/chat:" if chat.id == current else None,
+                on_click=state.open_chat,
+                args=(chat.id,),
+                width="stretch",
+            )
+        if current is not None:
+            manage(store, current)
 
 
 def manage(store: Conversations, current: str) -> None:

@@ -44,7 +44,7 @@ def run(settings: Settings, options: dict[str, Any]) -> None:
         pipeline, pipeline_error = state.pipeline(settings)
     kb = state.knowledge_base(settings)
     with st.sidebar:
-        store, chat = conversations.render(settings)
+        store, chat, relist = conversations.render(settings)
     sidebar.render(settings, pipeline, pipeline_error, kb)
     if pipeline_error:
         st.error(pipeline_error)
@@ -57,7 +57,7 @@ def run(settings: Settings, options: dict[str, Any]) -> None:
             "each answer shows its CRAG action, how it was made, and the pages it comes from.",
             icon=":material/forum:",
         )
-    talk.render(settings, pipeline, options, store, chat)
+    talk.render(settings, pipeline, options, store, chat, relist)
 
 
 def empty_state(settings: Settings, kb: state.KnowledgeBase, web: bool) -> None:
