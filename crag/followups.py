@@ -38,12 +38,29 @@ def rewrite_problem(rewrite: str, question: str, history: History) -> str:
     return ""
 
 
+# Questions before that a follow-up is read with, at most: "what about macOS?" after "and on Windows?" after
+# "How do I install R from source?" needs the first; a longer chain of asides is rare and would drown the question.
+CHAIN = 3
+
+
 def conversation_query(question: str, history: History) -> str:
     """The question, then the previous question as it was asked: a follow-up ("And on Windows?", "那行距呢？") is
     retrieved in the context of what it follows, without a model. Whole, the previous question keeps what a list
-    of its content words loses: "R" in "How do I run R in batch mode?", and wording the embedder understands."""
-    previous = next((text for role, text in reversed(history) if role == "user"), "")
-    return f"{question} {previous}" if previous.strip() and previous.strip() != question.strip() else question
+    of its content words loses: "R" in "How do I run R in batch mode?", and wording the embedder understands.
+
+    When the previous question went on from the one before it, that one comes too, back to the question that
+    set the topic: read with "and on Windows?" alone, "what about macOS?" would have lost "install R"."""
+    asked = question.strip()
+    chain: list[str] = []
+    for role, text in reversed(history):
+        previous = text.strip()
+        if role != "user" or not previous:
+            continue
+        if previous != asked and previous not in chain:
+            chain.append(previous)
+        if not goes_on(previous) or len(chain) == CHAIN:
+            break
+    return " ".join([question, *chain])
 
 
 # A question that opens with "and" or "what about", or a Chinese one that opens with 那 or ends in 呢, leaves out what
@@ -72,6 +89,16 @@ MORE_OF_THE_SAME = frozenset(
 )
 
 
+def goes_on(question: str) -> bool:
+    """Whether a question goes on from the one before: it opens or ends as a follow-up does, or names nothing of its
+    own ("Tell me more", "具体怎么做？")."""
+    return elliptical(question) or not _own_words(question)
+
+
+def _own_words(question: str) -> list[str]:
+    return [word for word in content_words(question) if word not in MORE_OF_THE_SAME]
+
+
 def adds_to(question: str, *passages: str) -> bool:
     """Whether a passage found for a question read with its conversation names one of the question's own words.
 
@@ -81,7 +108,7 @@ def adds_to(question: str, *passages: str) -> bool:
     words must not answer it. A question with no word of its own ("Why?", "Tell me more") is always read with its
     conversation.
     """
-    own = [word for word in content_words(question) if word not in MORE_OF_THE_SAME]
+    own = _own_words(question)
     if not own:
         return True
     return any(_names(own, passage) for passage in passages)

@@ -10,6 +10,7 @@ import pytest
 
 from crag.config import load_settings
 from crag.evaluator import Evaluator, Grade, Grading, Usage
+from crag.followups import conversation_query
 from crag.types import Action, ScoredChunk
 from tests.fakes import ScriptedModel, chunk, pipeline
 from tests.test_pipeline import DOC
@@ -33,6 +34,48 @@ def test_an_embedded_follow_up_uses_the_conversation_without_a_model(settings) -
 
 
 ZH_MEMORY = "小部件需要两个处理器核心。小部件的内存需要八百兆。"
+
+
+def turns(*questions: str) -> list[tuple[str, str]]:
+    return [turn for q in questions for turn in (("user", q), ("assistant", "“…” [1]"))]
+
+
+INSTALL = "How do I install R from source on Unix-alikes?"
+
+
+@pytest.mark.parametrize(
+    ("history", "question", "query"),
+    [
+        # Seen in the app: read with "and on Windows?" alone, "what about macOS?" lost "install R" and quoted
+        # MacTeX passages under a Correct badge.
+        (turns(INSTALL, "and on Windows?"), "what about macOS?", f"what about macOS? and on Windows? {INSTALL}"),
+        (turns("那在 Windows 上呢？"), "还有 macOS 呢？", "还有 macOS 呢？ 那在 Windows 上呢？"),
+        (turns(INSTALL, "Tell me more"), "And on Windows?", f"And on Windows? Tell me more {INSTALL}"),
+        # The question that set the topic ends the chain: one before it is another topic.
+        (turns("How do I run R in batch mode?", INSTALL), "and on Windows?", f"and on Windows? {INSTALL}"),
+        (
+            turns(INSTALL, "and on Windows?"),
+            "How much memory does R need?",
+            f"How much memory does R need? and on Windows? {INSTALL}",
+        ),
+        (
+            turns(INSTALL, "and on macOS?", "and on Windows?", "and on Solaris?"),
+            "and on AIX?",
+            "and on AIX? and on Solaris? and on Windows? and on macOS?",
+        ),
+        (turns(INSTALL), INSTALL, INSTALL),  # asked again: nothing to add
+        ([], "and on Windows?", "and on Windows?"),
+    ],
+)
+def test_a_follow_up_is_read_with_the_questions_back_to_the_one_that_set_the_topic(history, question, query) -> None:
+    assert conversation_query(question, history) == query
+
+
+def test_an_embedded_follow_up_of_a_follow_up_keeps_the_topic(settings) -> None:
+    p = pipeline(settings, [chunk(ZH_MEMORY)], [0.9], backend="embedded")
+    p.ask("那磁盘呢？", history=turns("小部件需要几个处理器核心？", "那内存呢？"))
+    assert p.retriever.asked[0] == "那磁盘呢？"
+    assert "内存" in p.retriever.asked[1] and "处理器" in p.retriever.asked[1]
 
 
 @dataclass
