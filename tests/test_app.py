@@ -196,6 +196,23 @@ def test_answer_settings_reach_the_pipeline(monkeypatch: pytest.MonkeyPatch, fil
     assert len(built) == 1, "answer settings are options of a question: the pipeline is not rebuilt"
 
 
+def test_web_search_turned_off_for_the_app_cannot_be_turned_on_in_a_session(
+    monkeypatch: pytest.MonkeyPatch, files: Path
+) -> None:
+    """Seen in the app: started with CRAG_WEB_SEARCH=off, the toggle showed on and did nothing."""
+    monkeypatch.setenv("CRAG_WEB_SEARCH", "off")
+    use_pipeline(monkeypatch, [-0.9, -0.95])  # Incorrect: the web would be searched if it could be
+    at = app()
+    toggle = at.toggle(key="set_web")
+    assert toggle.disabled and toggle.value is False and "CRAG_WEB_SEARCH=on" in toggle.help
+    at.session_state["set_web"] = True  # left on by an earlier start of the app in this browser session
+    at = ask(at.run())
+    assert at.toggle(key="set_web").value is False
+    trace = saved(files)[-1].answer.trace
+    assert trace.web_results == () and trace.web_error
+    assert "Widget FAQ" not in texts(at.chat_message[1].markdown)
+
+
 def test_document_and_web_text_is_never_html_and_images_are_not_fetched(
     monkeypatch: pytest.MonkeyPatch, files: Path
 ) -> None:

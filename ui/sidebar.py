@@ -236,7 +236,14 @@ def answer_settings(settings: Settings) -> None:
             help="A passage scoring at or above the upper threshold makes the action Correct; "
             "when all score below the lower one it is Incorrect; otherwise Ambiguous.",
         )
-        st.toggle("Search the web when the documents fall short", key=state.WEB)
+        st.toggle(
+            "Search the web when the documents fall short",
+            key=state.WEB,
+            disabled=not settings.web_search,
+            help=None
+            if settings.web_search
+            else "Off for this app (CRAG_WEB_SEARCH=off): set CRAG_WEB_SEARCH=on and restart the app to allow it.",
+        )
         st.selectbox("Answers", list(ANSWER_MODES), key=state.ANSWER_MODE, format_func=ANSWER_MODES.__getitem__)
         st.selectbox("Retrieval evaluator", list(EVALUATORS), key=state.EVALUATOR, format_func=EVALUATORS.__getitem__)
         st.caption("Changes apply to the next question. Defaults come from the CRAG_* settings.")

@@ -91,6 +91,8 @@ def options(base: Settings) -> dict[str, Any]:
     ss.setdefault(TOP_K, base.top_k)
     ss.setdefault(THRESHOLDS, (base.lower_threshold, base.upper_threshold))
     ss.setdefault(WEB, base.web_search)
+    if not base.web_search:  # off for the app (CRAG_WEB_SEARCH): no session can turn it on, and none shows it on
+        ss[WEB] = False
     ss.setdefault(EVALUATOR, base.evaluator)
     ss.setdefault(ANSWER_MODE, base.answer_mode)
     lower, upper = sorted(float(v) for v in ss[THRESHOLDS])  # a range slider keeps them ordered; be sure
