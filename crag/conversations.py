@@ -20,7 +20,7 @@ from pydantic import TypeAdapter
 
 from crag.errors import CragError
 from crag.text import pages_label
-from crag.types import NOT_WRITTEN, Answer
+from crag.types import NOT_WRITTEN, Answer, AnswerKind
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -185,7 +185,9 @@ def _dump(answer: Answer | None) -> str | None:
 
 def answer_markdown(question: str, answer: Answer) -> str:
     """One answer as Markdown, with its sources: to keep or to share."""
-    lines = [f"## {question}", "", answer.text, ""]
+    # An evidence answer is a lead line and quotes, a line each: one paragraph each, or Markdown runs them together.
+    text = "\n\n".join(answer.text.splitlines()) if answer.kind is AnswerKind.EVIDENCE else answer.text
+    lines = [f"## {question}", "", text, ""]
     cited = answer.cited_sources or answer.sources
     if cited:
         lines += ["### Sources" if answer.cited_sources else "### Given to the model, not cited", ""]

@@ -143,6 +143,9 @@ def test_a_chat_can_be_renamed_deleted_and_exported(monkeypatch: pytest.MonkeyPa
     use_pipeline(monkeypatch, [0.9])
     at = ask(app(), "How many cores does the widget need?")
     chat = at.query_params["chat"]
+    at.text_input(key=f"title-{chat}").set_value("   ").run()
+    at.button(key=f"rename-{chat}").click().run()
+    assert "cannot be blank" in texts(at.sidebar.warning), "a blank title is refused, and says so"
     at.text_input(key=f"title-{chat}").set_value("Widget cores").run()
     at.button(key=f"rename-{chat}").click().run()
     assert "Widget cores" in [b.label for b in at.sidebar.button]

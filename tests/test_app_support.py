@@ -286,6 +286,15 @@ def test_a_web_address_in_a_quote_links_to_that_address_without_the_closing_punc
     )
 
 
+def test_a_command_in_our_message_is_code_and_the_rest_stays_literal() -> None:
+    """Seen in the app: the empty knowledge base's answer showed the backticks around its command."""
+    from ui.text import md_coded
+
+    message = "Build it (`python -m crag index`); your documents never mention “*CSV*”."
+    assert md_coded(message) == "Build it \\(`python -m crag index`\\); your documents never mention “\\*CSV\\*”\\."
+    assert md_coded("an odd ` backtick") == "an odd \\` backtick"
+
+
 def test_a_failed_file_is_named_once() -> None:
     from ui.text import file_reason
 

@@ -93,6 +93,8 @@ def test_an_answer_exports_as_markdown_with_its_sources() -> None:
     assert "### Sources" in text and "[1] manual.pdf, page 1: “The widget needs two cores.”" in text
     assert "*CRAG action: correct · quoted from the sources: no model wrote this*" in text
     assert "SmolLM2" not in text, "the embedded model wrote none of it (seen in an export)"
+    quotes = answer_markdown("How many cores?", answer("From your documents:\n“Two cores.” [1]\n“Or three.” [1]"))
+    assert "From your documents:\n\n“Two cores.” [1]\n\n“Or three.” [1]\n" in quotes, "a paragraph each"
     uncited = answer_markdown("How many cores?", Answer("Two.", "ollama", "qwen3", answer().sources))
     assert "### Given to the model, not cited" in uncited
 

@@ -19,7 +19,7 @@ from crag.evidence import quoted_lines
 from crag.text import pages_label
 from crag.types import NOT_WRITTEN, Answer, AnswerKind, Source, Trace
 from crag.websearch import OFF_REASON
-from ui.text import ACTIONS, action_reason, evidence_markdown, export_name, md_escape, no_images, shorten
+from ui.text import ACTIONS, action_reason, evidence_markdown, export_name, md_coded, md_escape, no_images, shorten
 
 CLOSE_UP_MARGIN = 54.0  # points of page shown above and below the passage (about four lines)
 ZONE_COLORS = {"Correct": "#21a366", "Ambiguous": "#f0a020", "Incorrect": "#e0443e"}
@@ -30,7 +30,7 @@ def text(content: str, kind: AnswerKind) -> None:
     if kind is AnswerKind.EVIDENCE:
         st.markdown(evidence_markdown(content))
     elif kind is AnswerKind.NO_ANSWER:
-        st.markdown(md_escape(content))
+        st.markdown(md_coded(content))
     else:
         st.markdown(no_images(content))
 

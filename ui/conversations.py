@@ -70,9 +70,11 @@ def manage(store: Conversations, current: str) -> None:
         return
     with st.popover("Rename or delete this chat", icon=":material/edit:", width="stretch"):
         title = st.text_input("Title", value=chat.title, key=f"title-{chat.id}", max_chars=200)
-        if st.button("Rename", key=f"rename-{chat.id}", icon=":material/edit:") and title.strip():
-            store.rename(chat.id, title)
-            st.rerun()
+        if st.button("Rename", key=f"rename-{chat.id}", icon=":material/edit:"):
+            if title.strip():
+                store.rename(chat.id, title)
+                st.rerun()
+            st.warning("A title cannot be blank: the chat keeps its name.")
         sure = st.checkbox("Delete it with all its answers: this cannot be undone", key=f"sure-{chat.id}")
         if st.button("Delete this chat", key=f"delete-{chat.id}", icon=":material/delete:", disabled=not sure):
             store.delete(chat.id)

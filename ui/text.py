@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -36,9 +36,24 @@ URL = re.compile(r"https?://[^\s<>“”\"'‘’]*[^\s<>“”\"'‘’.,;:!?)\
 
 def md_linked(text: str) -> str:
     """``md_escape``, with each web address a link to exactly that address."""
+    return _escaped_but(URL, text, lambda found: f"<{found}>")
+
+
+# A command in one of crag's own messages ("`python -m crag index`"): code, which Markdown shows literally anyway.
+CODE = re.compile(r"`[^`]+`")
+
+
+def md_coded(text: str) -> str:
+    """``md_escape``, with each `command` shown as code: the rest of a message (a word of the user's question in
+    it) stays literal."""
+    return _escaped_but(CODE, text, lambda found: found)
+
+
+def _escaped_but(pattern: re.Pattern[str], text: str, markdown: Callable[[str], str]) -> str:
+    """``md_escape``, with what ``pattern`` finds turned into ``markdown``."""
     text, out, last = " ".join(text.split()), [], 0
-    for found in URL.finditer(text):
-        out += [MD_SPECIAL.sub(r"\\\1", text[last : found.start()]), f"<{found.group()}>"]
+    for found in pattern.finditer(text):
+        out += [MD_SPECIAL.sub(r"\\\1", text[last : found.start()]), markdown(found.group())]
         last = found.end()
     return "".join([*out, MD_SPECIAL.sub(r"\\\1", text[last:])])
 
