@@ -174,11 +174,16 @@ def web_strips(results: Sequence[WebResult]) -> list[Strip]:
 # A strip's own score weighs this much; the grade of the passage it comes from weighs the rest. Alone, a
 # strip that answers ("Disable line art smoothing.") often matches the question's words less than one that
 # restates it; the evaluator's grade of the whole passage, heading included, says where the answer is.
+# A footnote is an aside, not what its passage is about ("¹¹ with gcc 10.2." was quoted for "what about macOS?"
+# as part of a well-graded passage): it scores no more than its own words do, nor than a strip of its passage.
 OWN_WEIGHT = 0.15
 
 
 def blend(strip: Strip, own: float) -> float:
-    return round(OWN_WEIGHT * own + (1 - OWN_WEIGHT) * strip.score, 4) if strip.kind == "local" else own
+    if strip.kind != "local":
+        return own
+    blended = round(OWN_WEIGHT * own + (1 - OWN_WEIGHT) * strip.score, 4)
+    return min(own, blended) if NOTE.match(strip.text) else blended
 
 
 def refine(question: str, strips: Sequence[Strip], scorer: SimilarityEvaluator, keep: int, floor: float) -> list[Strip]:

@@ -179,3 +179,21 @@ def test_a_footnote_is_a_strip_of_its_own() -> None:
         "一般来说也需要使用 sudo。",
     ]
     assert decompose("A sentence that goes on\n\n2 over a list item") == ["A sentence that goes on 2 over a list item"]
+
+
+def test_a_footnote_stands_on_its_own_score_not_on_its_passage_grade() -> None:
+    """Seen in the app: "¹¹ with gcc 10.2." was quoted for "what about macOS?", lifted by its well-graded passage."""
+    text = "Binary distributions are available for macOS.\n\n¹¹ with gcc 10.2.\n\nThey run natively on arm64."
+    strips = refine(
+        "Are there binary distributions for macOS?",
+        local_strips([ScoredChunk(chunk(text), 0.9)]),
+        SimilarityEvaluator(HashEmbedder()),
+        keep=8,
+        floor=0.0,
+    )
+    scores = {s.text: s.score for s in strips}
+    assert scores["¹¹ with gcc 10.2."] < 0.0 < scores["They run natively on arm64."]
+    assert [s.text for s in strips if s.kept] == [
+        "Binary distributions are available for macOS.",
+        "They run natively on arm64.",
+    ]
