@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pymupdf
 import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
@@ -66,6 +67,16 @@ def test_ask_streams_the_answer_with_its_badge_trace_and_sources(monkeypatch: py
     assert "two processor cores" in sources.text[0].value
     # The page with the passage highlighted: a close-up, and the whole page behind a popover.
     assert len(sources.image) == 2
+
+
+def test_a_source_shows_the_page_number_its_manual_prints(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
+    use_pipeline(monkeypatch, [0.9, -0.8])
+    manual = manual_pdf(files / "manual.pdf")
+    with pymupdf.open(manual) as doc:  # the cited page 1 is the manual's page "ix": its index and references say so
+        doc.set_page_labels([{"startpage": 0, "prefix": "", "style": "r", "firstpagenum": 9}])
+        doc.saveIncr()
+    sources = ask(app()).chat_message[1].expander[1]
+    assert "manual\\.pdf · page 1 \\(printed ix\\)" in texts(sources.markdown)
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ from crag.ingest.pymupdf import (
     layout_sessions,
     load_layout_model,
     page_sizes,
+    printed_pages,
     render_page,
 )
 from crag.text import join_lines
@@ -246,3 +247,20 @@ def test_a_footnote_mark_is_not_glued_to_the_word_it_follows() -> None:
     assert _box_text(english, marks) == "give more precise control. However,"
     assert _box_text(power, marks) == "a million is 103 squared"
     assert [_box_text(note, marks) for note in notes] == ["4这里只讨论默认安装的情况", "6 See 4.2."]
+
+
+def test_the_page_numbers_a_manual_prints_are_read_from_its_page_labels(tmp_path: Path) -> None:
+    labelled = manual_pdf(tmp_path / "labelled.pdf", pages=3)
+    with pymupdf.open(labelled) as doc:  # a title page counted apart, then 1, 2: the manual's own numbers
+        doc.set_page_labels(
+            [
+                {"startpage": 0, "prefix": "", "style": "r", "firstpagenum": 1},
+                {"startpage": 1, "style": "D", "firstpagenum": 1},
+            ]
+        )
+        doc.saveIncr()
+    assert printed_pages(labelled, [2]) == "1"
+    assert printed_pages(labelled, [2, 3]) == "1–2"
+    assert printed_pages(labelled, [1]) == "i"
+    plain = manual_pdf(tmp_path / "plain.pdf", pages=2)
+    assert printed_pages(plain, [1, 2]) == ""  # no labels: the PDF's numbers are the printed ones

@@ -351,6 +351,8 @@ def local_source(source: Source, boxes: tuple, quoted: tuple[str, ...], files_di
     text, image = st.columns([2, 3], gap="medium")
     with text:
         where = f"{md_escape(source.file)} · {pages_label(source.pages)}"
+        if source.pages and (printed := printed_pages(files_dir, source.file, source.pages)):
+            where += " " + md_escape(f"(printed {printed})")  # what the manual's own page numbers and references say
         st.markdown(f"**\\[{source.n}\\]** :material/description: {where}")
         if source.section:  # what the quote is about: "sudo tlmgr remove --all" under "Uninstalling TeX Live"
             st.caption(f":material/subdirectory_arrow_right: {md_escape(source.section)}")
@@ -400,6 +402,24 @@ def page_image(
         return None, f"Page image unavailable: {exc}"
     except Exception as exc:  # noqa: BLE001 - a page image is a nicety; the answer stands without it
         return None, f"Page image unavailable ({type(exc).__name__}: {exc})."
+
+
+def printed_pages(files_dir: Path, file: str, pages: tuple[int, ...]) -> str:
+    """The page numbers the document prints there, when they differ from the PDF's; "" when unknown."""
+    path = (files_dir / file).resolve()
+    try:
+        if not path.is_relative_to(files_dir.resolve()):
+            return ""
+        return _printed(str(path), path.stat().st_mtime_ns, tuple(pages))
+    except Exception:  # noqa: BLE001 - a nicety, like the page image: the source stands without it
+        return ""
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def _printed(path: str, mtime: int, pages: tuple[int, ...]) -> str:
+    from crag.ingest.pymupdf import printed_pages as labels  # PyMuPDF loads only when a source is shown
+
+    return labels(Path(path), pages)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)

@@ -136,6 +136,17 @@ def page_sizes(path: Path, max_pages: int | None = None) -> list[tuple[float, fl
         return [(page.rect.width, page.rect.height) for page in doc]
 
 
+def printed_pages(path: Path, pages: Sequence[int]) -> str:
+    """The page numbers a document prints on the given pages (1-based), where they differ from the PDF's: "33" on
+    page 39 of a manual whose front matter counts apart (its page labels). "" when the PDF has no labels or they
+    are the same."""
+    with open_pdf(path) as doc:
+        labels = [doc[p - 1].get_label() for p in (min(pages), max(pages)) if 0 < p <= doc.page_count]
+    if len(labels) < 2 or not all(labels) or labels == [str(min(pages)), str(max(pages))]:
+        return ""
+    return labels[0] if labels[0] == labels[1] else f"{labels[0]}–{labels[1]}"
+
+
 def render_page(path: Path, page: int, dpi: int = 144):  # -> PIL.Image.Image
     """A page (1-based) as an RGB image, for MinerU and for the sources panel."""
     from PIL import Image
