@@ -23,13 +23,14 @@ from dataclasses import dataclass, replace
 from pydantic import BaseModel
 from pydantic_ai import Agent, NativeOutput
 from pydantic_ai.models import Model
+from pydantic_ai.usage import RequestUsage
 
 from crag import evidence, prompts
 from crag.config import Settings
 from crag.evaluator import Evaluator, LLMEvaluator, SimilarityEvaluator, Usage, cap_near_miss, check_terms
 from crag.followups import READ_ON, History, conversation_query, elliptical, reading, rewrite_problem
 from crag.messages import language_hint, model_failure_message, near_miss_note, no_answer_message
-from crag.models import BackendInfo, build_chat_model, resolve_backend
+from crag.models import COUNTED, BackendInfo, build_chat_model, resolve_backend
 from crag.refine import keep_closest, local_strips, number_sources, refine, web_strips
 from crag.retriever import Retriever, open_retriever
 from crag.store import Mode, fuse, index_text
@@ -256,13 +257,15 @@ class Pipeline:
     def generate(self, question: str, sources: Sequence[Source], usage: Usage) -> Iterator[str]:
         """The chat model's answer, streamed. Raises whatever the model raises. Closing this generator (or
         a failure) ends the model's stream before it returns: nothing is left running on the event loop."""
+        counted = RequestUsage()  # the embedded model's exact counts; other models report theirs
         with answer_agent.run_stream_sync(
             prompts.answer_prompt(question, sources),
             model=self.model,
-            model_settings={"max_tokens": self.settings.max_answer_tokens},
+            model_settings={"max_tokens": self.settings.max_answer_tokens, COUNTED: counted},
         ) as result:
             yield from result.stream_text(delta=True, debounce_by=None)
-            usage.add(result.usage)
+            exact = {"input_tokens": counted.input_tokens, "output_tokens": counted.output_tokens}
+            usage.add(replace(result.usage, **exact) if counted.has_values() else result.usage)
 
 
 class AnswerStream:

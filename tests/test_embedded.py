@@ -57,6 +57,20 @@ def test_a_stopped_answer_releases_the_model_for_the_next_question(settings, rea
     assert answer.complete and answer.text
 
 
+def test_a_generated_answer_reports_the_tokens_llama_cpp_counted(settings, real_models) -> None:
+    """Not PydanticAI's estimate for a streamed function model: 50 tokens in, whatever the prompt."""
+    settings = settings.model_copy(update={"max_answer_tokens": 24})
+    chat = embedded_chat(settings)
+    p = replace(pipeline(settings, [chunk(DOC)], [0.9]), model=llama_cpp_model(chat, chat.name))
+    before = (chat.prompt_tokens, chat.completion_tokens)
+    trace = p.ask(QUESTION).trace
+    assert (trace.input_tokens, trace.output_tokens) == (
+        chat.prompt_tokens - before[0],
+        chat.completion_tokens - before[1],
+    )
+    assert trace.input_tokens > 100 and trace.output_tokens > 0  # the instructions and the passage were read
+
+
 def test_unit_tests_cannot_reach_the_real_model(settings) -> None:
     """Without the `real_models` opt-in the embedded model refuses, like every real model."""
     with pytest.raises(RuntimeError, match="ALLOW_MODEL_REQUESTS"):

@@ -27,6 +27,7 @@ callers that look it up here at call time, not the calls made inside these modul
 
 from crag.models.backends import BackendInfo, build_chat_model, model_settings, resolve_backend
 from crag.models.embedded import (
+    COUNTED,
     PACKAGED_GGUF,
     LlamaCppChat,
     embedded_chat,
@@ -41,6 +42,7 @@ from crag.models.loops import close_event_loop
 from crag.models.ollama import OllamaHealth, PullProgress, ollama_health, ollama_unreachable_message, pull_model
 
 __all__ = [
+    "COUNTED",
     "PACKAGED_GGUF",
     "BackendInfo",
     "Embedder",

