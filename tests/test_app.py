@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pymupdf
 import pytest
@@ -41,9 +43,10 @@ def test_ask_streams_the_answer_with_its_badge_trace_and_sources(monkeypatch: py
     assert (user.name, assistant.name) == ("user", "assistant")
     assert assistant.markdown[0].value == ANSWER
     assert at.status[0].label.startswith("Answered in")
-    stages = texts(at.status[0].caption)
+    stages = [c.value for c in at.status[0].caption]
     for stage in ("Retrieving passages", "Grading the passages", "Refining the knowledge", "Generating the answer"):
-        assert stage in stages
+        assert any(line.startswith(stage) for line in stages)
+    assert all(re.fullmatch(r".+ · \d+\.\d s", line) for line in stages), stages  # how long each stage took
     assert badges(at) == [":green-badge[:material/check_circle: Correct]"]
     assert "1 LLM call" in texts(assistant.caption)
 
@@ -77,6 +80,18 @@ def test_a_source_shows_the_page_number_its_manual_prints(monkeypatch: pytest.Mo
         doc.saveIncr()
     sources = ask(app()).chat_message[1].expander[1]
     assert "manual\\.pdf · page 1 \\(printed ix\\)" in texts(sources.markdown)
+
+
+def test_each_stage_says_how_long_it_took_not_when_it_began(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
+    import ui.chat
+
+    ticks = iter(range(1000))  # a clock that moves one second each time it is read
+    monkeypatch.setattr(ui.chat, "time", SimpleNamespace(perf_counter=lambda: float(next(ticks))))
+    use_pipeline(monkeypatch, [0.9, -0.8])
+    stages = [c.value for c in ask(app()).status[0].caption]
+    # Read once as a stage begins and once as it ends: one second each, not 1, 2, 3 s since the question.
+    took = ["Retrieving passages · 1.0 s", "Grading the passages · 1.0 s", "Refining the knowledge · 1.0 s"]
+    assert stages[:3] == took
 
 
 @pytest.mark.parametrize(

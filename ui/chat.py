@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 import crag.pipeline
 from crag.config import Settings
@@ -98,11 +99,19 @@ def ask(
         reply = store.add(chat, "assistant", "", complete=False)
         status = st.status("Thinking…", expanded=False)
         started = time.perf_counter()
+        steps: list[tuple[str, float, DeltaGenerator]] = []  # each stage, when it began, its line
+
+        def took() -> None:  # the stage that ends now says how long it took: "Grading the passages · 0.4 s"
+            if steps:
+                label, began, line = steps[-1]
+                line.caption(f"{label} · {time.perf_counter() - began:.1f} s")
 
         def on_step(stage: str) -> None:
+            took()
             label = stage_label(stage)
             status.update(label=f"{label}…")
-            status.caption(f"{label} · {time.perf_counter() - started:.1f} s")
+            steps.append((label, time.perf_counter(), status.empty()))
+            steps[-1][2].caption(f"{label}…")
 
         stream = pipeline.stream(question, history=history, on_step=on_step, **options)
         stored = False
@@ -123,6 +132,7 @@ def ask(
                     f"Check the model server ({pipeline.backend.name} · {pipeline.backend.model}), then ask again."
                 )
 
+            took()
             answer = stream.answer if not error else None
             if answer is None:
                 status.update(label="Stopped", state="error")
