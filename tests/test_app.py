@@ -181,6 +181,16 @@ def test_a_chat_can_be_renamed_deleted_and_exported(monkeypatch: pytest.MonkeyPa
     at.checkbox(key=f"sure-{chat}").check().run()
     at.button(key=f"delete-{chat}").click().run()
     assert len(at.chat_message) == 0 and saved(files) == []
+    assert not at.toast, "the chat deleted here is no stale link"
+
+
+def test_a_link_to_a_deleted_chat_opens_a_new_chat_and_says_so(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
+    use_pipeline(monkeypatch, [0.9])
+    at = app()
+    at.query_params["chat"] = "0123abcd"  # a bookmark, or a tab left open on a chat deleted in another
+    at.run()
+    assert len(at.chat_message) == 0 and "chat" not in at.query_params
+    assert "no longer exists" in texts(at.toast)
 
 
 def test_a_new_chat_is_listed_as_soon_as_it_is_asked(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:

@@ -64,8 +64,9 @@ def temporary_conversations() -> Conversations:
 def current_chat(store: Conversations) -> str | None:
     """The open conversation (from the URL), or None for a new one not saved yet."""
     chat = st.query_params.get("chat")
-    if chat and store.get(chat) is None:  # deleted, or a stale link
+    if chat and store.get(chat) is None:  # deleted in another tab, or a stale link
         del st.query_params["chat"]
+        st.toast("The chat in this link no longer exists (deleted?): this is a new chat.", icon=":material/info:")
         return None
     return chat or None
 
