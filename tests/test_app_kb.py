@@ -128,6 +128,7 @@ def test_a_rebuild_runs_in_the_background_with_live_progress_while_questions_are
     [bar] = at.sidebar.get("progress")
     assert bar.proto.text == "Reading **good\\.pdf** · file 2/2 · page 1/3" and 0 < bar.proto.value < 100
     assert at.button(key="rebuild").disabled and at.button(key="cancel_build")
+    assert at.selectbox(key="remove_file").disabled and at.button(key="remove").disabled  # the build reads them
     # Nothing indexed yet: the page says a build runs, rather than "files waiting" with a button to build them
     assert "Your knowledge base is being built" in texts(at.main.markdown)
     assert "waiting to be indexed" not in texts(at.main.caption)
@@ -250,6 +251,30 @@ def test_a_real_build_lists_a_failed_file_with_its_reason(monkeypatch: pytest.Mo
     assert "1 indexed file was deleted from the folder: answers may still quote it until you rebuild." in texts(
         at.sidebar.warning
     )
+
+
+def test_a_file_removed_in_the_app_is_moved_aside_and_the_next_build_drops_it(
+    monkeypatch: pytest.MonkeyPatch, files: Path
+) -> None:
+    use_pipeline(monkeypatch, [0.9])
+    manual_pdf(files / "manual.pdf")
+    manual_pdf(files / "other.pdf", topic="gadget")
+    at = settle(app().button(key="rebuild").click().run())
+    assert at.selectbox(key="remove_file").options == ["manual.pdf", "other.pdf"]
+    at.selectbox(key="remove_file").select("manual.pdf").run()
+    at.button(key="remove").click().run()
+    assert not at.exception
+    assert (files / ".removed" / "manual.pdf").is_file() and not (files / "manual.pdf").exists()  # not deleted
+    assert "Moved **manual\\.pdf**" in texts(at.sidebar.success)
+    table = at.sidebar.dataframe[0].value.set_index("file")
+    assert table.loc["manual.pdf", "status"] == "⚠️ deleted from the folder"
+    assert "answers may still quote it until you rebuild" in texts(at.sidebar.warning)
+    assert at.selectbox(key="remove_file").options == ["other.pdf"]
+    at = settle(at.button(key="rebuild").click().run())
+    table = at.sidebar.dataframe[0].value.set_index("file")
+    assert list(table.index) == ["other.pdf"] and table.loc["other.pdf", "status"] == "✅ indexed"
+    assert "Moved" not in texts(at.sidebar.success)
+    assert "deleted from the folder" not in texts(at.sidebar.warning)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ from PIL import Image
 from crag.errors import BackendUnavailable, CragError
 from crag.ingest.base import PDFError
 from crag.ingest.pymupdf import PyMuPDFParser, render_highlight
-from crag.ingest.uploads import AlreadyPresent, UploadRejected, safe_name, save_upload
+from crag.ingest.sync import scan
+from crag.ingest.uploads import AlreadyPresent, UploadRejected, remove_file, safe_name, save_upload
 from crag.models import PullProgress, ollama_health, pull_model
 from tests.pdfs import manual_pdf
 
@@ -102,6 +103,24 @@ def test_save_upload_refuses_big_files(tmp_path: Path, pdf_bytes: bytes) -> None
     with pytest.raises(UploadRejected, match="over the .* upload limit") as err:
         save_upload(tmp_path / "Files", "big.pdf", pdf_bytes, max_bytes=len(pdf_bytes) - 1)
     assert isinstance(err.value, CragError) and "by hand" in str(err.value)
+
+
+def test_a_removed_file_is_moved_aside_never_deleted_nor_overwritten(tmp_path: Path, pdf_bytes: bytes) -> None:
+    files = tmp_path / "Files"
+    first = save_upload(files, "guide.pdf", pdf_bytes)
+    assert remove_file(files, "guide.pdf") == files / ".removed" / "guide.pdf"
+    assert scan(files) == [] and (files / ".removed" / "guide.pdf").read_bytes() == pdf_bytes  # builds skip it
+    assert save_upload(files, "guide.pdf", pdf_bytes) == first, "a removed file uploaded again is saved again"
+    (files / "sub").mkdir()
+    (files / "sub" / "guide.pdf").write_bytes(b"%PDF-1.7 another guide")
+    assert remove_file(files, "sub/guide.pdf") == files / ".removed" / "guide (2).pdf"
+    assert remove_file(files, "guide.pdf") == files / ".removed" / "guide (3).pdf"
+    assert (files / ".removed" / "guide (2).pdf").read_bytes() == b"%PDF-1.7 another guide"
+    (tmp_path / "outside.pdf").write_bytes(pdf_bytes)
+    for name in ("guide.pdf", "../outside.pdf", ".removed/guide.pdf"):  # gone already, outside, or removed
+        with pytest.raises(CragError, match="nothing to remove"):
+            remove_file(files, name)
+    assert len(list((files / ".removed").iterdir())) == 3
 
 
 # ---------------------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ def seen(job: Job | None) -> tuple[str, str] | None:
 
 def start(settings: Settings, full: bool) -> None:
     ss = st.session_state
-    ss.upload_notes = []  # "click Rebuild" is done
+    ss.file_notes = []  # "click Rebuild" is done
     ss.build_error = ""
     try:
         state.builds(settings).start(full)

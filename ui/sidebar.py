@@ -9,7 +9,7 @@ import crag.models
 import crag.pipeline
 from crag.config import Settings
 from crag.errors import CragError
-from crag.ingest.uploads import AlreadyPresent, save_upload
+from crag.ingest.uploads import REMOVED, AlreadyPresent, remove_file, save_upload
 from crag.types import AnswerKind
 from ui import builds, state
 from ui.text import (
@@ -63,7 +63,7 @@ def knowledge_base(settings: Settings, pipeline: crag.pipeline.Pipeline | None, 
         )
     else:
         st.caption(f"Not built yet. Parser: {settings.parser}.")
-    files_list(kb)
+    files_list(settings, kb)
     if state.builds(settings).running is None:  # a running build reads the folder already
         if n := len(kb.pending):
             st.info(f"{n} new file{'s' if n > 1 else ''} in the folder: rebuild to index {'them' if n > 1 else 'it'}.")
@@ -76,7 +76,7 @@ def knowledge_base(settings: Settings, pipeline: crag.pipeline.Pipeline | None, 
     builds.rebuild(settings)
 
 
-def files_list(kb: state.KnowledgeBase) -> None:
+def files_list(settings: Settings, kb: state.KnowledgeBase) -> None:
     if not kb.files:
         return
     trouble = any(f.status in ("failed", "new", "missing") for f in kb.files)
@@ -103,6 +103,42 @@ def files_list(kb: state.KnowledgeBase) -> None:
         for f in kb.files:
             if f.status == "failed":
                 st.error(f"**{md_escape(f.file)}**: {file_reason(f.file, f.error or '')}")
+        remove(settings, [f.file for f in kb.files if f.status not in ("missing", "removed")])
+
+
+def remove(settings: Settings, present: list[str]) -> None:
+    """Take a file out of the knowledge base: it is moved aside, not deleted, and the next build drops it."""
+    if not present:
+        return
+    running = state.builds(settings).running is not None  # the build may be reading it
+    with st.popover(
+        "Remove a file",
+        icon=":material/delete:",
+        disabled=running,
+        help="Wait for the build to end." if running else f"Moved into {settings.files_dir / REMOVED}, not deleted.",
+    ):
+        file = st.selectbox(
+            "File", present, index=None, placeholder="Choose a file", key="remove_file", disabled=running
+        )
+        st.button("Remove", key="remove", disabled=running or file is None, on_click=removing, args=(settings, file))
+
+
+def removing(settings: Settings, file: str) -> None:
+    if state.builds(settings).running is not None:  # it began after the popover was opened
+        st.session_state.file_notes = [("warning", "A build is running: remove the file when it ends.")]
+        return
+    try:
+        moved = remove_file(settings.files_dir, file)
+    except CragError as exc:
+        st.session_state.file_notes = [("error", md_escape(str(exc)))]
+        return
+    st.session_state.file_notes = [
+        (
+            "success",
+            f"Moved **{md_escape(file)}** to {md_escape(str(moved.parent))}: it is not deleted. Answers may quote it "
+            "until you click **Rebuild knowledge base**.",
+        )
+    ]
 
 
 def upload(settings: Settings) -> None:
@@ -131,10 +167,10 @@ def upload(settings: Settings) -> None:
                 notes.append(("success", f"Added **{md_escape(path.name)}**."))
         if any(kind == "success" for kind, _ in notes):
             notes.append(("info", "Click **Rebuild knowledge base** to index the new files."))
-        ss.upload_notes = notes
+        ss.file_notes = notes
         ss.uploader += 1  # a new key gives an empty uploader, so a rerun does not save the files again
         st.rerun()
-    for kind, note in ss.upload_notes:
+    for kind, note in ss.file_notes:
         getattr(st, kind)(note)
 
 

@@ -38,7 +38,7 @@ TOP_K, THRESHOLDS, WEB, EVALUATOR, ANSWER_MODE = "set_top_k", "set_thresholds", 
 def init() -> None:
     ss = st.session_state
     ss.setdefault("uploader", 0)  # the uploader's key suffix: a new key empties it after a save
-    ss.setdefault("upload_notes", [])  # (kind, message) of the last upload
+    ss.setdefault("file_notes", [])  # (kind, message) of the last upload or removal
     ss.setdefault("build_error", "")  # why the last click on Rebuild started nothing
 
 

@@ -1,4 +1,4 @@
-"""Saving uploaded PDFs into the files folder, safely.
+"""Saving uploaded PDFs into the files folder, safely, and moving files out of it.
 
 An upload's name comes from the user's browser: only its last path part is kept, reduced to safe
 characters (letters of any script, CJK included, digits and a little punctuation), and given a
@@ -6,6 +6,9 @@ characters (letters of any script, CJK included, digits and a little punctuation
 never overwritten: a different file with the same name gets `` (2)``, `` (3)``..., and a file whose
 content is already in the folder is reported as present instead of being saved twice (``sync``
 would index it only once anyway).
+
+A file removed in the app is moved into the folder's hidden ``.removed`` folder, never deleted: the next
+build drops its passages, and moving it back brings them back.
 """
 
 from __future__ import annotations
@@ -18,9 +21,12 @@ import unicodedata
 from pathlib import Path
 
 from crag.errors import CragError
+from crag.ingest.sync import scan
 
 # The default upload limit (the app passes CRAG_MAX_UPLOAD_MB). Bigger PDFs can be copied into the folder by hand.
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024
+
+REMOVED = ".removed"  # where files removed in the app go: hidden, so builds skip them
 
 # Bytes, not characters: Linux file names are limited to 255 bytes, and a CJK letter takes three.
 MAX_STEM_BYTES = 180
@@ -94,8 +100,8 @@ def save_upload(files_dir: Path, name: str, data: bytes, max_bytes: int = MAX_UP
 
     files_dir.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256(data).hexdigest()
-    for existing in sorted(files_dir.rglob("*")):
-        if existing.is_file() and _same_content(existing, len(data), digest):
+    for existing in scan(files_dir):  # a removed file uploaded again is saved again
+        if _same_content(existing, len(data), digest):
             where = existing.relative_to(files_dir).as_posix()
             raise AlreadyPresent(f"{shown} is already in the knowledge base folder, as {where}.", existing)
 
@@ -127,3 +133,30 @@ def save_upload(files_dir: Path, name: str, data: bytes, max_bytes: int = MAX_UP
         raise UploadRejected(f"{shown}: could not be saved into {files_dir} ({exc.strerror or exc}).") from None
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def remove_file(files_dir: Path, name: str) -> Path:
+    """Move ``name`` (a path relative to the folder, as builds list it) into the folder's ``.removed``
+    folder and return where it went. A file of the same name there already is kept: this one is numbered."""
+    source = files_dir / name
+    if not (source.is_file() and source in scan(files_dir)):
+        raise CragError(f"{name} is not in {files_dir} any more: nothing to remove.")
+    trash = files_dir / REMOVED
+    for n in range(1, 1000):
+        target = trash / (source.name if n == 1 else f"{source.stem} ({n}){source.suffix}")
+        try:
+            trash.mkdir(exist_ok=True)
+            if target.exists():
+                continue
+            try:
+                os.link(source, target)  # fails if the name was taken meanwhile: nothing is overwritten
+            except FileExistsError:
+                continue
+            except OSError:  # a filesystem without hard links
+                source.rename(target)
+                return target
+            source.unlink()
+            return target
+        except OSError as exc:
+            raise CragError(f"{name} could not be moved into {trash} ({exc.strerror or exc}).") from None
+    raise CragError(f"{trash} holds too many files named {source.name}: empty it, then remove {name} again.")
