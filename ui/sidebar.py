@@ -115,8 +115,12 @@ def remove(settings: Settings, present: list[str]) -> None:
         "Remove a file",
         icon=":material/delete:",
         disabled=running,
-        help="Wait for the build to end." if running else f"Moved into {settings.files_dir / REMOVED}, not deleted.",
+        help="Wait for the build to end." if running else None,
     ):
+        st.caption(
+            f"The file is moved into {md_escape(str(settings.files_dir / REMOVED))}, not deleted. "
+            "The next build drops its passages; move it back to index it again."
+        )
         file = st.selectbox(
             "File", present, index=None, placeholder="Choose a file", key="remove_file", disabled=running
         )
@@ -135,8 +139,8 @@ def removing(settings: Settings, file: str) -> None:
     st.session_state.file_notes = [
         (
             "success",
-            f"Moved **{md_escape(file)}** to {md_escape(str(moved.parent))}: it is not deleted. Answers may quote it "
-            "until you click **Rebuild knowledge base**.",
+            f"Moved **{md_escape(file)}** into {md_escape(str(moved.parent))} (not deleted). "
+            "Click **Rebuild knowledge base** to drop its passages.",
         )
     ]
 
