@@ -58,7 +58,7 @@ def conversation_query(question: str, history: History) -> str:
             continue
         if previous != asked and previous not in chain:
             chain.append(previous)
-        if not goes_on(previous) or len(chain) == CHAIN:
+        if not _leans_on(previous) or len(chain) == CHAIN:
             break
     return " ".join([question, *chain])
 
@@ -89,9 +89,9 @@ MORE_OF_THE_SAME = frozenset(
 )
 
 
-def goes_on(question: str) -> bool:
-    """Whether a question goes on from the one before: it opens or ends as a follow-up does, or names nothing of its
-    own ("Tell me more", "具体怎么做？")."""
+def _leans_on(question: str) -> bool:
+    """Whether a question leans on the one before: it opens or ends as a follow-up does (``elliptical``), or names
+    nothing of its own ("Tell me more", "具体怎么做？")."""
     return elliptical(question) or not _own_words(question)
 
 

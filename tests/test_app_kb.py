@@ -241,14 +241,14 @@ def test_a_real_build_lists_a_failed_file_with_its_reason(monkeypatch: pytest.Mo
     assert "not a PDF" in table.loc["broken.pdf", "problem"]
     assert any("broken\\.pdf" in e.value and "not a PDF" in e.value for e in at.sidebar.error)
     assert "Your knowledge base is empty" not in texts(at.main.markdown)
-    assert "deleted from the folder" not in texts(at.sidebar.warning)
+    assert "no longer in the folder" not in texts(at.sidebar.warning)
     (files / "broken.pdf").unlink()  # it was never indexed: nothing to warn about
-    assert "deleted from the folder" not in texts(app().sidebar.warning)
+    assert "no longer in the folder" not in texts(app().sidebar.warning)
     # Seen in the app: a PDF deleted from Files/ was still counted and quoted, with nothing said until a rebuild.
     (files / "manual.pdf").unlink()
     at = app()
-    assert at.sidebar.dataframe[0].value.set_index("file").loc["manual.pdf", "status"] == "⚠️ deleted from the folder"
-    assert "1 indexed file was deleted from the folder: answers may still quote it until you rebuild." in texts(
+    assert at.sidebar.dataframe[0].value.set_index("file").loc["manual.pdf", "status"] == "⚠️ no longer in the folder"
+    assert "1 indexed file is no longer in the folder: answers may still quote it until you rebuild." in texts(
         at.sidebar.warning
     )
 
@@ -267,14 +267,14 @@ def test_a_file_removed_in_the_app_is_moved_aside_and_the_next_build_drops_it(
     assert (files / ".removed" / "manual.pdf").is_file() and not (files / "manual.pdf").exists()  # not deleted
     assert "Moved **manual\\.pdf**" in texts(at.sidebar.success)
     table = at.sidebar.dataframe[0].value.set_index("file")
-    assert table.loc["manual.pdf", "status"] == "⚠️ deleted from the folder"
+    assert table.loc["manual.pdf", "status"] == "⚠️ no longer in the folder"
     assert "answers may still quote it until you rebuild" in texts(at.sidebar.warning)
     assert at.selectbox(key="remove_file").options == ["other.pdf"]
     at = settle(at.button(key="rebuild").click().run())
     table = at.sidebar.dataframe[0].value.set_index("file")
     assert list(table.index) == ["other.pdf"] and table.loc["other.pdf", "status"] == "✅ indexed"
     assert "Moved" not in texts(at.sidebar.success)
-    assert "deleted from the folder" not in texts(at.sidebar.warning)
+    assert "no longer in the folder" not in texts(at.sidebar.warning)
 
 
 # ---------------------------------------------------------------------------------------------

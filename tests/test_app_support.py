@@ -113,14 +113,18 @@ def test_a_removed_file_is_moved_aside_never_deleted_nor_overwritten(tmp_path: P
     assert save_upload(files, "guide.pdf", pdf_bytes) == first, "a removed file uploaded again is saved again"
     (files / "sub").mkdir()
     (files / "sub" / "guide.pdf").write_bytes(b"%PDF-1.7 another guide")
-    assert remove_file(files, "sub/guide.pdf") == files / ".removed" / "guide (2).pdf"
-    assert remove_file(files, "guide.pdf") == files / ".removed" / "guide (3).pdf"
-    assert (files / ".removed" / "guide (2).pdf").read_bytes() == b"%PDF-1.7 another guide"
+    assert remove_file(files, "sub/guide.pdf") == files / ".removed" / "sub" / "guide.pdf"  # where it was
+    assert remove_file(files, "guide.pdf") == files / ".removed" / "guide (2).pdf"
+    assert (files / ".removed" / "sub" / "guide.pdf").read_bytes() == b"%PDF-1.7 another guide"
     (tmp_path / "outside.pdf").write_bytes(pdf_bytes)
     for name in ("guide.pdf", "../outside.pdf", ".removed/guide.pdf"):  # gone already, outside, or removed
         with pytest.raises(CragError, match="nothing to remove"):
             remove_file(files, name)
-    assert len(list((files / ".removed").iterdir())) == 3
+    assert sorted(p.relative_to(files).as_posix() for p in files.rglob("*.pdf")) == [
+        ".removed/guide (2).pdf",
+        ".removed/guide.pdf",
+        ".removed/sub/guide.pdf",
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,6 +316,9 @@ def test_a_command_in_our_message_is_code_and_the_rest_stays_literal() -> None:
     message = "Build it (`python -m crag index`); your documents never mention “*CSV*”."
     assert md_coded(message) == "Build it \\(`python -m crag index`\\); your documents never mention “\\*CSV\\*”\\."
     assert md_coded("an odd ` backtick") == "an odd \\` backtick"
+    # What a message quotes is the user's or a model's: its backticks are no code, nor pair with ours.
+    quoted = "A web search for “`rm -rf` tips” found nothing; check `ollama serve`."
+    assert md_coded(quoted) == "A web search for “\\`rm \\-rf\\` tips” found nothing; check `ollama serve`\\."
 
 
 def test_a_failed_file_is_named_once() -> None:

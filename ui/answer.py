@@ -411,7 +411,7 @@ def printed_pages(files_dir: Path, file: str, pages: tuple[int, ...]) -> str:
         if not path.is_relative_to(files_dir.resolve()):
             return ""
         return _printed(str(path), path.stat().st_mtime_ns, tuple(pages))
-    except Exception:  # noqa: BLE001 - a nicety, like the page image: the source stands without it
+    except OSError:  # the file is gone: the source stands without it
         return ""
 
 
@@ -419,7 +419,10 @@ def printed_pages(files_dir: Path, file: str, pages: tuple[int, ...]) -> str:
 def _printed(path: str, mtime: int, pages: tuple[int, ...]) -> str:
     from crag.ingest.pymupdf import printed_pages as labels  # PyMuPDF loads only when a source is shown
 
-    return labels(Path(path), pages)
+    try:
+        return labels(Path(path), pages)
+    except Exception:  # noqa: BLE001 - a nicety, like the page image; "" is cached, so a bad PDF is read once
+        return ""
 
 
 @st.cache_data(max_entries=64, show_spinner=False)

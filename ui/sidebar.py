@@ -69,7 +69,7 @@ def knowledge_base(settings: Settings, pipeline: crag.pipeline.Pipeline | None, 
             st.info(f"{n} new file{'s' if n > 1 else ''} in the folder: rebuild to index {'them' if n > 1 else 'it'}.")
         if n := len(kb.missing):
             st.warning(
-                f"{n} indexed file{'s were' if n > 1 else ' was'} deleted from the folder: answers may still quote "
+                f"{n} indexed file{'s are' if n > 1 else ' is'} no longer in the folder: answers may still quote "
                 f"{'them' if n > 1 else 'it'} until you rebuild."
             )
     upload(settings)
@@ -103,10 +103,10 @@ def files_list(settings: Settings, kb: state.KnowledgeBase) -> None:
         for f in kb.files:
             if f.status == "failed":
                 st.error(f"**{md_escape(f.file)}**: {file_reason(f.file, f.error or '')}")
-        remove(settings, [f.file for f in kb.files if f.status not in ("missing", "removed")])
+        remove(settings, {f.file: f.chunks for f in kb.files if f.status not in ("missing", "removed")})
 
 
-def remove(settings: Settings, present: list[str]) -> None:
+def remove(settings: Settings, present: dict[str, int]) -> None:
     """Take a file out of the knowledge base: it is moved aside, not deleted, and the next build drops it."""
     if not present:
         return
@@ -122,26 +122,27 @@ def remove(settings: Settings, present: list[str]) -> None:
             "The next build drops its passages; move it back to index it again."
         )
         file = st.selectbox(
-            "File", present, index=None, placeholder="Choose a file", key="remove_file", disabled=running
+            "File", list(present), index=None, placeholder="Choose a file", key="remove_file", disabled=running
         )
-        st.button("Remove", key="remove", disabled=running or file is None, on_click=removing, args=(settings, file))
+        st.button("Remove", key="remove", disabled=running or file is None, on_click=removing, args=(settings, present))
 
 
-def removing(settings: Settings, file: str) -> None:
+def removing(settings: Settings, present: dict[str, int]) -> None:
+    ss = st.session_state
+    file = ss.get("remove_file")  # the choice when the button was clicked, not when it was drawn
+    if file not in present:
+        return
     if state.builds(settings).running is not None:  # it began after the popover was opened
-        st.session_state.file_notes = [("warning", "A build is running: remove the file when it ends.")]
+        ss.file_notes = [("warning", "A build is running: remove the file when it ends.")]
         return
     try:
         moved = remove_file(settings.files_dir, file)
     except CragError as exc:
-        st.session_state.file_notes = [("error", md_escape(str(exc)))]
+        ss.file_notes = [("error", md_escape(str(exc)))]
         return
-    st.session_state.file_notes = [
-        (
-            "success",
-            f"Moved **{md_escape(file)}** into {md_escape(str(moved.parent))} (not deleted). "
-            "Click **Rebuild knowledge base** to drop its passages.",
-        )
+    then = " Click **Rebuild knowledge base** to drop its passages." if present[file] else ""
+    ss.file_notes = [
+        ("success", f"Moved **{md_escape(file)}** into {md_escape(str(moved.parent))} (not deleted).{then}")
     ]
 
 

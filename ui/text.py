@@ -40,13 +40,14 @@ def md_linked(text: str) -> str:
 
 
 # A command in one of crag's own messages ("`python -m crag index`"): code, which Markdown shows literally anyway.
-CODE = re.compile(r"`[^`]+`")
+# What a message quotes (“PDF/A”, a web query) is the user's or a model's, and stays literal, backticks included.
+CODE = re.compile(r"“[^”]*”|`[^`]+`")
 
 
 def md_coded(text: str) -> str:
     """``md_escape``, with each `command` shown as code: the rest of a message (a word of the user's question in
     it) stays literal."""
-    return _escaped_but(CODE, text, lambda found: found)
+    return _escaped_but(CODE, text, lambda found: found if found.startswith("`") else md_escape(found))
 
 
 def _escaped_but(pattern: re.Pattern[str], text: str, markdown: Callable[[str], str]) -> str:
@@ -209,7 +210,7 @@ FILE_STATUS = {
     "skipped": "⏭️ skipped",
     "removed": "🗑️ removed",
     "new": "🆕 not indexed yet",
-    "missing": "⚠️ deleted from the folder",
+    "missing": "⚠️ no longer in the folder",
 }
 
 

@@ -13,6 +13,7 @@ build drops its passages, and moving it back brings them back.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
@@ -27,6 +28,7 @@ from crag.ingest.sync import scan
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024
 
 REMOVED = ".removed"  # where files removed in the app go: hidden, so builds skip them
+NO_HARD_LINKS = {errno.EPERM, errno.EXDEV, errno.EMLINK, errno.EOPNOTSUPP}  # the filesystem cannot link: rename
 
 # Bytes, not characters: Linux file names are limited to 255 bytes, and a CJK letter takes three.
 MAX_STEM_BYTES = 180
@@ -136,23 +138,24 @@ def save_upload(files_dir: Path, name: str, data: bytes, max_bytes: int = MAX_UP
 
 
 def remove_file(files_dir: Path, name: str) -> Path:
-    """Move ``name`` (a path relative to the folder, as builds list it) into the folder's ``.removed``
-    folder and return where it went. A file of the same name there already is kept: this one is numbered."""
+    """Move ``name`` (a path relative to the folder, as builds list it) to the same place under the folder's
+    ``.removed`` folder and return where it went. A file of that name there already is kept: this one is
+    numbered."""
     source = files_dir / name
     if not (source.is_file() and source in scan(files_dir)):
         raise CragError(f"{name} is not in {files_dir} any more: nothing to remove.")
-    trash = files_dir / REMOVED
+    trash = (files_dir / REMOVED / name).parent
     for n in range(1, 1000):
         target = trash / (source.name if n == 1 else f"{source.stem} ({n}){source.suffix}")
         try:
-            trash.mkdir(exist_ok=True)
-            if target.exists():
-                continue
+            trash.mkdir(parents=True, exist_ok=True)
             try:
-                os.link(source, target)  # fails if the name was taken meanwhile: nothing is overwritten
+                os.link(source, target, follow_symlinks=False)  # fails if the name is taken: nothing is overwritten
             except FileExistsError:
                 continue
-            except OSError:  # a filesystem without hard links
+            except OSError as exc:
+                if exc.errno not in NO_HARD_LINKS or target.exists():
+                    raise
                 source.rename(target)
                 return target
             source.unlink()
