@@ -388,16 +388,11 @@ def page_image(
     files_dir: Path, file: str, page: int, bboxes: tuple, quoted: tuple[str, ...] = (), around: float | None = None
 ) -> tuple[bytes | None, str]:
     """The page as PNG with the passage highlighted, or None and why not."""
-    root = files_dir.resolve()
-    path = (files_dir / file).resolve()
-    if not path.is_relative_to(root):
-        return None, f"Page image unavailable: {file} is outside the files folder."
+    found = _source_file(files_dir, file)
+    if isinstance(found, str):
+        return None, f"Page image unavailable: {found}"
     try:
-        mtime = path.stat().st_mtime_ns
-    except OSError:
-        return None, f"Page image unavailable: {file} is no longer in the files folder."
-    try:
-        return _render(str(path), mtime, page, tuple(tuple(b) for b in bboxes), around, quoted), ""
+        return _render(*found, page, tuple(tuple(b) for b in bboxes), around, quoted), ""
     except CragError as exc:
         return None, f"Page image unavailable: {exc}"
     except Exception as exc:  # noqa: BLE001 - a page image is a nicety; the answer stands without it
@@ -406,13 +401,19 @@ def page_image(
 
 def printed_pages(files_dir: Path, file: str, pages: tuple[int, ...]) -> str:
     """The page numbers the document prints there, when they differ from the PDF's; "" when unknown."""
+    found = _source_file(files_dir, file)
+    return "" if isinstance(found, str) else _printed(*found, tuple(pages))
+
+
+def _source_file(files_dir: Path, file: str) -> tuple[str, int] | str:
+    """A source's PDF and its modification time (what the caches below are keyed on), or why it cannot be read."""
     path = (files_dir / file).resolve()
+    if not path.is_relative_to(files_dir.resolve()):
+        return f"{file} is outside the files folder."
     try:
-        if not path.is_relative_to(files_dir.resolve()):
-            return ""
-        return _printed(str(path), path.stat().st_mtime_ns, tuple(pages))
-    except OSError:  # the file is gone: the source stands without it
-        return ""
+        return str(path), path.stat().st_mtime_ns
+    except OSError:
+        return f"{file} is no longer in the files folder."
 
 
 @st.cache_data(max_entries=256, show_spinner=False)

@@ -145,21 +145,29 @@ def remove_file(files_dir: Path, name: str) -> Path:
     if not (source.is_file() and source in scan(files_dir)):
         raise CragError(f"{name} is not in {files_dir} any more: nothing to remove.")
     trash = (files_dir / REMOVED / name).parent
-    for n in range(1, 1000):
-        target = trash / (source.name if n == 1 else f"{source.stem} ({n}){source.suffix}")
-        try:
-            trash.mkdir(parents=True, exist_ok=True)
+    try:
+        trash.mkdir(parents=True, exist_ok=True)
+        for n in range(1, 1000):
+            target = trash / (source.name if n == 1 else f"{source.stem} ({n}){source.suffix}")
             try:
-                os.link(source, target, follow_symlinks=False)  # fails if the name is taken: nothing is overwritten
+                _move(source, target)
             except FileExistsError:
                 continue
-            except OSError as exc:
-                if exc.errno not in NO_HARD_LINKS or target.exists():
-                    raise
-                source.rename(target)
-                return target
-            source.unlink()
             return target
-        except OSError as exc:
-            raise CragError(f"{name} could not be moved into {trash} ({exc.strerror or exc}).") from None
+    except OSError as exc:
+        raise CragError(f"{name} could not be moved into {trash} ({exc.strerror or exc}).") from None
     raise CragError(f"{trash} holds too many files named {source.name}: empty it, then remove {name} again.")
+
+
+def _move(source: Path, target: Path) -> None:
+    """Move a file, never over another: raises ``FileExistsError`` when ``target`` is taken."""
+    try:
+        os.link(source, target, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno not in NO_HARD_LINKS:
+            raise
+        if target.exists():  # a filesystem without hard links: rename, which would replace it
+            raise FileExistsError(target) from None
+        source.rename(target)
+        return
+    source.unlink()
