@@ -128,6 +128,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _ask(args: argparse.Namespace) -> int:
     from crag.contract import AnswerOut
+    from crag.messages import unsupported_message
     from crag.pipeline import Pipeline
 
     settings = _settings(args)
@@ -145,6 +146,8 @@ def _ask(args: argparse.Namespace) -> int:
         print()
     answer = stream.answer
     print(f"\n[{answer.action.value}] " + "  ".join(_source_line(s) for s in answer.sources), file=sys.stderr)
+    if answer.trace and answer.trace.unsupported:
+        print(unsupported_message(args.question, answer.trace.unsupported), file=sys.stderr)
     if answer.trace and answer.trace.hint:
         print(answer.trace.hint, file=sys.stderr)
     return 0

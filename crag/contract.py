@@ -75,6 +75,11 @@ class AnswerOut(_Strict):
     timings: dict[str, float]
     notes: list[str]
     hint: str = Field("", description="What the user could do for a better answer (ask in the documents' language).")
+    unsupported: list[str] = Field(
+        [],
+        description="Names, identifiers and numbers a written answer states that neither its sources nor the "
+        "question mention: the model may have invented them.",
+    )
     complete: bool
     error: str | None = Field(None, description="Only when `complete` is false: why the answer stopped early.")
 
@@ -128,6 +133,7 @@ class AnswerOut(_Strict):
             timings=trace.timings if trace else {},
             notes=list(trace.notes) if trace else [],
             hint=trace.hint if trace else "",
+            unsupported=list(trace.unsupported) if trace else [],
             complete=answer.complete,
             error=(answer.error or "The answer stopped early: ask again.") if not answer.complete else None,
         )

@@ -19,6 +19,7 @@ from pathlib import Path
 from pydantic import TypeAdapter
 
 from crag.errors import CragError
+from crag.messages import unsupported_message
 from crag.text import pages_label
 from crag.types import NOT_WRITTEN, Answer, AnswerKind
 
@@ -188,6 +189,8 @@ def answer_markdown(question: str, answer: Answer) -> str:
     # An evidence answer is a lead line and quotes, a line each: one paragraph each, or Markdown runs them together.
     text = "\n\n".join(answer.text.splitlines()) if answer.kind is AnswerKind.EVIDENCE else answer.text
     lines = [f"## {question}", "", text, ""]
+    if answer.trace is not None and answer.trace.unsupported:
+        lines += [f"> {unsupported_message(question, answer.trace.unsupported)}", ""]
     cited = answer.cited_sources or answer.sources
     if cited:
         lines += ["### Sources" if answer.cited_sources else "### Given to the model, not cited", ""]

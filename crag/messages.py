@@ -1,4 +1,5 @@
-"""What the user is told when no model speaks: why there is no answer, why a model failed, why a near miss."""
+"""What the user is told when no model speaks: why there is no answer, why a model failed, why a near miss, and what
+a written answer states that its sources do not."""
 
 from __future__ import annotations
 
@@ -107,4 +108,17 @@ def language_hint(question: str, files: dict[str, str]) -> str:
         f"Tip: {which} ({names}). If the answer may be in {'them' if n > 1 else 'it'}, ask in Chinese: offline search "
         "matches words, so an English question rarely finds Chinese passages. Ollama's multilingual bge-m3 "
         "embeddings match across languages."
+    )
+
+
+def unsupported_message(question: str, stated: Sequence[str]) -> str:
+    """Under a written answer that states names or numbers nothing the model was given mentions, in the question's
+    language: the model may have invented them, and the user is told to check before relying on it."""
+    if not stated:
+        return ""
+    if language(question) == "zh":
+        return f"提供给模型的资料里没有{_quoted(stated, '、')}：可能是模型编造的，使用这个回答前请先核对来源。"
+    return (
+        f"Not in the sources given to the model: {_quoted(stated)}. The model may have invented "
+        f"{'it' if len(stated) == 1 else 'them'}: check the sources before you rely on this answer."
     )

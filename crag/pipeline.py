@@ -27,7 +27,7 @@ from pydantic_ai.usage import RequestUsage
 
 from crag import evidence, prompts
 from crag.config import Settings
-from crag.evaluator import Evaluator, LLMEvaluator, SimilarityEvaluator, Usage, cap_near_miss, check_terms
+from crag.evaluator import Evaluator, LLMEvaluator, SimilarityEvaluator, Usage, cap_near_miss, check_terms, unsupported
 from crag.followups import READ_ON, History, conversation_query, elliptical, reading, rewrite_problem
 from crag.messages import language_hint, model_failure_message, near_miss_note, no_answer_message
 from crag.models import COUNTED, BackendInfo, build_chat_model, resolve_backend
@@ -412,6 +412,10 @@ class AnswerStream:
             self.notes.append(
                 "the answer cites none of its sources: they are listed as given to the model, not as cited"
             )
+        # A model may state what nothing it was given says: such names and numbers are shown as unsupported.
+        given = [self.question, question, *(said for role, said in self.history if role == "user")]
+        given += [f"{s.text}\n{s.file} {s.title} {s.url} {s.section} {' '.join(map(str, s.pages))}" for s in sources]
+        stated = unsupported(text, given) if kind is AnswerKind.GENERATED else ()
         # A question in one language rarely finds passages in the other offline: the user is told to ask in theirs.
         crosses = action is not Action.CORRECT and not p.retriever.embedder.multilingual
         trace = Trace(
@@ -427,6 +431,7 @@ class AnswerStream:
             web_error=web.error,
             notes=tuple(self.notes),
             hint=language_hint(self.question, p.retriever.file_languages()) if crosses else "",
+            unsupported=stated,
             timings=dict(self.timings),
             llm_calls=self.usage.requests,
             llm_calls_before_answer=before_answer,

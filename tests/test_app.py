@@ -49,6 +49,7 @@ def test_ask_streams_the_answer_with_its_badge_trace_and_sources(monkeypatch: py
     assert all(re.fullmatch(r".+ · \d+\.\d s", line) for line in stages), stages  # how long each stage took
     assert badges(at) == [":green-badge[:material/check_circle: Correct]"]
     assert "1 LLM call" in texts(assistant.caption)
+    assert not assistant.warning, "it states only what its source says"
 
     how, sources = assistant.expander
     assert how.label == "How this answer was made"
@@ -135,6 +136,19 @@ def test_a_question_in_the_other_language_than_the_documents_is_told_to_ask_in_t
     assert "如果答案可能在其中，请用英文提问" in plain(texts(at.chat_message[1].caption))
     at = ask(at, "How many cores does the widget need?")  # in the documents' language: no hint
     assert "Tip:" not in texts(at.chat_message[3].caption) and "提示" not in texts(at.chat_message[3].caption)
+
+
+def test_what_a_written_answer_invents_is_flagged_under_it_and_in_its_export(
+    monkeypatch: pytest.MonkeyPatch, files: Path
+) -> None:
+    use_pipeline(monkeypatch, [0.9], answer="Enable TURBO_MODE to run it on 16 cores [1].")
+    at = ask(app())
+    assert not at.exception
+    warning = plain(texts(at.chat_message[1].warning))
+    assert "Not in the sources given to the model: “TURBO_MODE”, “16”" in warning
+    assert "check the sources" in warning
+    at = ask(at, "小部件需要几个核？")  # in the question's language
+    assert "提供给模型的资料里没有“TURBO_MODE”、“16”" in plain(texts(at.chat_message[3].warning))
 
 
 def test_history_survives_reruns_reloads_and_restarts(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:

@@ -97,6 +97,9 @@ def test_an_answer_exports_as_markdown_with_its_sources() -> None:
     assert "From your documents:\n\n“Two cores.” [1]\n\n“Or three.” [1]\n" in quotes, "a paragraph each"
     uncited = answer_markdown("How many cores?", Answer("Two.", "ollama", "qwen3", answer().sources))
     assert "### Given to the model, not cited" in uncited
+    trace = Trace("How many cores?", "How many cores?", unsupported=("TURBO_MODE",))
+    invented = answer_markdown("How many cores?", Answer("Use TURBO_MODE [1].", "ollama", "qwen3", (), trace))
+    assert "Use TURBO_MODE [1].\n\n> Not in the sources given to the model: “TURBO_MODE”." in invented
 
 
 def test_titles_are_short() -> None:

@@ -17,6 +17,7 @@ from crag.evaluator import (
     coverage,
     mention_test,
     specific_terms,
+    unsupported,
     word_weights,
 )
 from crag.types import Action, AnswerKind, WebResult
@@ -278,3 +279,53 @@ def test_a_chinese_word_the_dictionary_splits_still_counts_when_the_documents_us
     assert "宏包" not in word_weights(question, None), "without the index there is nothing to check a pair against"
     answer, other = coverage(weights, docs[0]), coverage(weights, docs[1])
     assert answer > other, "the passage that names the package and the two columns answers the question"
+
+
+# ---------------------------------------------------------------------------------------------
+# Support: what a written answer states that nothing it was given says
+
+GS_GUIDE = "Ghostscript writes PDF with the pdfwrite device: gs -sDEVICE=pdfwrite -o out.pdf in.ps."
+
+
+@pytest.mark.parametrize(
+    ("answer", "given", "stated"),
+    [
+        # An option, a version and a name that nothing given mentions (seen from a tiny model: "PS_A" for PDF/A).
+        (
+            "Use the PS_A option: gs -sDEVICE=pdfwrite -dPS_A=1 -o out.pdf in.ps [1]. It works since 9.50.",
+            [GS_GUIDE, "How do I make Ghostscript produce a PDF/A file?"],
+            ("PS_A", "9.50"),
+        ),
+        (
+            "The capital of Australia is Canberra [1].",
+            ["R is a language.", "What is the capital of Australia?"],
+            ("Canberra",),
+        ),
+        ("澳大利亚的首都是堪培拉 [1]。", ["R 是一种统计语言。", "澳大利亚的首都是哪里？"], ("堪培拉",)),
+        (
+            "用 `devtools::install_github()` 安装 [1]。",
+            ["用 install.packages() 安装宏包。", "怎么从 GitHub 安装 R 包？"],
+            ("devtools", "install_github"),
+        ),
+        ("head(x, 10) shows 10 rows [1].", ["summary() will output only the first six rows.", "head?"], ("10",)),
+        # What the sources or the question say is supported, in any case, form or script.
+        ("Use gs -sDEVICE=pdfwrite -o out.pdf in.ps [1].", [GS_GUIDE, "How do I make a PDF with Ghostscript?"], ()),
+        (
+            "你可以用 tlmgr update --all 更新所有宏包 [1]。",
+            ["使用 tlmgr update --all 可以更新所有宏包。", "如何更新？"],
+            (),
+        ),
+        ("I don't know: the sources do not say.", [GS_GUIDE, "What is PDF/A?"], ()),
+        # Citations, list numbers and Markdown are not statements; everyday words are not names.
+        (
+            "1. **Install** the dependencies [12].\n2. Run it [3].",
+            ["Install the dependencies, then run it.", "How?"],
+            (),
+        ),
+        ("Reinstall everything after upgrading [1].", ["Upgrade the packages.", "What after an upgrade?"], ()),
+    ],
+)
+def test_what_a_written_answer_states_and_nothing_given_says_is_flagged(
+    answer: str, given: list[str], stated: tuple
+) -> None:
+    assert unsupported(answer, given) == stated

@@ -157,6 +157,25 @@ def test_an_uncited_answer_gets_no_citation_it_did_not_make(settings) -> None:
     assert any("cites none of its sources" in note for note in answer.trace.notes)
 
 
+def test_what_a_written_answer_invents_is_flagged_and_what_it_quotes_is_not(settings) -> None:
+    invented = "Set the TURBO_MODE option to 16 cores [1]."
+    p = pipeline(settings, [chunk(DOC)], [0.9], ScriptedModel(answer=invented))
+    answer = p.ask("How many cores does the widget need?")
+    assert answer.trace.unsupported == ("TURBO_MODE", "16")
+    p = pipeline(settings, [chunk(DOC)], [0.9], ScriptedModel(answer="It needs two processor cores [1]."))
+    assert p.ask("How many cores does the widget need?").trace.unsupported == ()
+    # The question and its conversation were given too: a name they say is no invention.
+    p = pipeline(settings, [chunk(DOC)], [0.9], ScriptedModel(answer="The Widget Pro needs two cores [1]."))
+    history = [("user", "Tell me about the Widget Pro."), ("assistant", "It is a widget.")]
+    assert p.ask("And how many cores?", history).trace.unsupported == ()
+
+
+def test_an_evidence_answer_is_never_flagged(settings) -> None:
+    p = pipeline(settings, [chunk(DOC)], [0.9], backend="embedded")
+    answer = p.ask("How many cores does the widget need?")
+    assert answer.kind is AnswerKind.EVIDENCE and answer.trace.unsupported == ()
+
+
 def test_a_citation_of_no_source_cites_nothing(settings) -> None:
     p = pipeline(settings, [chunk(DOC)], [0.9], ScriptedModel(answer="Two cores [1], see also [7]."))
     answer = p.ask("How many cores does the widget need?")

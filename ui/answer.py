@@ -16,6 +16,7 @@ import streamlit as st
 from crag.conversations import answer_markdown
 from crag.errors import CragError
 from crag.evidence import quoted_lines
+from crag.messages import unsupported_message
 from crag.text import pages_label
 from crag.types import NOT_WRITTEN, Answer, AnswerKind, Source, Trace
 from crag.websearch import OFF_REASON
@@ -43,6 +44,8 @@ def render(answer: Answer, question: str, files_dir: Path, key: int) -> None:
             style = ACTIONS[trace.action]
             st.badge(style.label, icon=style.icon, color=style.color, help=style.help)
         st.caption(caption(answer))
+    if trace is not None and trace.unsupported:
+        st.warning(md_escape(unsupported_message(question, trace.unsupported)), icon=":material/report:")
     if trace is not None and trace.hint:
         st.caption(f":material/translate: {md_escape(trace.hint)}")
     if not answer.complete:

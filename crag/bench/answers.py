@@ -1,7 +1,7 @@
 """Answer quality, out of sample: does the default offline answer hold the key fact, say "not in your
 documents" when the documents do not answer, and cite only what it quotes?
 
-    python -m crag.bench.answers [--split test|dev|holdout|all] [--db DIR] [--out DIR] [--calibrate]
+    python -m crag.bench.answers [--split test|dev|holdout|all] [--db DIR] [--out DIR] [--calibrate] [--written]
 
 The knowledge base is every corpus PDF, dev and test documents together, as in a user's folder. The holdout
 split (``holdout.jsonl``, a fresh set written later by someone who never ran the app) asks about two more
@@ -16,6 +16,9 @@ are the out-of-sample ones. Measured per question:
 - citations: every [n] of the text names a source, every source shown as cited is cited by the text, and
   every quoted sentence is found in the source it cites;
 - time to first token (the benchmark's own clock, not asserted anywhere).
+
+``--written`` has the embedded model write the answers instead (the opt-in "generated" mode), and counts the
+answers that state names or numbers none of their sources mention (``unsupported``), which the app flags.
 """
 
 from __future__ import annotations
@@ -131,6 +134,7 @@ def run_questions(pipeline: Pipeline, questions: Sequence[Question]) -> list[dic
                 if q.in_kb
                 else None,
                 "citation_problems": citation_problems(answer),
+                "unsupported": list(trace.unsupported),
                 "first_token_s": trace.timings.get("first_token"),
                 "answer": answer.text,
             }
@@ -165,6 +169,13 @@ def summarize(rows: Sequence[dict]) -> dict[str, Any]:
         "answers_with_citation_problems": sum(1 for r in rows if r["citation_problems"]),
         "median_first_token_s_correct": round(statistics.median(correct), 3) if correct else None,
     }
+    if written := [r for r in rows if r["answer_kind"] == "generated"]:
+        out["written"] = {
+            "n": len(written),
+            "flagged_unsupported": _rate(written, lambda r: r["unsupported"]),
+            "in_kb_flagged": _rate([r for r in written if r["in_kb"]], lambda r: r["unsupported"]),
+            "out_of_scope_flagged": _rate([r for r in written if not r["in_kb"]], lambda r: r["unsupported"]),
+        }
     for kind in ("en", "zh", "cross"):
         group = [r for r in in_kb if r["kind"] == kind]
         if group:
@@ -202,6 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--db", type=Path, help="keep the index here between runs (default: a temporary folder)")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument("--calibrate", action="store_true", help="fit the thresholds on the dev split and print them")
+    parser.add_argument("--written", action="store_true", help="the embedded model writes the answers (opt-in mode)")
     args = parser.parse_args(argv)
     questions = [q for q in load_questions() if args.split == "all" or q.split == args.split]
     splits = ("dev", "test")
@@ -218,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             llm_backend="embedded",
             embed_backend="local",
             web_search=False,
-            answer_mode="auto",
+            answer_mode="generated" if args.written else "auto",
         )
         build(settings, fetch_corpus(default_cache_dir(), splits))
         pipeline = Pipeline.from_settings(settings)
@@ -228,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.calibrate:
         results["calibrated"] = calibrate(rows)
     args.out.mkdir(parents=True, exist_ok=True)
-    name = f"answers-{results['split']}.json"
+    name = f"answers-{results['split']}{'-written' if args.written else ''}.json"
     (args.out / name).write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")
     print(json.dumps({k: v for k, v in results.items() if k != "rows"}, ensure_ascii=False, indent=1))
     return 0
