@@ -242,6 +242,17 @@ NEAR_MISS_SCORE = -0.9
 # A Markdown bullet, quote, heading or list number opening a line: the line's first word starts a sentence.
 _LINE_MARK = re.compile(r"^\s*(?:[-*+>#]+|\d{1,2}[.)])\s+")
 _NUMBER = re.compile(r"(?<![\w.,])\d+(?:[.,]\d+)*(?![\w])")
+_ABBREVIATION = re.compile(r"(?:[A-Za-z]\.)+[A-Za-z]?")  # "i.e", "e.g", "U.S": wording, not a name
+
+
+def _states(term: _Term) -> bool:
+    """Whether a written answer that says ``term`` states something a source must back: a name, an identifier or
+    a word as rare as a name. Everyday English in a Chinese answer ("script", "package") is no name."""
+    if not term.strong or _ABBREVIATION.fullmatch(term.text):
+        return False
+    if term.kind == "identifier" and not _identifier(term.text) and not term.text[0].isupper():
+        return general_frequency(term.text.lower()) < SPECIFIC_ZIPF
+    return True
 
 
 def unsupported(answer: str, texts: Sequence[str]) -> tuple[str, ...]:
@@ -255,7 +266,7 @@ def unsupported(answer: str, texts: Sequence[str]) -> tuple[str, ...]:
     found: dict[str, None] = {}
     for line in CITATION.sub(" ", answer).splitlines():
         line = _LINE_MARK.sub("", line.replace("**", "").replace("`", ""))
-        terms = [t for t in specific_terms(line) if t.strong]
+        terms = [t for t in specific_terms(line) if _states(t)]
         numbers = (n for n in _NUMBER.findall(line) if sum(c.isdigit() for c in n) >= 2)
         terms += [_Term(n, "identifier", True) for n in numbers if n.lower() not in {t.text.lower() for t in terms}]
         for term in terms:

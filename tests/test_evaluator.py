@@ -323,6 +323,8 @@ GS_GUIDE = "Ghostscript writes PDF with the pdfwrite device: gs -sDEVICE=pdfwrit
             (),
         ),
         ("Reinstall everything after upgrading [1].", ["Upgrade the packages.", "What after an upgrade?"], ()),
+        ("Use a wrapper, i.e. a function (e.g. a closure) [1].", ["A closure is a function.", "What is it?"], ()),
+        ("在 script 里调用 package 即可 [1]。", ["在脚本里调用宏包即可。", "怎么调用？"], ()),
     ],
 )
 def test_what_a_written_answer_states_and_nothing_given_says_is_flagged(
