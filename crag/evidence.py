@@ -39,6 +39,9 @@ LEADS = {
 LINE = re.compile(r"^(?:(?P<asked>[^“\s].*?[?？])\s+)?“(?P<quote>.*)” \[(?P<n>\d+)\]$")
 TABLE_RULE = re.compile(r"\|?\s*-{3,}\s*(?:\|\s*-{3,}\s*)*\|?")
 TABLE_MARKUP = re.compile(r"<br\s*/?>|\|")
+# A Markdown table (pymupdf4llm's): a line that opens a row, or the rule under the header. Elsewhere a pipe is the
+# document's own: "gzip -dc R-x.y.z.tar.gz | tar -xf -", "make check[-devel|all]", "tlmgr update <-all|pkgs>".
+TABLE = re.compile(r"^\s*\||\|\s*:?-{3,}", re.MULTILINE)
 # Bold from the layout parser ("**foreign** Functions for reading ..."): shown as asterisks inside a quote. Only
 # markers around a word go; R's power operator ("2 ** 3") stays.
 BOLD = re.compile(r"\*\*(\S(?:[^*]*?\S)?)\*\*")
@@ -47,8 +50,12 @@ BRACKETED = re.compile(r"\[(\d+(?:\s*[,，]\s*\d+)*)\]")
 
 
 def flatten(text: str) -> str:
-    """Table markup (pipes, rules, <br>) as plain spaces, bold markers dropped, whitespace collapsed."""
-    return " ".join(TABLE_MARKUP.sub(" ", TABLE_RULE.sub(" ", BOLD.sub(r"\1", text))).split())
+    """A table's markup (pipes, rules, <br>) as plain spaces, bold markers dropped, whitespace collapsed. A text
+    that holds no table keeps its pipes: a quote must not change a command."""
+    text = BOLD.sub(r"\1", text)
+    if TABLE.search(text):
+        text = TABLE_MARKUP.sub(" ", TABLE_RULE.sub(" ", text))
+    return " ".join(text.split())
 
 
 class Asked(str):

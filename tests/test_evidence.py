@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from crag.config import load_settings
-from crag.evidence import Asked, evidence_answer, passages, pieces, quoted_lines, select
+from crag.evidence import Asked, evidence_answer, flatten, passages, pieces, quoted_lines, select
 from crag.text import language
 from crag.types import Action, AnswerKind, Chunk, Source, Strip, cited
 from tests.fakes import ScriptedModel, chunk, pipeline
@@ -114,6 +114,18 @@ def test_the_small_model_writes_only_when_asked_to(settings) -> None:
     answer = p.ask("How many processor cores does the widget need?", answer_mode="generated")
     assert answer.kind is AnswerKind.GENERATED and answer.text == "It needs two cores [1]."
     assert len(model.prompts) == 1
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["gzip -dc R-x.y.z.tar.gz | tar -xf -", "R CMD make check[-devel|all]", "tlmgr update <-all|pkgs>"],
+)
+def test_a_quote_keeps_the_pipes_of_a_command_and_drops_only_a_tables(settings, command: str) -> None:
+    doc = f"To unpack and check the sources, run {command} in a shell. It takes a minute."
+    p = pipeline(settings, [chunk(doc)], [0.9], backend="embedded")
+    answer = p.ask("How do I unpack and check the sources?", web=False)
+    assert answer.kind is AnswerKind.EVIDENCE and command in answer.text
+    assert flatten("|`RCurl`|`1.4-2`|\n|---|---|\n|`rgdal`|`0.6-27`|") == "`RCurl` `1.4-2` `rgdal` `0.6-27`"
 
 
 def test_no_quotable_sentence_means_no_answer_not_an_empty_one(settings) -> None:

@@ -70,11 +70,13 @@ def citation_problems(answer: Answer) -> list[str]:
     if any(s.n not in cited(answer.text) for s in answer.cited_sources):
         problems.append("shows a source as cited that the text does not cite")
     if answer.kind is AnswerKind.EVIDENCE:
-        by_n = {s.n: norm(flatten(s.text)) for s in answer.sources}
+        # Pipes aside: a source joins its strips, and a table among them makes its other strips' pipes look like
+        # table markup, which a quote of those strips alone keeps.
+        by_n = {s.n: norm(flatten(s.text)).replace("|", "") for s in answer.sources}
         for found in quoted_lines(answer.text):
             quote, n = found["quote"], int(found["n"])
             for sentence in split_sentences(quote.replace("［", "[").replace("］", "]")):
-                if norm(sentence) not in by_n.get(n, ""):
+                if norm(sentence).replace("|", "") not in by_n.get(n, ""):
                     problems.append(f"quoted sentence not in source [{n}]: {sentence[:60]}")
     return problems
 
