@@ -151,6 +151,22 @@ def test_what_a_written_answer_invents_is_flagged_under_it_and_in_its_export(
     assert "提供给模型的资料里没有“TURBO_MODE”、“16”" in plain(texts(at.chat_message[3].warning))
 
 
+def test_an_answer_the_embedded_model_wrote_says_it_is_weak(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
+    def from_settings(cls, settings):
+        model = fakes.ScriptedModel(answer="The widget needs two processor cores [1].")
+        return fakes.pipeline(settings, CHUNKS, [0.9, -1.0], model=model, backend="embedded")
+
+    monkeypatch.setattr(Pipeline, "from_settings", classmethod(from_settings))
+    monkeypatch.setenv("CRAG_ANSWER_MODE", "generated")
+    at = ask(app())
+    assert not at.exception
+    caption = texts(at.chat_message[1].caption)
+    assert "written by embedded" in caption and "a weak model that may invent facts" in caption
+    monkeypatch.setenv("CRAG_ANSWER_MODE", "evidence")
+    at = ask(app())
+    assert "weak model" not in texts(at.chat_message[-1].caption), "quotes: no model wrote them"
+
+
 def test_history_survives_reruns_reloads_and_restarts(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
     use_pipeline(monkeypatch, [0.9])
     at = ask(app(), "How many cores does the widget need?")

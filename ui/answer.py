@@ -71,6 +71,8 @@ def caption(answer: Answer) -> str:
         parts = [NOT_WRITTEN[answer.kind]]
     else:
         parts = [f"written by {md_escape(answer.backend)} · {md_escape(answer.model)}"]
+        if answer.backend == "embedded":  # the opt-in 135M model: said on the answer, not only in the sidebar
+            parts.append("a weak model that may invent facts: check the sources")
     if answer.trace is not None:
         total = answer.trace.timings.get("total")
         if total is not None:
