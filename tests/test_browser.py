@@ -5,12 +5,14 @@ base, ask in English and in Chinese on the embedded backend (no Ollama: it point
 search), check that each answer quotes the document's sentence with its citation, open "How this answer
 was made" and the sources; then rebuild from scratch while asking (the answer comes from the current
 index and the rebuild completes), reload (the conversation is still there), and ask a question over the
-length limit (refused with the reason, its text given back). Screenshots go to test-output/.
+length limit (refused with the reason, its text given back); last, a written answer from the opt-in 135M model
+(labelled weak, and the chat box usable after it). Screenshots go to test-output/.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -167,4 +169,23 @@ def test_upload_rebuild_ask_and_inspect_in_a_real_browser(streamlit_url: str, tm
         expect(main).to_contain_text("the limit is 2000", timeout=60_000)
         expect(chat).to_have_value(long)
         expect(messages).to_have_count(0)
+
+        # The opt-in written answers: the 135M model's answer says it is weak, and the chat box takes the next
+        # question once it ends. A status fragment rerunning during an answer longer than its 5 s look left the
+        # box disabled until another click (seen with every written answer that took over 5 s).
+        sidebar.locator("summary", has_text="Answer settings").click()
+        answers = sidebar.get_by_test_id("stSelectbox").filter(has_text="Answers")
+        combo = answers.get_by_role("combobox")
+        page.wait_for_timeout(1000)  # the expander opening: a click before it ends is lost
+        combo.click()
+        page.wait_for_timeout(500)
+        page.keyboard.press("ArrowDown")  # opens the list
+        page.get_by_role("option").filter(has_text="a model writes the answer").click()
+        expect(combo).to_have_value(re.compile("^a model writes the answer"), timeout=30_000)
+        chat.fill("Explain in detail, step by step, everything the widget manual says about processor cores.")
+        chat.press("Enter")
+        expect(messages).to_have_count(2, timeout=60_000)
+        expect(messages.nth(1)).to_contain_text("a weak model that may invent facts", timeout=300_000)
+        expect(chat).to_be_enabled(timeout=15_000)
+        page.screenshot(path=str(OUTPUT / "browser-written.png"), full_page=True)
         browser.close()

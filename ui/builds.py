@@ -7,6 +7,8 @@ fragment refreshes its progress every second, and the page redraws when it ends.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import streamlit as st
 
 from crag.config import Settings
@@ -19,8 +21,12 @@ REFRESH_RUNNING = 1.0  # seconds between two looks at a running build
 REFRESH_IDLE = 5.0  # between two looks for a build another session started
 
 
-def rebuild(settings: Settings) -> None:
-    """The Rebuild button (off while a build runs), and the build's status under it."""
+def rebuild(settings: Settings) -> Callable[[], None]:
+    """The Rebuild button (off while a build runs), and the build's status under it.
+
+    Returns what to call once the page is drawn. A fragment that reruns while the page's own run answers a
+    question leaves the chat box disabled afterwards (Streamlit 1.67's "stop" input, seen in Chromium after any
+    answer longer than the 5 s look): so without a build, the status is drawn now and watched from the end."""
     ss = st.session_state
     runner = state.builds(settings)
     running = runner.running is not None
@@ -46,7 +52,19 @@ def rebuild(settings: Settings) -> None:
     if ss.build_error:
         st.error(f"**The knowledge base was not rebuilt.** {ss.build_error}")
     ss.build_seen = seen(runner.latest)  # what this whole page is drawn with; the fragment watches for changes
-    st.fragment(status, run_every=REFRESH_RUNNING if runner.running else REFRESH_IDLE)(settings)
+    slot = st.empty()
+    if running:  # its progress moves during an answer too (the chat box then submits, never stops)
+        with slot.container():
+            st.fragment(status, run_every=REFRESH_RUNNING)(settings)
+        return lambda: None
+    with slot.container():
+        status(settings)
+
+    def watch() -> None:
+        with slot.container():
+            st.fragment(status, run_every=REFRESH_IDLE)(settings)
+
+    return watch
 
 
 def seen(job: Job | None) -> tuple[str, str] | None:

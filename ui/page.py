@@ -45,7 +45,7 @@ def run(settings: Settings, options: dict[str, Any]) -> None:
     kb = state.knowledge_base(settings)
     with st.sidebar:
         store, chat, relist = conversations.render(settings)
-    sidebar.render(settings, pipeline, pipeline_error, kb)
+    watch = sidebar.render(settings, pipeline, pipeline_error, kb)
     if pipeline_error:
         st.error(pipeline_error)
     if kb.empty and not kb.error:
@@ -58,6 +58,7 @@ def run(settings: Settings, options: dict[str, Any]) -> None:
             icon=":material/forum:",
         )
     talk.render(settings, pipeline, options, store, chat, relist)
+    watch()  # the build's status, watched only now that any answer of this run is done
 
 
 def empty_state(settings: Settings, kb: state.KnowledgeBase, web: bool) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pandas as pd
 import streamlit as st
 
@@ -34,21 +36,25 @@ EVALUATORS = {
 
 def render(
     settings: Settings, pipeline: crag.pipeline.Pipeline | None, pipeline_error: str, kb: state.KnowledgeBase
-) -> None:
+) -> Callable[[], None]:
+    """The sidebar below the chats. Returns what to call once the page is drawn (``builds.rebuild``)."""
     with st.sidebar:
         st.divider()
-        knowledge_base(settings, pipeline, kb)
+        watch = knowledge_base(settings, pipeline, kb)
         st.divider()
         model_status(settings, pipeline, pipeline_error)
         st.divider()
         answer_settings(settings)
+    return watch
 
 
 # ---------------------------------------------------------------------------------------------
 # Knowledge base
 
 
-def knowledge_base(settings: Settings, pipeline: crag.pipeline.Pipeline | None, kb: state.KnowledgeBase) -> None:
+def knowledge_base(
+    settings: Settings, pipeline: crag.pipeline.Pipeline | None, kb: state.KnowledgeBase
+) -> Callable[[], None]:
     st.subheader("Knowledge base", anchor=False)
     if kb.error:
         st.error(kb.error)
@@ -73,7 +79,7 @@ def knowledge_base(settings: Settings, pipeline: crag.pipeline.Pipeline | None, 
                 f"{'them' if n > 1 else 'it'} until you rebuild."
             )
     upload(settings)
-    builds.rebuild(settings)
+    return builds.rebuild(settings)
 
 
 def files_list(settings: Settings, kb: state.KnowledgeBase) -> None:
