@@ -11,9 +11,8 @@ Two implementations behind one interface:
 
 And one check that holds for both: ``check_terms`` finds the question's specific terms (names,
 identifiers, numbers, rare words) that no retrieved passage mentions. Such a question is a near miss:
-the documents are on its topic but do not answer it, so the action must not be Correct. Its mirror for
-written answers, ``unsupported``, finds the names, identifiers and numbers an answer states that nothing the
-model was given mentions.
+the documents are on its topic but do not answer it, so the action must not be Correct. ``crag.support`` turns
+it around for written answers.
 """
 
 from __future__ import annotations
@@ -48,7 +47,7 @@ from crag.text import (
     stem,
     word_forms,
 )
-from crag.types import CITATION, TermCheck
+from crag.types import TermCheck
 
 
 @dataclass(frozen=True)
@@ -234,48 +233,6 @@ def check_terms(question: str, texts: Sequence[str], stats: TermStats | None = N
 # lower threshold, so the action is Incorrect. A specific term that no retrieved passage mentions (but some
 # other passage does) caps them below the upper threshold: Ambiguous at most, so the web is asked too.
 NEAR_MISS_SCORE = -0.9
-
-
-# ---------------------------------------------------------------------------------------------
-# Support: what a written answer states that nothing it was given says
-
-# A Markdown bullet, quote, heading or list number opening a line: the line's first word starts a sentence.
-_LINE_MARK = re.compile(r"^\s*(?:[-*+>#]+|\d{1,2}[.)])\s+")
-_NUMBER = re.compile(r"(?<![\w.,])\d+(?:[.,]\d+)*(?![\w])")
-_ABBREVIATION = re.compile(r"(?:[A-Za-z]\.)+[A-Za-z]?")  # "i.e", "e.g", "U.S": wording, not a name
-
-
-def _states(term: _Term) -> bool:
-    """Whether a written answer that says ``term`` states something a source must back: a name, an identifier or
-    a word as rare as a name. Everyday English in a Chinese answer ("script", "package") is no name."""
-    if not term.strong or _ABBREVIATION.fullmatch(term.text):
-        return False
-    if term.kind == "identifier" and not _identifier(term.text) and not term.text[0].isupper():
-        return general_frequency(term.text.lower()) < SPECIFIC_ZIPF
-    return True
-
-
-def unsupported(answer: str, texts: Sequence[str]) -> tuple[str, ...]:
-    """The names, identifiers and numbers that a written answer states and none of ``texts`` (its sources, the
-    question) mentions: what the model may have invented, such as a "PS_A" option for a PDF/A question.
-
-    Only what a model cannot paraphrase counts: a name, an identifier, a number of two digits or more, a word
-    as rare as a name. A paraphrase in everyday words is not flagged. Citations and list numbers state nothing.
-    """
-    phrased = [phrase(text) for text in texts]
-    found: dict[str, None] = {}
-    for line in CITATION.sub(" ", answer).splitlines():
-        line = _LINE_MARK.sub("", line.replace("**", "").replace("`", ""))
-        terms = [t for t in specific_terms(line) if _states(t)]
-        numbers = (n for n in _NUMBER.findall(line) if sum(c.isdigit() for c in n) >= 2)
-        terms += [_Term(n, "identifier", True) for n in numbers if n.lower() not in {t.text.lower() for t in terms}]
-        for term in terms:
-            said = term.text.lower()  # "dPS_A" (of "-dPS_A=1") says nothing that "PS_A" did not
-            if any(said in known.lower() or known.lower() in said for known in found):
-                continue
-            if not any(_mentions(term, t, p) for t, p in zip(texts, phrased, strict=True)):
-                found[term.text] = None
-    return tuple(found)
 
 
 def cap_near_miss(grades: Sequence[Grade], check: TermCheck, upper: float) -> list[Grade]:

@@ -27,13 +27,14 @@ from pydantic_ai.usage import RequestUsage
 
 from crag import evidence, prompts
 from crag.config import Settings
-from crag.evaluator import Evaluator, LLMEvaluator, SimilarityEvaluator, Usage, cap_near_miss, check_terms, unsupported
+from crag.evaluator import Evaluator, LLMEvaluator, SimilarityEvaluator, Usage, cap_near_miss, check_terms
 from crag.followups import READ_ON, History, conversation_query, elliptical, reading, rewrite_problem
 from crag.messages import language_hint, model_failure_message, near_miss_note, no_answer_message
 from crag.models import COUNTED, BackendInfo, build_chat_model, resolve_backend
 from crag.refine import keep_closest, local_strips, number_sources, refine, web_strips
 from crag.retriever import Retriever, open_retriever
 from crag.store import Mode, fuse, index_text
+from crag.support import unsupported
 from crag.text import clean_question, content_words, language
 from crag.types import Action, Answer, AnswerKind, ScoredChunk, Source, Strip, TermCheck, Trace, WebResult, cited
 from crag.websearch import OFF_REASON, Searcher, WebSearchUnavailable, build_searcher, fetch_pages

@@ -17,9 +17,9 @@ from crag.evaluator import (
     coverage,
     mention_test,
     specific_terms,
-    unsupported,
     word_weights,
 )
+from crag.support import unsupported
 from crag.types import Action, AnswerKind, WebResult
 from tests.fakes import FakeSearcher, FakeStats, HashEmbedder, ScriptedModel, chunk, pipeline
 
@@ -305,7 +305,7 @@ GS_GUIDE = "Ghostscript writes PDF with the pdfwrite device: gs -sDEVICE=pdfwrit
         (
             "用 `devtools::install_github()` 安装 [1]。",
             ["用 install.packages() 安装宏包。", "怎么从 GitHub 安装 R 包？"],
-            ("devtools", "install_github"),
+            ("devtools::install_github",),
         ),
         ("head(x, 10) shows 10 rows [1].", ["summary() will output only the first six rows.", "head?"], ("10",)),
         # What the sources or the question say is supported, in any case, form or script.
@@ -325,6 +325,19 @@ GS_GUIDE = "Ghostscript writes PDF with the pdfwrite device: gs -sDEVICE=pdfwrit
         ("Reinstall everything after upgrading [1].", ["Upgrade the packages.", "What after an upgrade?"], ()),
         ("Use a wrapper, i.e. a function (e.g. a closure) [1].", ["A closure is a function.", "What is it?"], ()),
         ("在 script 里调用 package 即可 [1]。", ["在脚本里调用宏包即可。", "怎么调用？"], ()),
+        ("注意：Package 需要先安装，Script 也可以 [1]。", ["宏包需要先安装。", "怎么办？"], ()),
+        # A code example's own names and strings are not statements; the functions and options it uses are.
+        ('```r\nmy_data <- read.csv("data.csv", header = TRUE)\n```', ["Use read.csv() to read it.", "How?"], ()),
+        ("Run `gs -dPS_A=1 file.ps` [1].", [GS_GUIDE, "How?"], ("-dPS_A",)),
+        ("Use `fread()` from data.table [1].", ["Use read.csv() to read it.", "How?"], ("fread", "data.table")),
+        # Common acronyms; numbers as the sources write them, next to Chinese too; invented ones caught anyway.
+        ("Save it as PDF, then click OK; TRUE means yes [1].", ["Save the file.", "How?"], ()),
+        (
+            "It holds 1,000 rows of 1500 MB, the 21st of 2023-04-21, 10-15 pages [1］.",
+            ["1000 rows, 1,500MB, 21st, 2023-04-21, pages 10 to 15", "How many?"],
+            (),
+        ),
+        ("共有 15 个步骤，2024年发布 [1]。", ["共有 12 个步骤。", "几个步骤？"], ("15", "2024")),
     ],
 )
 def test_what_a_written_answer_states_and_nothing_given_says_is_flagged(

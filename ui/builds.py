@@ -53,17 +53,16 @@ def rebuild(settings: Settings) -> Callable[[], None]:
         st.error(f"**The knowledge base was not rebuilt.** {ss.build_error}")
     ss.build_seen = seen(runner.latest)  # what this whole page is drawn with; the fragment watches for changes
     slot = st.empty()
-    if running:  # its progress moves during an answer too (the chat box then submits, never stops)
+
+    def watch(every: float = REFRESH_IDLE) -> None:
         with slot.container():
-            st.fragment(status, run_every=REFRESH_RUNNING)(settings)
+            st.fragment(status, run_every=every)(settings)
+
+    if running:  # its progress moves during an answer too (the chat box then submits, never stops)
+        watch(REFRESH_RUNNING)
         return lambda: None
     with slot.container():
-        status(settings)
-
-    def watch() -> None:
-        with slot.container():
-            st.fragment(status, run_every=REFRESH_IDLE)(settings)
-
+        status(settings, live=False)
     return watch
 
 
@@ -84,8 +83,9 @@ def start(settings: Settings, full: bool) -> None:
     st.rerun()  # the page as it is while a build runs: the button off, the progress on
 
 
-def status(settings: Settings) -> None:
-    """The latest build of the process: progress and Cancel while it runs, its outcome once it ended.
+def status(settings: Settings, live: bool = True) -> None:
+    """The latest build of the process: progress and Cancel while it runs, its outcome once it ended. Drawn
+    before the page's end (``live`` False), it has no Cancel button: the fragment drawn after it has.
 
     A change (a build started elsewhere, a build ended) redraws the whole page: the knowledge base's
     figures, the Rebuild button, the chat's notice.
@@ -99,7 +99,7 @@ def status(settings: Settings) -> None:
         return
     if job.state == "running":
         st.progress(job.progress.fraction, text=progress_text(job.progress))
-        if st.button("Cancel the build", key="cancel_build", icon=":material/stop_circle:", width="stretch"):
+        if live and st.button("Cancel the build", key="cancel_build", icon=":material/stop_circle:", width="stretch"):
             runner.cancel(job.id)
             st.caption("Cancelling: the build stops at its next step; the current knowledge base keeps answering.")
         else:

@@ -57,8 +57,10 @@ def run(settings: Settings, options: dict[str, Any]) -> None:
             "each answer shows its CRAG action, how it was made, and the pages it comes from.",
             icon=":material/forum:",
         )
-    talk.render(settings, pipeline, options, store, chat, relist)
-    watch()  # the build's status, watched only now that any answer of this run is done
+    try:
+        talk.render(settings, pipeline, options, store, chat, relist)
+    finally:
+        watch()  # the build's status, watched only now that any answer of this run is done (or failed)
 
 
 def empty_state(settings: Settings, kb: state.KnowledgeBase, web: bool) -> None:
