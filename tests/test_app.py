@@ -12,7 +12,7 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from crag.errors import BackendUnavailable
-from crag.models import resolve_backend
+from crag.models import PACKAGED_LABEL, BackendInfo, resolve_backend
 from crag.pipeline import Pipeline
 from crag.store import RebuildNeeded
 from tests import fakes
@@ -151,17 +151,22 @@ def test_what_a_written_answer_invents_is_flagged_under_it_and_in_its_export(
     assert "提供给模型的资料里没有“TURBO_MODE”、“16”" in plain(texts(at.chat_message[3].warning))
 
 
-def test_an_answer_the_embedded_model_wrote_says_it_is_weak(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
+@pytest.mark.parametrize(("label", "weak"), [(PACKAGED_LABEL, True), ("qwen2.5-0.5b-instruct.gguf", False)])
+def test_an_answer_the_packaged_embedded_model_wrote_says_it_is_weak(
+    monkeypatch: pytest.MonkeyPatch, files: Path, label: str, weak: bool
+) -> None:
     def from_settings(cls, settings):
         model = fakes.ScriptedModel(answer="The widget needs two processor cores [1].")
-        return fakes.pipeline(settings, CHUNKS, [0.9, -1.0], model=model, backend="embedded")
+        p = fakes.pipeline(settings, CHUNKS, [0.9, -1.0], model=model, backend="embedded")
+        p.backend = BackendInfo("embedded", label, "test")  # the packaged model, or a GGUF the user chose
+        return p
 
     monkeypatch.setattr(Pipeline, "from_settings", classmethod(from_settings))
     monkeypatch.setenv("CRAG_ANSWER_MODE", "generated")
     at = ask(app())
     assert not at.exception
     caption = texts(at.chat_message[1].caption)
-    assert "written by embedded" in caption and "a weak model that may invent facts" in caption
+    assert "written by embedded" in caption and ("a weak model that may invent facts" in caption) is weak
     monkeypatch.setenv("CRAG_ANSWER_MODE", "evidence")
     at = ask(app())
     assert "weak model" not in texts(at.chat_message[-1].caption), "quotes: no model wrote them"

@@ -17,6 +17,7 @@ from crag.conversations import answer_markdown
 from crag.errors import CragError
 from crag.evidence import quoted_lines
 from crag.messages import unsupported_message
+from crag.models import PACKAGED_LABEL
 from crag.text import pages_label
 from crag.types import NOT_WRITTEN, Answer, AnswerKind, Source, Trace
 from crag.websearch import OFF_REASON
@@ -71,7 +72,7 @@ def caption(answer: Answer) -> str:
         parts = [NOT_WRITTEN[answer.kind]]
     else:
         parts = [f"written by {md_escape(answer.backend)} · {md_escape(answer.model)}"]
-        if answer.backend == "embedded":  # the opt-in 135M model: said on the answer, not only in the sidebar
+        if answer.backend == "embedded" and answer.model == PACKAGED_LABEL:  # said on the answer, not only aside
             parts.append("a weak model that may invent facts: check the sources")
     if answer.trace is not None:
         total = answer.trace.timings.get("total")

@@ -51,8 +51,11 @@ def embedded_gguf_path(settings: Settings) -> Path:
     return Path(str(resources.files(package).joinpath(name)))
 
 
+PACKAGED_LABEL = "SmolLM2-135M-Instruct (Q4_1)"  # the packaged model, weak: every answer it writes says so
+
+
 def embedded_label(settings: Settings) -> str:
-    return settings.embedded_gguf.name if settings.embedded_gguf else "SmolLM2-135M-Instruct (Q4_1)"
+    return settings.embedded_gguf.name if settings.embedded_gguf else PACKAGED_LABEL
 
 
 class LlamaCppChat:
