@@ -18,8 +18,8 @@ from crag.text import general_frequency, language, phrase
 _LINE_MARK = re.compile(r"^\s*(?:[-*+>#]+|\d{1,2}[.)])\s+")
 _CITATION = re.compile(r"[\[［【]\d+(?:\s*[-,，]\s*\d+)*[\]］】]")  # [1], [1, 2], [1-2], ［12］
 _CODE = re.compile(r"```.*?(?:```|\Z)|`[^`\n]+`", re.DOTALL)
-# What code states: an option (-dPS_A, --all), a LaTeX command (\bm), a function it calls (read.csv(), pkg::fn).
-_CODE_TERM = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)|(\\[A-Za-z]+)|\b([A-Za-z_][\w.]*(?:::[\w.]+)?)(?=\()")
+# What code states: an option (-dPS_A, --all), a LaTeX command (\bm, not "\n"), a function it calls (read.csv()).
+_CODE_TERM = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]+)|(\\[A-Za-z]{2,})|\b([A-Za-z_][\w.]*(?:::[\w.]+)?)(?=\()")
 _NUMBER = re.compile(r"(?<![A-Za-z0-9_.])\d[\d,]*(?:\.\d+)*")  # next to Chinese too: "15个步骤", "2024年"
 _NUMERIC = re.compile(r"[\d,.:/-]+[A-Za-z%]{0,3}")  # "2nd", "1000MB", "2023-04-21", "10-15": checked as numbers
 _ABBREVIATION = re.compile(r"(?:[A-Za-z]\.)+[A-Za-z]?")  # "i.e", "e.g", "U.S": wording, not a name
@@ -54,7 +54,10 @@ def unsupported(answer: str, texts: Sequence[str]) -> tuple[str, ...]:
     plain = " ".join(_THOUSANDS.sub("", text) for text in texts)
     terms: list[_Term] = []
     for match in _CODE.finditer(answer):
-        terms += [_Term(next(g for g in m.groups() if g), "identifier", True) for m in _CODE_TERM.finditer(match[0])]
+        for option, command, call in _CODE_TERM.findall(match[0]):
+            # A call of an everyday word ("print()", "paste()") is the language's, not a claim about the documents.
+            if option or command or _identifier(call) or general_frequency(call.lower()) < SPECIFIC_ZIPF:
+                terms.append(_Term(option or command or call, "identifier", True))
     numbers: list[str] = []
     for line in _CODE.sub(" ", answer).splitlines():
         line = _LINE_MARK.sub("", line.replace("**", ""))

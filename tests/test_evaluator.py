@@ -329,6 +329,7 @@ GS_GUIDE = "Ghostscript writes PDF with the pdfwrite device: gs -sDEVICE=pdfwrit
         # A code example's own names and strings are not statements; the functions and options it uses are.
         ('```r\nmy_data <- read.csv("data.csv", header = TRUE)\n```', ["Use read.csv() to read it.", "How?"], ()),
         ("Run `gs -dPS_A=1 file.ps` [1].", [GS_GUIDE, "How?"], ("-dPS_A",)),
+        ('```r\nprint(paste("a", "b\\n"))\nx <- nrowz(df)\n```', ["Use it.", "How?"], ("nrowz",)),
         ("Use `fread()` from data.table [1].", ["Use read.csv() to read it.", "How?"], ("fread", "data.table")),
         # Common acronyms; numbers as the sources write them, next to Chinese too; invented ones caught anyway.
         ("Save it as PDF, then click OK; TRUE means yes [1].", ["Save the file.", "How?"], ()),
