@@ -414,9 +414,13 @@ class AnswerStream:
                 "the answer cites none of its sources: they are listed as given to the model, not as cited"
             )
         # A model may state what nothing it was given says: such names and numbers are shown as unsupported.
-        given = [self.question, question, *(said for role, said in self.history if role == "user")]
-        given += [f"{s.text}\n{s.file} {s.title} {s.url} {s.section} {' '.join(map(str, s.pages))}" for s in sources]
-        stated = unsupported(text, given) if kind is AnswerKind.GENERATED else ()
+        stated: tuple[str, ...] = ()
+        if kind is AnswerKind.GENERATED:  # quotes state only what their sources say: nothing to gather for them
+            given = [self.question, question, *(said for role, said in self.history if role == "user")]
+            given += [
+                f"{s.text}\n{s.file} {s.title} {s.url} {s.section} {' '.join(map(str, s.pages))}" for s in sources
+            ]
+            stated = unsupported(text, given)
         # A question in one language rarely finds passages in the other offline: the user is told to ask in theirs.
         crosses = action is not Action.CORRECT and not p.retriever.embedder.multilingual
         trace = Trace(
