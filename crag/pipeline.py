@@ -75,7 +75,7 @@ class Options:
 class Condensed:
     question: str  # what is graded and answered: the question, or the model's standalone rewrite of it
     queries: tuple[str, ...]  # what is retrieved; several are fused
-    with_context: str = ""  # the question with the conversation's words, for when it is not answered alone
+    with_history: str = ""  # the question with the conversation's words, for when it is not answered alone
     notes: tuple[str, ...] = ()
 
 
@@ -198,9 +198,9 @@ class Pipeline:
     def condense(self, question: str, history: History, usage: Usage) -> Condensed:
         if not history:
             return Condensed(question, (question,))
-        with_context = conversation_query(question, history)
+        with_history = conversation_query(question, history)
         if self.backend.name == "embedded":
-            return Condensed(question, (question, with_context), with_context)
+            return Condensed(question, (question, with_history), with_history)
         notes: list[str] = []
         out = self._structured(condense_agent, prompts.condense_prompt(question, history), usage, notes)
         rewrite = " ".join(out.question.split()) if out is not None else ""
@@ -210,14 +210,14 @@ class Pipeline:
             notes.append(
                 f"the model's rewrite “{rewrite[:120]}” was rejected ({problem}): the question was used as asked"
             )
-        return Condensed(question, (question, with_context), with_context, tuple(notes))
+        return Condensed(question, (question, with_history), with_history, tuple(notes))
 
     def retrieve(self, queries: Sequence[str], k: int, mode: Mode, asked: str) -> list[ScoredChunk]:
         rankings = [self.retriever.retrieve(q, k, mode) for q in dict.fromkeys(queries)]
         if len(rankings) == 1:
             return self.retriever.anchor(asked, rankings[0])
         own = {h.chunk.id for h in rankings[0]}
-        fused = [replace(h, context=h.chunk.id not in own) for h in fuse(rankings)[:k]]
+        fused = [replace(h, from_history=h.chunk.id not in own) for h in fuse(rankings)[:k]]
         return self.retriever.anchor(asked, fused)
 
     def evaluate(
@@ -229,8 +229,8 @@ class Pipeline:
         grading = evaluator.grade(question, texts, usage)
         # Found by a term alone, or only with the words of the question before: no say on whether the question's own
         # names are mentioned ("R 里怎么删除…" after a question on R is not answered by a tlmgr page that never says R).
-        found = [(t, h.context) for t, h in zip(texts, hits, strict=True) if not h.anchor]
-        first = [t for t, context in found if not context] or [t for t, _ in found]
+        found = [(t, h.from_history) for t, h in zip(texts, hits, strict=True) if not h.anchor]
+        first = [t for t, from_history in found if not from_history] or [t for t, _ in found]
         terms = check_terms(asked, first, self.retriever.term_stats())
         grades = cap_near_miss(grading.grades, terms, upper)
         graded = tuple(replace(h, score=g.score, method=g.method) for h, g in zip(hits, grades, strict=True))
@@ -345,16 +345,16 @@ class AnswerStream:
             action = decide_action([g.score for g in evaluation.graded], o.upper_threshold, o.lower_threshold)
             # Not answered on its own, or going on from the question before ("And on Windows?" alone is Correct on
             # any page that names Windows): a follow-up is read with what it follows.
-            context, goes_on = condensed.with_context, elliptical(self.question)
-            if context not in ("", question) and (action is not Action.CORRECT or goes_on):
-                again = p.evaluate(context, self.question, hits, evaluator, o.upper_threshold, self.usage)
+            with_history, goes_on = condensed.with_history, elliptical(self.question)
+            if with_history not in ("", question) and (action is not Action.CORRECT or goes_on):
+                again = p.evaluate(with_history, self.question, hits, evaluator, o.upper_threshold, self.usage)
                 if goes_on:  # graded on both: what it adds, and what it goes on from
                     again = evaluation.mean(again)
                 graded = [(g.score, index_text(g.chunk)) for g in again.graded]
                 if note := reading(self.question, evaluation.best, action is Action.CORRECT, graded, o.lower_threshold):
                     self.notes.append(note)
                 if note == READ_ON:
-                    question, evaluation = context, again
+                    question, evaluation = with_history, again
                     action = decide_action([g.score for g in again.graded], o.upper_threshold, o.lower_threshold)
         if evaluation.terms.missing:
             self.notes.append(near_miss_note(evaluation.terms, [h.anchor for h in hits if h.anchor]))
