@@ -24,7 +24,7 @@ from mineru_vl_utils import MinerUClient
 from mineru_vl_utils import __version__ as MINERU_VL_VERSION
 
 from crag.errors import ConfigError
-from crag.ingest.base import OnBlocks, PageProgress, Parser, PDFError
+from crag.ingest.base import PageProgress, Parser, PDFError
 from crag.ingest.pymupdf import PyMuPDFParser, page_sizes, render_page
 from crag.types import Block, ParsedPDF
 
@@ -238,15 +238,6 @@ class MinerUParser(Parser):
         return self._client
 
     def parse(self, path: Path, pages: Sequence[int] | None = None, on_page: PageProgress | None = None) -> ParsedPDF:
-        return self.parse_into(path, None, pages, on_page)
-
-    def parse_into(
-        self,
-        path: Path,
-        on_blocks: OnBlocks | None,
-        pages: Sequence[int] | None = None,
-        on_page: PageProgress | None = None,
-    ) -> ParsedPDF:
         sizes = page_sizes(path, self.max_pages)  # rejects unreadable and too long files before any request
         wanted = list(pages) if pages is not None else list(range(1, len(sizes) + 1))
         missing = [p for p in wanted if not 1 <= p <= len(sizes)]
@@ -254,14 +245,14 @@ class MinerUParser(Parser):
             raise PDFError(f"{path.name}: has {len(sizes)} pages, so page {missing[0]} cannot be parsed.")
         label = _label(self.fallback)
         if self.gave_up:
-            result = self.fallback.parse_into(path, on_blocks, wanted, on_page)
+            result = self.fallback.parse(path, wanted, on_page)
             note = f"MinerU not asked for the rest of this build: {self.gave_up}; parsed with {label}"
             return replace(result, warnings=(note, *result.warnings))
         try:
             client = self._connect()
         except Exception as exc:  # noqa: BLE001 - any start-up failure means: use the fallback
             where = self.server_url or self.model_path
-            result = self.fallback.parse_into(path, on_blocks, wanted, on_page)
+            result = self.fallback.parse(path, wanted, on_page)
             note = f"MinerU unavailable at {where} ({_reason(exc)}); parsed with {label}"
             return replace(result, warnings=(note, *result.warnings))
 
@@ -270,7 +261,7 @@ class MinerUParser(Parser):
         parsed_by: Parser = self
         for done, number in enumerate(wanted, start=1):
             if self.gave_up:  # in the middle of this file: its other pages go to the fallback
-                blocks += self._rest(path, on_blocks, wanted[done - 1 :], warnings, _shifted(on_page, done - 1))
+                blocks += self._rest(path, wanted[done - 1 :], warnings, _shifted(on_page, done - 1))
                 parsed_by = self.fallback  # so the next sync with MinerU back parses the file again
                 break
             try:
@@ -287,8 +278,6 @@ class MinerUParser(Parser):
                 relay = _ocr_relay(on_page, done, len(wanted))
                 page_blocks = self._fallback_page(path, number, failure, page_blocks, warnings, relay)
             blocks.extend(page_blocks)
-            if on_blocks is not None:
-                on_blocks(page_blocks)
             if on_page:
                 on_page(done, len(wanted))
         if wanted and not any(b.text for b in blocks):
@@ -301,7 +290,6 @@ class MinerUParser(Parser):
     def _rest(
         self,
         path: Path,
-        on_blocks: OnBlocks | None,
         pages: list[int],
         warnings: list[str],
         on_page: PageProgress | None,
@@ -312,7 +300,7 @@ class MinerUParser(Parser):
             f"MinerU given up for this build: {self.gave_up}; pages {pages[0]}-{pages[-1]} parsed with {label}"
         )
         try:
-            rest = self.fallback.parse_into(path, on_blocks, pages, on_page)
+            rest = self.fallback.parse(path, pages, on_page)
         except PDFError as exc:  # no text on any of these pages; the others may have some
             warnings.append(f"pages {pages[0]}-{pages[-1]}: {label} found no text either ({_reason(exc)})")
             return []

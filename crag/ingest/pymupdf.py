@@ -22,7 +22,7 @@ import pymupdf4llm  # noqa: F401 - importing it activates the layout model in Py
 from pymupdf4llm.helpers import document_layout
 
 from crag.config import cpu_threads
-from crag.ingest.base import OnBlocks, PageProgress, Parser, PDFError
+from crag.ingest.base import PageProgress, Parser, PDFError
 from crag.text import NOTE_MARK, join_lines, split_sentences, strip_invisible
 from crag.types import Block, ParsedPDF
 
@@ -335,15 +335,6 @@ class PyMuPDFParser(Parser):
             self.version = f"{PyMuPDFParser.version} + {self.ocr.version}"
 
     def parse(self, path: Path, pages: Sequence[int] | None = None, on_page: PageProgress | None = None) -> ParsedPDF:
-        return self.parse_into(path, None, pages, on_page)
-
-    def parse_into(
-        self,
-        path: Path,
-        on_blocks: OnBlocks | None,
-        pages: Sequence[int] | None = None,
-        on_page: PageProgress | None = None,
-    ) -> ParsedPDF:
         blocks: list[Block] = []
         warnings: list[str] = []
         with open_pdf(path, self.max_pages) as doc:
@@ -367,8 +358,6 @@ class PyMuPDFParser(Parser):
                         blank += 1
                         warnings.append(self._no_text(number))
                 blocks.extend(page_blocks)
-                if on_blocks is not None:
-                    on_blocks(page_blocks)
                 if on_page:
                     on_page(done, len(wanted))
         if wanted and blank == len(wanted):
