@@ -125,7 +125,7 @@ def test_failed_build_says_why_and_frees_the_lock(settings: Settings, error: Exc
         failed = wait_for_job(client, client.post("/index").json()["job"])
         assert failed["state"] == "failed" and failed["error"].startswith(message) and failed["result"] is None
         assert "secret" not in failed["error"]
-        assert client.post("/index").status_code == 202  # the failed job no longer blocks
+        assert client.post("/index").status_code == 202  # a failed job does not block the next
         settle(app)
 
 

@@ -273,7 +273,7 @@ def test_answer_settings_reach_the_pipeline(monkeypatch: pytest.MonkeyPatch, fil
 def test_web_search_turned_off_for_the_app_cannot_be_turned_on_in_a_session(
     monkeypatch: pytest.MonkeyPatch, files: Path
 ) -> None:
-    """Seen in the app: started with CRAG_WEB_SEARCH=off, the toggle showed on and did nothing."""
+    """Started with CRAG_WEB_SEARCH=off, the toggle shows off and cannot be turned on: on, it would do nothing."""
     monkeypatch.setenv("CRAG_WEB_SEARCH", "off")
     use_pipeline(monkeypatch, [-0.9, -0.95])  # Incorrect: the web would be searched if it could be
     at = app()

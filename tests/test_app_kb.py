@@ -134,8 +134,8 @@ def test_a_rebuild_runs_in_the_background_with_live_progress_while_questions_are
     assert "waiting to be indexed" not in texts(at.main.caption)
     assert not [b for b in at.button if b.key == "build_now_main"]
     assert "new file" not in texts(at.sidebar.info)
-    # While the progress fragment reruns every second, a "stop" chat input stayed disabled in Chromium
-    # from a question until the build ended: during a build the input is a plain "submit" one.
+    # While the progress fragment reruns every second, Streamlit keeps a "stop" chat input disabled in Chromium
+    # from a question until the build ends: during a build the input is a plain "submit" one.
     assert at.chat_input[0].proto.submit_mode == ChatInputProto.SubmitMode.SUBMIT_MODE_SUBMIT
 
     at = ask(at)  # the current knowledge base keeps answering
@@ -190,7 +190,7 @@ def test_full_rebuild_chooses_the_embedder_afresh(monkeypatch: pytest.MonkeyPatc
     settle(at.button(key="rebuild").click().run())
     assert calls[0]["rebuild"] is True and chosen == [True]
     assert "Rebuilt from scratch" in texts(at.sidebar.warning)
-    # A full rebuild is a one-off (seen in the app: the toggle stayed on, so the next click re-read everything).
+    # A full rebuild is a one-off: left on, the toggle would make the next click read everything again.
     assert at.toggle(key="full_rebuild").value is False
     settle(at.button(key="rebuild").click().run())
     assert [c["rebuild"] for c in calls] == [True, False]
@@ -244,7 +244,7 @@ def test_a_real_build_lists_a_failed_file_with_its_reason(monkeypatch: pytest.Mo
     assert "no longer in the folder" not in texts(at.sidebar.warning)
     (files / "broken.pdf").unlink()  # it was never indexed: nothing to warn about
     assert "no longer in the folder" not in texts(app().sidebar.warning)
-    # Seen in the app: a PDF deleted from Files/ was still counted and quoted, with nothing said until a rebuild.
+    # A PDF deleted from Files/ is counted and quoted until a rebuild: the sidebar says so at once.
     (files / "manual.pdf").unlink()
     at = app()
     assert at.sidebar.dataframe[0].value.set_index("file").loc["manual.pdf", "status"] == "⚠️ no longer in the folder"

@@ -194,7 +194,7 @@ def test_render_highlight_close_up_crops_to_the_passage(tmp_path: Path) -> None:
 
 
 def test_render_highlight_marks_only_the_paragraphs_the_answer_quotes(tmp_path: Path) -> None:
-    """Seen in the app: a passage of several paragraphs was highlighted whole, though the answer quoted one."""
+    """A passage of several paragraphs is highlighted only where the answer quotes it, not whole."""
     doc = pymupdf.open()
     page = doc.new_page(width=595, height=842)
     page.insert_text((72, 100), "Packages may be distributed in source form.", fontsize=11)
@@ -300,7 +300,7 @@ def test_an_evidence_answer_shows_quotes_as_block_quotes_after_their_faq_questio
 
 
 def test_a_web_address_in_a_quote_links_to_that_address_without_the_closing_punctuation() -> None:
-    """Seen in the app: "…from http://binaries.html-tidy.org/.”" linked to ".../.%E2%80%9D"."""
+    """A quoted "…from http://binaries.html-tidy.org/.”" links to the address, not to ".../.%E2%80%9D"."""
     from ui.text import evidence_markdown
 
     text = "From your documents:\n“It can be installed from http://binaries.html-tidy.org/.” [1]"
@@ -310,7 +310,7 @@ def test_a_web_address_in_a_quote_links_to_that_address_without_the_closing_punc
 
 
 def test_a_command_in_our_message_is_code_and_the_rest_stays_literal() -> None:
-    """Seen in the app: the empty knowledge base's answer showed the backticks around its command."""
+    """The empty knowledge base's answer shows its command as code, never the backticks around it."""
     from ui.text import md_coded
 
     message = "Build it (`python -m crag index`); your documents never mention “*CSV*”."
@@ -329,7 +329,7 @@ def test_a_failed_file_is_named_once() -> None:
 
 
 def test_an_answer_cut_off_by_a_reload_says_so_in_the_question_language() -> None:
-    """Seen in the app: a Chinese question reloaded mid-answer showed an English message, worded two ways."""
+    """A Chinese question reloaded mid-answer is told so in Chinese, in one wording."""
     from ui.text import stopped
 
     assert stopped("tlmgr 如何安装单个宏包？").startswith("这个回答没有完成")
@@ -337,7 +337,7 @@ def test_an_answer_cut_off_by_a_reload_says_so_in_the_question_language() -> Non
 
 
 def test_chats_with_the_same_title_are_told_apart() -> None:
-    """Seen in the app: two conversations opened with the same question were two identical buttons."""
+    """Two conversations opened with the same question are two buttons that differ."""
     from datetime import datetime
 
     from crag.conversations import Conversation
@@ -359,8 +359,8 @@ def test_chats_with_the_same_title_are_told_apart() -> None:
 
 
 def test_each_retrieved_passage_is_labelled_with_its_number_in_the_answer() -> None:
-    """Seen in the app: the answer's [3] was not the Retrieved table's #3. The table now says which source each
-    passage became, and whether the answer cites it."""
+    """The answer's [3] need not be the Retrieved table's #3: the table says which source each passage is, and
+    whether the answer cites it."""
     from crag.types import Answer, AnswerKind, Source
     from ui.answer import source_labels
 

@@ -9,7 +9,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE = ROOT / "crag"
-# Heavy integrations live in one module each (DESIGN.md, module map); plumbing libraries may be used anywhere.
+# Heavy integrations live in one module each, so each is swapped or upgraded in one place; plumbing libraries
+# (httpx, tenacity, filelock) may be used anywhere.
 HEAVY = ("chromadb", "ddgs", "mineru_vl_utils", "llama_cpp", "bm25s")
 
 

@@ -171,8 +171,8 @@ def test_upload_rebuild_ask_and_inspect_in_a_real_browser(streamlit_url: str, tm
         expect(messages).to_have_count(0)
 
         # The opt-in written answers: the 135M model's answer says it is weak, and the chat box takes the next
-        # question once it ends. A status fragment rerunning during an answer longer than its 5 s look left the
-        # box disabled until another click (seen with every written answer that took over 5 s).
+        # question once it ends: a status fragment rerunning during an answer longer than its 5 s look would leave
+        # the box disabled until another click.
         sidebar.locator("summary", has_text="Answer settings").click()
         answers = sidebar.get_by_test_id("stSelectbox").filter(has_text="Answers")
         combo = answers.get_by_role("combobox")

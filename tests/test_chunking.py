@@ -325,8 +325,8 @@ def test_chunks_fed_page_by_page_equal_those_of_the_whole_file() -> None:
 
 # Real text: the benchmark corpus, MiniLM's own tokenizer ---------------------------------------------
 
-# Pages with what overflowed MiniLM's window before: tables of contents read as tables (4,439 tokens on
-# bzip2's page 3, now left out), and paragraphs under long Chinese and English heading paths.
+# Pages whose text can overflow MiniLM's window: a table of contents read as a table (4,439 tokens on bzip2's
+# page 3, left out of the chunks), and paragraphs under long Chinese and English heading paths.
 REAL_PAGES = {
     "bzip2-manual.pdf": [3, 5, 11],
     "ctex-faq.pdf": [1, 2, 9, 41],

@@ -93,7 +93,7 @@ def test_an_answer_exports_as_markdown_with_its_sources() -> None:
     assert text.startswith("## How many cores?\n\n“The widget needs two cores.” [1]")
     assert "### Sources" in text and "[1] manual.pdf, page 1: “The widget needs two cores.”" in text
     assert "*CRAG action: correct · quoted from the sources: no model wrote this*" in text
-    assert "SmolLM2" not in text, "the embedded model wrote none of it (seen in an export)"
+    assert "SmolLM2" not in text, "the embedded model wrote none of it"
     quotes = answer_markdown("How many cores?", answer("From your documents:\n“Two cores.” [1]\n“Or three.” [1]"))
     assert "From your documents:\n\n“Two cores.” [1]\n\n“Or three.” [1]\n" in quotes, "a paragraph each"
     uncited = answer_markdown("How many cores?", Answer("Two.", "ollama", "qwen3", answer().sources))

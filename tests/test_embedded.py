@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 
 
 class Grade(BaseModel):
-    # No numeric bounds: llama.cpp's grammar cannot enforce them (DESIGN.md), the CRAG grader clamps.
+    # No numeric bounds: llama.cpp's grammar does not enforce them (a score of 1e15 parses), so the CRAG grader clamps.
     relevant: bool
     reason: str
 

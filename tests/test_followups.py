@@ -22,7 +22,7 @@ def settings(tmp_path):
 
 
 def test_an_embedded_follow_up_uses_the_conversation_without_a_model(settings) -> None:
-    """A tiny model once "condensed" a Chinese follow-up into 1.1.1.1…; now no model is asked."""
+    """No model condenses a follow-up on the embedded backend: a tiny model turns a Chinese one into 1.1.1.1…"""
     model = ScriptedModel(structured={"Standalone": {"question": "1.1.1.1.1.1.1.1"}})
     p = pipeline(settings, [chunk(ZH_MEMORY)], [0.9], model, backend="embedded")
     history = [("user", "小部件需要几个处理器核心？"), ("assistant", "“小部件需要两个处理器核心。” [1]")]
@@ -46,8 +46,8 @@ INSTALL = "How do I install R from source on Unix-alikes?"
 @pytest.mark.parametrize(
     ("history", "question", "query"),
     [
-        # Seen in the app: read with "and on Windows?" alone, "what about macOS?" lost "install R" and quoted
-        # MacTeX passages under a Correct badge.
+        # Read with "and on Windows?" alone, "what about macOS?" loses "install R" and quotes MacTeX passages
+        # under a Correct badge.
         (turns(INSTALL, "and on Windows?"), "what about macOS?", f"what about macOS? and on Windows? {INSTALL}"),
         (turns("那在 Windows 上呢？"), "还有 macOS 呢？", "还有 macOS 呢？ 那在 Windows 上呢？"),
         (turns(INSTALL, "Tell me more"), "And on Windows?", f"And on Windows? Tell me more {INSTALL}"),
@@ -124,8 +124,8 @@ class FollowUpEvaluator(Evaluator):
 
 
 def test_a_follow_up_answered_alone_by_any_page_that_names_its_word_is_read_with_the_conversation(settings) -> None:
-    """Seen in the app: "and on Windows?" after a question on batch mode was Correct on a changelog line that named
-    Windows, while the passage on batch mode under Windows was graded on "Windows" alone."""
+    """Graded on "Windows" alone, "and on Windows?" after a question on batch mode is Correct on a changelog line
+    that names Windows: read with the conversation, the passage on batch mode under Windows answers it."""
     changelog = chunk("Version 2.1 fixed the sudo command on Windows 10.", file="guide.pdf", n=0)
     batch = chunk("On Windows, run a file of R commands in batch mode with Rterm.exe.", file="R-intro.pdf", n=1)
     p = pipeline(settings, [changelog, batch], [], evaluator=FollowUpEvaluator(), backend="embedded")
@@ -247,9 +247,9 @@ class PassageEvaluator(Evaluator):
 
 
 def test_a_name_found_only_with_the_words_of_the_question_before_does_not_vouch_for_a_passage(settings) -> None:
-    """Seen in the app: after "How do I run R in batch mode?", "R 里怎么删除工作空间里的所有对象？" came out Correct
-    on a tlmgr page about deleting backups, which never says R: the passages on R had been found with the words of
-    the question before. The question's own names must be in what its own words find."""
+    """After "How do I run R in batch mode?", "R 里怎么删除工作空间里的所有对象？" is not Correct on a tlmgr page
+    about deleting backups, which never says R, though the words of the question before find passages on R. The
+    question's own names must be in what its own words find."""
     on_r = chunk("Use rm(list = ls()) in R to remove every object.", file="r.pdf", n=0)
     backups = chunk("删除备份目录中的所有旧备份。", file="tlmgr.pdf", n=1)
     evaluator = PassageEvaluator({"rm(": -0.9, "备份": 0.9})

@@ -173,8 +173,8 @@ model = FunctionModel(stream_function=stream)
 
 
 def test_a_model_failing_mid_answer_does_not_keep_the_process_from_exiting(tmp_path: Path) -> None:
-    """The hang of `crag bench`: a streamed run that failed was left to the garbage collector, and its
-    AnyIO worker thread kept ``threading._shutdown`` waiting after the last line."""
+    """A streamed run that fails is closed, not left to the garbage collector: its AnyIO worker thread would keep
+    ``threading._shutdown`` waiting after the last line, and ``crag bench`` would hang after its report."""
     code = (
         FAILING_MODEL
         + f"""

@@ -229,8 +229,8 @@ def _placed(boxclass: str, *spans: tuple[str, float, float, int]) -> SimpleNames
 
 
 def test_a_footnote_mark_is_not_glued_to_the_word_it_follows() -> None:
-    """Raised footnote marks became part of the text ("添加在 secure_path 中4.", "precise control.6 However"): a
-    quote carried them, and a word with a mark glued on was another word. A raised number that none of the page's
+    """A raised footnote mark is no part of the text ("添加在 secure_path 中4.", "precise control.6 However"): a
+    quote would carry it, and a word with a mark glued on is another word. A raised number that none of the page's
     notes opens with is no mark (an exponent), and a note keeps its own mark."""
     chinese = _placed(
         "text", ("添加在 secure_path 中", 0, 100, 4), ("4", 100, 104, 5), (". 然后保存退出.", 104, 170, 4)

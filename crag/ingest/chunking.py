@@ -356,8 +356,8 @@ def chunk_blocks(
 
 def _goes_on(last: _Unit | Block, block: Block) -> bool:
     """Whether a text block on a new page goes on with the paragraph the last page ended in: that one has no full
-    stop yet ("…不能用 \\clearpage 命令，这个命" / "令会开始在新的一页上排版…"). Chunks were cut at the page break,
-    and the two halves of the sentence were quoted apart."""
+    stop yet ("…不能用 \\clearpage 命令，这个命" / "令会开始在新的一页上排版…"). Cut at the page break, the two
+    halves of the sentence would be quoted apart."""
     return (
         isinstance(last, _Unit)
         and block.type == last.blocks[-1].type == "text"

@@ -217,7 +217,7 @@ class MinerUParser(Parser):
         self.dpi = dpi
         self.max_pages = max_pages
         self.max_failures = max_failures
-        self.gave_up = ""  # why MinerU is no longer asked (the circuit breaker tripped); "" while it is
+        self.gave_up = ""  # why MinerU is not asked for the rest of this build (its circuit breaker); "" while it is
         self._failures = 0  # pages MinerU failed on in a row
         self._client: MinerUClient | None = None
 
