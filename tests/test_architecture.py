@@ -41,10 +41,10 @@ def graph() -> dict[str, set[str]]:
     return {name: {m for m in imports(path) if m in MODULES and m != name} for name, path in MODULES.items()}
 
 
-def test_no_import_cycle_in_the_core() -> None:
-    edges = graph()
+def cycles(edges: dict[str, set[str]]) -> list[str]:
+    """Every import cycle found by a depth-first walk, as "a -> b -> a"."""
     state: dict[str, int] = {}  # 1: on the current path, 2: done
-    cycles: list[list[str]] = []
+    found: list[str] = []
 
     def visit(node: str, path: list[str]) -> None:
         state[node] = 1
@@ -53,7 +53,7 @@ def test_no_import_cycle_in_the_core() -> None:
                 # A package's __init__ re-exporting its own submodules is the package, not a cycle.
                 cycle = path[path.index(nxt) :] + [nxt]
                 if not all(m.startswith(cycle[0] + ".") or m == cycle[0] for m in cycle):
-                    cycles.append(cycle)
+                    found.append(" -> ".join(cycle))
             elif state.get(nxt) is None:
                 visit(nxt, [*path, nxt])
         state[node] = 2
@@ -61,7 +61,11 @@ def test_no_import_cycle_in_the_core() -> None:
     for name in sorted(edges):
         if state.get(name) is None:
             visit(name, [name])
-    assert cycles == [], "\n".join(" -> ".join(c) for c in cycles)
+    return found
+
+
+def test_no_import_cycle_in_the_core() -> None:
+    assert cycles(graph()) == []
 
 
 @pytest.mark.parametrize("library", HEAVY)
@@ -84,8 +88,77 @@ def test_no_source_file_is_over_450_lines() -> None:
     assert long == {}
 
 
+def test_no_import_cycle_among_the_page_and_the_core() -> None:
+    """The page's modules (ui/, app.py) stand on the core and on each other one way."""
+    page = {module_name(p): p for p in [ROOT / "app.py", *sorted((ROOT / "ui").glob("*.py"))]}
+    known = set(MODULES) | set(page)
+    edges = {name: {m for m in imports(path) if m in known and m != name} for name, path in (MODULES | page).items()}
+    assert cycles(edges) == []
+
+
 def test_edges_import_the_core_never_each_other() -> None:
     """The CLI, the HTTP API and the UI each stand on the core."""
     edges = graph()
     assert "crag.api" not in {m.rsplit(".", 1)[0] for m in edges["crag.cli"]} | edges["crag.cli"]
     assert not any(m == "crag.cli" for m in edges.get("crag.api", set()))
+
+
+# ---------------------------------------------------------------------------------------------
+# Code a reader can hold: short functions, private names kept private
+
+MAX_FUNCTION_LINES = 80
+PAGE_AND_CORE = [*SOURCES, *sorted((ROOT / "ui").glob("*.py")), ROOT / "app.py"]
+EVERY_SOURCE = [*PAGE_AND_CORE, *sorted((ROOT / "tests").glob("*.py")), *sorted((ROOT / "scripts").glob("*.py"))]
+PACKAGES = ("crag", "ui", "tests", "scripts", "app")
+
+# Owned by another change in flight: the lead empties these lists when it lands.
+LONG_FUNCTIONS_ALLOWED = {
+    "crag/api/app.py:create_app",  # owned by another change in flight (its routes move into APIRouter modules)
+}
+PRIVATE_IMPORTS_ALLOWED = {
+    "crag.support imports crag.evaluator._identifier",  # owned by another change in flight
+    "crag.support imports crag.evaluator._mentions",  # owned by another change in flight
+    "crag.support imports crag.evaluator._Term",  # owned by another change in flight
+}
+
+
+def long_functions() -> set[str]:
+    found = set()
+    for path in PAGE_AND_CORE:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            is_function = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            if is_function and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
+                found.add(f"{path.relative_to(ROOT).as_posix()}:{node.name}")
+    return found
+
+
+def private_imports() -> set[str]:
+    """Every ``from module import _name`` of the project's own modules, by a module other than that one."""
+    found = set()
+    for path in EVERY_SOURCE:
+        importer = module_name(path)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+                continue
+            if node.module.split(".")[0] not in PACKAGES or node.module == importer:
+                continue
+            found |= {
+                f"{importer} imports {node.module}.{alias.name}"
+                for alias in node.names
+                if alias.name.startswith("_") and not alias.name.startswith("__")
+            }
+    return found
+
+
+def test_no_function_is_over_80_lines() -> None:
+    """A function a reader can hold in their head: split a longer one into named steps."""
+    found = long_functions()
+    assert found - LONG_FUNCTIONS_ALLOWED == set()
+    assert LONG_FUNCTIONS_ALLOWED - found == set(), "short now: take it off the allow-list"
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    """A helper two modules need is public in the module that owns it."""
+    found = private_imports()
+    assert found - PRIVATE_IMPORTS_ALLOWED == set()
+    assert PRIVATE_IMPORTS_ALLOWED - found == set(), "not imported: take it off the allow-list"
