@@ -49,7 +49,7 @@ def is_loopback(host: str) -> bool:
 
 
 class Settings(BaseSettings):
-    """Every setting of the app. README.md documents each one with its env var."""
+    """Every setting of the app. docs/configuration.md documents each one with its env var and default."""
 
     model_config = SettingsConfigDict(
         env_prefix="CRAG_", env_file=".env", env_file_encoding="utf-8", extra="ignore", validate_by_name=True
