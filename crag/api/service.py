@@ -143,7 +143,9 @@ class Service:
             gguf = ModelPresence(name=str(s.embedded_gguf), present=False)
         index, index_error = None, None
         try:
-            gen = open_store(s).active()
+            store = open_store(s)
+            gen = store.active()
+            index_error = store.fallback or None  # the previous generation answers: say why
         except CragError as exc:
             gen, index_error = None, str(exc)
         except OSError as exc:
