@@ -65,7 +65,13 @@ class Message:
 
 
 class HistoryUnavailable(CragError):
-    """The conversation store cannot be used."""
+    """The conversation store cannot be used now. Its file is left as it is: nothing in it is lost."""
+
+
+BUSY_TIMEOUT = 5.0  # seconds SQLite retries a locked database before a call gives up
+# Only these mean the file itself is damaged. Locked, read-only, a full or failing disk (OperationalError) say
+# nothing about what the file holds: it is kept where it is, and the call fails with what to do.
+CORRUPT = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 
 
 def title_of(question: str) -> str:
@@ -75,40 +81,65 @@ def title_of(question: str) -> str:
 
 
 class Conversations:
-    """The conversation store in ``path`` (a SQLite file), shared by every session of the app."""
+    """The conversation store in ``path`` (a SQLite file), shared by every session of the app.
 
-    def __init__(self, path: Path) -> None:
+    Every call raises ``HistoryUnavailable`` when the file cannot be used now (locked for ``timeout`` seconds,
+    read-only, a disk error); only a file that is not a database, or a damaged one, is set aside at start."""
+
+    def __init__(self, path: Path, timeout: float | None = None) -> None:
         self.path = path
+        self.timeout = BUSY_TIMEOUT if timeout is None else timeout
+        self.recovered = ""
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            with self._connect() as db:
-                db.executescript(SCHEMA)
-        except sqlite3.DatabaseError as exc:
+        except OSError as exc:
+            raise HistoryUnavailable(_not_writable(path, exc.strerror or type(exc).__name__)) from None
+        try:
+            self._create()
+        except sqlite3.DatabaseError as exc:  # corrupt: _connect turns every other failure into HistoryUnavailable
             # A damaged file is kept aside, never deleted: what it holds may still be recovered.
             aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
             path.replace(aside)
-            with self._connect() as db:
-                db.executescript(SCHEMA)
+            self._create()
             self.recovered = f"The chat history in {path} was damaged ({exc}); it was kept as {aside.name}."
-        except OSError as exc:
-            raise HistoryUnavailable(
-                f"The chat history cannot be stored in {path.parent} ({exc.strerror}): "
-                "fix the folder's permissions or set CRAG_CHROMA_DIR to a writable folder."
-            ) from None
-        else:
-            self.recovered = ""
+
+    def _create(self) -> None:
+        with self._connect() as db:
+            db.executescript(SCHEMA)
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        """One transaction: committed whole, or rolled back whole."""
-        db = sqlite3.connect(self.path, timeout=10)
+        """One transaction: committed whole, or rolled back whole. A locked file is retried for ``timeout``
+        seconds (SQLite's busy timeout)."""
         try:
-            db.execute("PRAGMA foreign_keys = ON")
-            db.execute("PRAGMA journal_mode = WAL")  # readers never wait for the writer
-            with db:
-                yield db
-        finally:
-            db.close()
+            db = sqlite3.connect(self.path, timeout=self.timeout)
+            try:
+                db.execute("PRAGMA foreign_keys = ON")
+                db.execute("PRAGMA journal_mode = WAL")  # readers never wait for the writer
+                with db:
+                    yield db
+            finally:
+                db.close()
+        except sqlite3.DatabaseError as exc:
+            if getattr(exc, "sqlite_errorcode", None) in CORRUPT:
+                raise
+            raise HistoryUnavailable(self._unavailable(exc)) from None
+
+    def _unavailable(self, exc: sqlite3.DatabaseError) -> str:
+        """What to do about a history that cannot be used now; its file stays as it is."""
+        code = getattr(exc, "sqlite_errorcode", None)
+        if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            return (
+                f"The chat history in {self.path} is locked by another program (a second copy of the app, or a "
+                f"tool that has the file open) and stayed locked for {self.timeout:g} s: close that program, then "
+                "reload the page. No chat was lost."
+            )
+        if code in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM, sqlite3.SQLITE_AUTH):
+            return _not_writable(self.path, str(exc))
+        return (
+            f"The chat history in {self.path} cannot be used now ({exc}): check that the disk is not full or "
+            "failing, then reload the page. The file was left as it is."
+        )
 
     def create(self, title: str = "New chat") -> Conversation:
         now = time.time()
@@ -182,6 +213,13 @@ class Conversations:
 
 def _dump(answer: Answer | None) -> str | None:
     return _ANSWER.dump_json(answer).decode() if answer is not None else None
+
+
+def _not_writable(path: Path, why: str) -> str:
+    return (
+        f"The chat history cannot be stored in {path.parent} ({why}): fix the folder's permissions or set "
+        "CRAG_CHROMA_DIR to a writable folder."
+    )
 
 
 def answer_markdown(question: str, answer: Answer) -> str:

@@ -207,7 +207,10 @@ class Pipeline:
             results = tuple(self.fetch(found, WEB_PAGES_FETCHED, self.settings.request_timeout))
         except WebSearchUnavailable as exc:
             return WebKnowledge(query, error=exc.reason)
-        strips = refine(question, web_strips(results), self.scorer, STRIPS_KEPT, STRIP_FLOOR)
+        try:
+            strips = refine(question, web_strips(results), self.scorer, STRIPS_KEPT, STRIP_FLOOR)
+        except Exception as exc:  # noqa: BLE001 - the web only adds: the documents' passages still answer
+            return WebKnowledge(query, results, f"the web pages could not be scored ({type(exc).__name__})")
         return WebKnowledge(query, results, "", tuple(strips))
 
     def generate(self, question: str, sources: Sequence[Source], usage: Usage) -> Iterator[str]:

@@ -8,74 +8,15 @@ strip says why it was dropped.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import replace
 
 from crag.evaluator import SimilarityEvaluator
+from crag.injection import injection_reason
 from crag.text import ASKS, ENDED, NOTE, join_blocks, join_sentences, split_sentences, width
 from crag.types import ScoredChunk, Source, Strip, WebResult
 
 STRIP_CHARS = 320  # a strip is one to three sentences: about 70 tokens of English, 80 Chinese characters
-
-# Prompt injection is text that talks to the assistant instead of about the subject. Manuals are full
-# of imperatives ("override the default rules") and of verbs like "output" ("summary() will output only
-# the first six rows"): those are facts, and must survive. So the patterns need the assistant addressed:
-# its role named, or its instructions overridden. Web pages are strangers' text and get one more check:
-# an order that opens a sentence and dictates the reply ("Reply only with ...").
-_ROLE = re.compile(
-    r"\b(?:assistant|chat ?bot|ai model|language model|llm|chatgpt|system prompt|jailbreak"
-    r"|developer (?:message|mode))\b"
-    r"|AI助手|助手|人工智能|语言模型|大模型|系统提示|提示词|越狱",
-    re.IGNORECASE,
-)
-# Giving the assistant a new identity is an injection on its own.
-_RECAST = re.compile(
-    r"\b(?:you are now|you are no longer|from now on,? you are|pretend (?:to be|you are)|act as an? (?:ai|assistant))\b"
-    r"|你现在是|从现在起你是|假装你是|扮演一个",
-    re.IGNORECASE,
-)
-_OVERRIDE = re.compile(
-    r"\b(?:ignore|disregard|forget|override|bypass)\b[^.!?\n]{0,20}?"
-    r"\b(?:all|any|previous|prior|above|earlier|preceding|original|initial|system|your)\b[^.!?\n]{0,20}?"
-    r"\b(?:instructions?|prompts?|rules|guidelines|directions|context)\b"
-    r"|(?:忽略|无视|忘记|忽视|不要理会)[^。！？\n]{0,6}(?:之前|以上|上面|先前|所有|前面|原来|系统)[^。！？\n]{0,6}"
-    r"(?:指令|指示|提示|规则|设定|要求)",
-    re.IGNORECASE,
-)
-_DICTATE = re.compile(
-    r"^(?:please\s+|now\s+|instead\s*,?\s+|from now on\s*,?\s+)?(?:reply|respond|answer|say|output|print|write|repeat)"
-    r"\b[^.!?\n]{0,40}\b(?:only|just|exactly|verbatim|nothing but|the (?:single )?word)\b"
-    r"|^(?:请)?(?:只|仅|只能)(?:回复|回答|输出|说)",
-    re.IGNORECASE,
-)
-
-
-def injection_reason(sentence: str, kind: str = "local") -> str:
-    """Why a sentence looks like prompt injection, or "" when it does not. ``kind`` "web" is stricter."""
-    for pattern, what in (
-        (_OVERRIDE, "tells the assistant to ignore its instructions"),
-        (_RECAST, "gives the assistant a new role"),
-        (_ROLE, "addresses the assistant"),
-    ):
-        if (found := pattern.search(sentence)) and (pattern is not _ROLE or _instructs(sentence)):
-            return f"possible prompt injection: {what} (“{found.group().strip()}”)"
-    if kind == "web" and (found := _DICTATE.search(sentence.strip())):
-        return f"possible prompt injection: dictates the reply (“{found.group().strip()}”)"
-    return ""
-
-
-def _instructs(sentence: str) -> bool:
-    """Naming the assistant is an injection when the sentence also gives it an order."""
-    return bool(
-        _OVERRIDE.search(sentence)
-        or _DICTATE.search(sentence.strip())
-        or re.search(
-            r"\b(?:you (?:must|should|will|are to)|reply|respond|answer with|say)\b|(?:请|必须|你要|回答|回复)",
-            sentence,
-            re.IGNORECASE,
-        )
-    )
 
 
 # A strip is not over until its full stop, and an unfinished one introduces what follows: "you can do:", "For

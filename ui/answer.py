@@ -21,20 +21,31 @@ from crag.models import PACKAGED_LABEL
 from crag.text import pages_label
 from crag.types import NOT_WRITTEN, Answer, AnswerKind, Source, Trace
 from crag.websearch import OFF_REASON
-from ui.text import ACTIONS, action_reason, evidence_markdown, export_name, md_coded, md_escape, no_images, shorten
+from ui.text import (
+    ACTIONS,
+    action_reason,
+    evidence_markdown,
+    export_name,
+    md_coded,
+    md_escape,
+    model_markdown,
+    no_images,
+    shorten,
+)
 
 CLOSE_UP_MARGIN = 54.0  # points of page shown above and below the passage (about four lines)
 ZONE_COLORS = {"Correct": "#21a366", "Ambiguous": "#f0a020", "Incorrect": "#e0443e"}
 
 
 def text(content: str, kind: AnswerKind) -> None:
-    """The answer's text: quotes escaped and set as quotes, a model's Markdown without images, our messages as is."""
+    """The answer's text: quotes escaped and set as quotes, a model's Markdown with its images and links as typed,
+    our messages as is."""
     if kind is AnswerKind.EVIDENCE:
         st.markdown(evidence_markdown(content))
     elif kind is AnswerKind.NO_ANSWER:
         st.markdown(md_coded(content))
     else:
-        st.markdown(no_images(content))
+        st.markdown(model_markdown(content))
 
 
 def render(answer: Answer, question: str, files_dir: Path, key: int) -> None:

@@ -27,16 +27,18 @@ def render(settings: Settings) -> tuple[Conversations, str | None, Callable[[str
         width="stretch",
         help="Start a new conversation. The others are kept below; the knowledge base is not touched.",
     )
+    notes, slot = st.container(), st.empty()
     try:
         store = state.conversations(settings)
+        current = state.current_chat(store)
+        listing(slot, store, current)  # reads the store: a locked one fails after its timeout
     except HistoryUnavailable as exc:
-        store = state.temporary_conversations()
-        st.warning(f"{md_escape(str(exc))} Until then conversations are kept in {md_escape(str(store.path))}.")
+        # The open chat stays in the link and in its file, listed again once the history can be read.
+        store, current = state.temporary_conversations(), None
+        notes.warning(f"{md_escape(str(exc))} Until then conversations are kept in {md_escape(str(store.path))}.")
+        listing(slot, store, current)
     if store.recovered:
-        st.warning(md_escape(store.recovered))
-    current = state.current_chat(store)
-    slot = st.empty()
-    listing(slot, store, current)
+        notes.warning(md_escape(store.recovered))
     return store, current, lambda chat: listing(slot, store, chat, again=True)
 
 

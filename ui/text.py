@@ -2,8 +2,8 @@
 
 Text that comes from documents or the web is data. It is shown with ``st.text``, ``st.code`` or in
 tables; where a piece of it must sit inside Markdown (a file name in a heading), ``md_escape`` makes
-it literal. Model answers are Markdown, minus images: an image would make the browser fetch a URL
-that a document or web page could have dictated.
+it literal. Model answers are Markdown, minus images and links: an image would make the browser fetch a
+URL that a document or web page could have dictated, and a link's text could hide where it leads.
 """
 
 from __future__ import annotations
@@ -95,17 +95,41 @@ def evidence_markdown(text: str) -> str:
     return "\n\n".join(out)
 
 
+# What Markdown would render as an image or a link: "![" opens an image; "](" "][" "]:" end a link's text (inline,
+# by reference, or a reference's definition). A backslash after the "!" or "]" leaves the text as typed.
+_MARKUP = re.compile(r"(?<=!)(?=\[)|(?<=\])(?=[(\[:])")
+_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
+
+
+def model_markdown(markdown: str) -> str:
+    """A model's answer as Markdown to show, with images and links as the text that was typed: the browser fetches
+    no address a document or web page could have dictated, and a link's target is in view, never hidden behind its
+    text (``[the manual](https://elsewhere)`` shows whole). Fenced code is left as it is: it renders no link."""
+    out, fence = [], ""
+    for line in markdown.splitlines(keepends=True):
+        found = _FENCE.match(line)
+        if fence:
+            if found and found[1][0] == fence[0] and len(found[1]) >= len(fence) and not line[found.end() :].strip():
+                fence = ""
+        elif found:
+            fence = found[1]
+        else:
+            line = _MARKUP.sub("\\\\", line)
+        out.append(line)
+    return "".join(out)
+
+
 def safe_stream(deltas: Iterable[str]) -> Iterator[str]:
-    """``no_images`` for a stream: a ``!`` at the end of a delta waits for the next one."""
-    held = ""
+    """``model_markdown`` for a stream. A ``!`` or ``]`` at the end of what came waits for what follows it."""
+    text, shown = "", ""
     for delta in deltas:
-        text = held + delta
-        held = "!" if text.endswith("!") else ""
-        text = text[:-1] if held else text
-        if text:
-            yield no_images(text)
-    if held:
-        yield held
+        text += delta
+        ready = model_markdown(text[:-1] if text.endswith(("!", "]")) else text)
+        if len(ready) > len(shown):
+            yield ready[len(shown) :]
+            shown = ready
+    if rest := model_markdown(text)[len(shown) :]:
+        yield rest
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""HTTP plumbing of the API: JSON that keeps Chinese readable, errors with their status and shape, the bearer
-token.
+"""HTTP plumbing of the API: JSON that keeps Chinese readable, Server-Sent Events, errors with their status and
+shape, the bearer token.
 
 Errors have two shapes, chosen by the path: ``{"error": message}`` for the API's own routes, and OpenAI's
 ``{"error": {"message", "type", "param", "code"}}`` under ``/v1``, where OpenAI clients read them.
@@ -10,9 +10,11 @@ from __future__ import annotations
 import hmac
 import json
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi.responses import JSONResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from crag.api.schemas import ErrorOut, ValidationErrorOut
@@ -30,6 +32,26 @@ class Json(JSONResponse):
 
 def dumps(content: Any) -> str:
     return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+KEEPALIVE_SECONDS = 15.0  # an SSE comment while a slow stage runs, so proxies keep the stream open
+
+
+def event_stream(events: AsyncIterator[ServerSentEvent]) -> EventSourceResponse:
+    """Server-Sent Events, with a keep-alive comment every ``KEEPALIVE_SECONDS``. A client that leaves cancels
+    ``events`` at once (sse-starlette listens for the disconnect), so whatever feeds them can stop."""
+    return EventSourceResponse(
+        events,
+        headers={"Cache-Control": "no-cache"},
+        ping=KEEPALIVE_SECONDS,
+        ping_message_factory=lambda: ServerSentEvent(comment="keep-alive", sep="\n"),
+    )
+
+
+def sse(data: dict[str, Any] | str, event: str | None = None) -> ServerSentEvent:
+    """One event. JSON keeps Chinese readable; a lone surrogate (legal in JSON, not in UTF-8) is sent escaped."""
+    text = data if isinstance(data, str) else dumps(data).encode("utf-8", "backslashreplace").decode("utf-8")
+    return ServerSentEvent(text, event=event, sep="\n")
 
 
 class ApiError(Exception):

@@ -18,14 +18,14 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import StreamingResponse
+from sse_starlette import ServerSentEvent
 
-from crag.api.http import ApiError, Json, dumps, error_response
+from crag.api.http import ApiError, Json, error_response, event_stream, sse
 from crag.api.openai_schemas import (
     MODEL_DESCRIPTIONS,
     MODELS,
@@ -108,15 +108,9 @@ def openai_router(service: Service) -> APIRouter:
     def chat_completions(req: ChatRequest) -> Any:
         asked = read_request(req)
         if req.stream:
-            answering = service.answer_events(asked.question, asked.history, asked.web)
-            return StreamingResponse(
-                _chunks(answering, asked),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-            )
-        pipeline = service.pipeline()
-        answer = pipeline.ask(asked.question, asked.history, web=asked.web)
-        return completion(answer, pipeline.backend, asked)
+            return event_stream(_chunks(service.answering(asked.question, asked.history, asked.web), asked))
+        answer = service.answer(asked.question, asked.history, asked.web)
+        return completion(answer, service.pipeline().backend, asked)
 
     return router
 
@@ -330,28 +324,19 @@ def completion(answer: Answer, backend: BackendInfo, asked: Asked) -> Json:
     )
 
 
-def _sse(data: dict[str, Any] | str) -> bytes:
-    text = data if isinstance(data, str) else dumps(data)
-    return f"data: {text}\n\n".encode("utf-8", "backslashreplace")
-
-
-def _chunks(answering: Answering, asked: Asked) -> Iterator[bytes]:
-    """The answer as chat.completion.chunk events, from the service's worker thread."""
+async def _chunks(answering: Answering, asked: Asked) -> AsyncIterator[ServerSentEvent]:
+    """The answer as chat.completion.chunk events, from the answer's worker thread."""
     head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk", "created": int(time.time())}
     head |= {"model": asked.model, "system_fingerprint": None}
     if asked.include_usage:
         head["usage"] = None  # as OpenAI does: null on every chunk, the numbers on the last
 
-    def chunk(delta: dict[str, str], finish: str | None = None, **extra: Any) -> bytes:
+    def chunk(delta: dict[str, str], finish: str | None = None, **extra: Any) -> ServerSentEvent:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        return _sse({**head, "choices": [choice], **extra})
+        return sse({**head, "choices": [choice], **extra})
 
     yield chunk({"role": "assistant", "content": ""})
-    for event in answering.events:
-        if event is None:
-            yield b": keep-alive\n\n"
-            continue
-        kind, value = event
+    async for kind, value in answering.events():
         if kind == "stage":
             yield chunk({}, crag={"stage": value})
         elif kind == "token":
@@ -361,9 +346,9 @@ def _chunks(answering: Answering, asked: Asked) -> Iterator[bytes]:
                 yield chunk({"content": sources})
             yield chunk({}, "stop", crag=trace(value, answering.backend, asked.notes))
             if asked.include_usage:
-                yield _sse({**head, "choices": [], "usage": usage(value)})
+                yield sse({**head, "choices": [], "usage": usage(value)})
         else:
             # OpenAI's own shape for a failure mid-stream: the SDK raises APIError with this message.
             error = {"message": _why(value), "type": "server_error", "param": None, "code": "answer_incomplete"}
-            yield _sse({"error": {**error, "crag": trace(value, answering.backend, asked.notes)}})
-    yield _sse("[DONE]")
+            yield sse({"error": {**error, "crag": trace(value, answering.backend, asked.notes)}})
+    yield sse("[DONE]")

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import queue
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import AsyncIterator, Callable
+from contextlib import suppress
+from dataclasses import asdict, replace
 from typing import Any
 
 import crag
-from crag.api.http import ApiError, dumps, error_code
-from crag.api.schemas import AskRequest, BackendOut, HealthOut, IndexStats, ModelPresence, OllamaOut
+from crag.api.http import ApiError, error_code
+from crag.api.schemas import BackendOut, HealthOut, IndexStats, ModelPresence, OllamaOut
 from crag.config import Settings
-from crag.contract import AnswerOut
 from crag.errors import CragError
 from crag.followups import History
 from crag.jobs import Builds
@@ -24,20 +24,58 @@ from crag.types import Answer, Trace
 
 log = logging.getLogger("crag.api")
 
-KEEPALIVE_SECONDS = 15.0  # an SSE comment while a slow stage runs, so proxies keep the stream open
+INCOMPLETE = (
+    "The model stopped before the answer was complete: ask again. If it keeps happening, whoever runs this "
+    "server finds the model's error in its log."
+)
 
 PipelineFactory = Callable[[Settings], Pipeline]
 EmbedderFactory = Callable[[Settings, bool], Embedder]  # (settings, rebuild) -> the embedder a build uses
 Event = tuple[str, Any]  # ("stage", name) | ("token", text) | ("end", Answer): complete or not, always last
 
 
-@dataclass(frozen=True)
 class Answering:
-    """An answer in the making: the backend that makes it, and its events (None: KEEPALIVE_SECONDS of silence,
-    time for a keep-alive)."""
+    """An answer in the making. The question is checked here, before any response starts (a bad one is a 4xx, not
+    a stream); the answer is made by a worker thread once ``events`` is iterated."""
 
-    backend: BackendInfo
-    events: Iterator[Event | None]
+    def __init__(self, pipeline: Pipeline, question: str, history: History, web: bool | None) -> None:
+        self.backend = pipeline.backend
+        self._put: Callable[[Event | None], None] = lambda item: None
+        self._stream = pipeline.stream(question, history, on_step=lambda stage: self._put(("stage", stage)), web=web)
+
+    async def events(self) -> AsyncIterator[Event]:
+        """Stages as they happen, tokens, then the end. Leaving it early (a client gone) ends the model's stream."""
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[Event | None] = asyncio.Queue()
+        stop = threading.Event()
+
+        def put(item: Event | None) -> None:
+            with suppress(RuntimeError):  # the loop has closed: nobody reads these any more
+                loop.call_soon_threadsafe(events.put_nowait, item)
+
+        self._put = put
+        threading.Thread(target=self._work, args=(put, stop), name="crag-ask", daemon=True).start()
+        try:
+            while (item := await events.get()) is not None:
+                yield item
+        finally:
+            stop.set()
+
+    def _work(self, put: Callable[[Event | None], None], stop: threading.Event) -> None:
+        # One thread runs the whole answer: stages arrive as they happen, not with the first token.
+        stream = self._stream
+        try:
+            with stream:  # a client gone ends the model's stream here, not at garbage collection
+                for delta in stream:
+                    if stop.is_set():
+                        return
+                    put(("token", delta))
+            put(("end", for_client(stream.answer)))
+        except Exception as exc:  # noqa: BLE001 - reported to the client as the end of the answer
+            put(("end", partial(stream.question, stream.text, self.backend, exc)))
+        finally:
+            put(None)
+            close_event_loop()  # the loop this thread's model calls made: the thread ends here
 
 
 class Service:
@@ -77,71 +115,13 @@ class Service:
 
     # ---- /ask, /v1/chat/completions
 
-    def ask(self, req: AskRequest) -> dict[str, Any]:
-        pipeline = self.pipeline()
-        return _answer(pipeline.ask(req.question, _history(req), web=req.web), pipeline.backend)
+    def answer(self, question: str, history: History, web: bool | None) -> Answer:
+        """One answer, whole: what /ask and /v1/chat/completions send when they do not stream."""
+        return for_client(self.pipeline().ask(question, history, web=web))
 
-    def answer_events(self, question: str, history: History, web: bool | None) -> Answering:
-        """One answer made by a worker thread, as events. The pipeline is loaded and the question checked
-        here, before any response starts, so a backend that is down is a 503 and a bad question a 4xx,
-        not a stream."""
-        pipeline = self.pipeline()
-        events: queue.Queue[Event | None] = queue.Queue()
-        stop = threading.Event()
-        stream = pipeline.stream(question, history, on_step=lambda stage: events.put(("stage", stage)), web=web)
-
-        def work() -> None:
-            # One thread runs the whole answer: stages arrive as they happen, not with the first token.
-            try:
-                with stream:  # a client gone ends the model's stream here, not at garbage collection
-                    for delta in stream:
-                        if stop.is_set():  # the client went away
-                            return
-                        events.put(("token", delta))
-                events.put(("end", stream.answer))
-            except Exception as exc:  # noqa: BLE001 - reported to the client as the end of the answer
-                events.put(("end", partial(stream.question, stream.text, pipeline.backend, exc)))
-            finally:
-                events.put(None)
-                close_event_loop()  # the loop this thread's model calls made: the thread ends here
-
-        def generate() -> Iterator[Event | None]:
-            threading.Thread(target=work, name="crag-ask", daemon=True).start()
-            try:
-                while True:
-                    try:
-                        item = events.get(timeout=KEEPALIVE_SECONDS)
-                    except queue.Empty:
-                        yield None
-                        continue
-                    if item is None:
-                        return
-                    yield item
-            finally:
-                stop.set()
-
-        return Answering(pipeline.backend, generate())
-
-    def ask_events(self, req: AskRequest) -> Iterator[bytes]:
-        """Server-Sent Events of /ask: ``stage``, ``token``, then ``done`` or ``error`` with the answer's JSON."""
-        answering = self.answer_events(req.question, _history(req), req.web)
-
-        def sse() -> Iterator[bytes]:
-            for event in answering.events:
-                if event is None:
-                    yield b": keep-alive\n\n"
-                    continue
-                kind, value = event
-                if kind == "stage":
-                    data: dict[str, Any] = {"stage": value}
-                elif kind == "token":
-                    data = {"text": value}
-                else:
-                    kind = "done" if value.complete else "error"
-                    data = _answer(value, answering.backend)
-                yield f"event: {kind}\ndata: {dumps(data)}\n\n".encode("utf-8", "backslashreplace")
-
-        return sse()
+    def answering(self, question: str, history: History, web: bool | None) -> Answering:
+        """One answer as events. The pipeline is loaded here, so a backend that is down is a 503, not a stream."""
+        return Answering(self.pipeline(), question, history, web)
 
     # ---- /health, /files
 
@@ -163,7 +143,9 @@ class Service:
             gguf = ModelPresence(name=str(s.embedded_gguf), present=False)
         index, index_error = None, None
         try:
-            gen = open_store(s).active()
+            store = open_store(s)
+            gen = store.active()
+            index_error = store.fallback or None  # the previous generation answers: say why
         except CragError as exc:
             gen, index_error = None, str(exc)
         except OSError as exc:
@@ -211,13 +193,13 @@ def unreadable(settings: Settings, exc: Exception) -> str:
     )
 
 
-def _history(req: AskRequest) -> list[tuple[str, str]]:
-    return [(turn.role, turn.content) for turn in req.history]
-
-
-def _answer(answer: Answer, backend: BackendInfo) -> dict[str, Any]:
-    """The answer contract; an incomplete answer (the model failed midway) says why."""
-    return AnswerOut.of(answer, backend).model_dump()
+def for_client(answer: Answer) -> Answer:
+    """The answer as clients get it. A model that failed midway may have said anything in its error (an upstream
+    response body, an internal host name): the log gets that, the client a message that leaks nothing."""
+    if answer.complete or not answer.error:
+        return answer
+    log.warning("answer incomplete: %s", answer.error)
+    return replace(answer, error=INCOMPLETE)
 
 
 def partial(question: str, text: str, backend: BackendInfo, exc: Exception) -> Answer:

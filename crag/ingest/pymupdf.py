@@ -147,12 +147,25 @@ def printed_pages(path: Path, pages: Sequence[int]) -> str:
     return labels[0] if labels[0] == labels[1] else f"{labels[0]}–{labels[1]}"
 
 
+# The longer side of a page image, in pixels, whatever the page's size (OCR's bound too): a 200-inch page at
+# 200 dpi would be 40,000 pixels square, 4.8 GB in memory. A page too large for its resolution renders at less.
+MAX_RENDER_SIDE = 3600
+
+
+def zoom(area: pymupdf.Rect, dpi: float) -> pymupdf.Matrix:
+    """The scale that renders ``area`` (points) at ``dpi``, or at less where that would pass ``MAX_RENDER_SIDE``."""
+    # One pixel to spare: an area that does not start on a whole point gains a pixel when rounded outwards.
+    fitted = min(dpi, (MAX_RENDER_SIDE - 1) * 72 / max(area.width, area.height, 1.0))
+    return pymupdf.Matrix(fitted / 72, fitted / 72)
+
+
 def render_page(path: Path, page: int, dpi: int = 144):  # -> PIL.Image.Image
-    """A page (1-based) as an RGB image, for MinerU and for the sources panel."""
+    """A page (1-based) as an RGB image, for MinerU: at ``dpi``, within ``MAX_RENDER_SIDE`` pixels."""
     from PIL import Image
 
     with open_pdf(path) as doc:
-        pix = doc[page - 1].get_pixmap(dpi=dpi, alpha=False)
+        pdf_page = doc[page - 1]
+        pix = pdf_page.get_pixmap(matrix=zoom(pdf_page.rect, dpi), alpha=False)
         return Image.frombytes("RGB", (pix.width, pix.height), pix.samples)
 
 
@@ -169,7 +182,8 @@ def render_highlight(
     around: float | None = None,
     quoted: Sequence[str] = (),
 ) -> bytes:
-    """A page (1-based) as PNG bytes, with translucent highlights over the given regions.
+    """A page (1-based) as PNG bytes, with translucent highlights over the given regions, at ``dpi`` within
+    ``MAX_RENDER_SIDE`` pixels.
 
     ``bboxes`` are ``(page, x0, y0, x1, y1)`` in PDF points, as ``Chunk.bboxes`` and ``Source.bboxes``
     hold them; boxes of other pages are ignored. They are in the page's unrotated coordinates, the
@@ -203,7 +217,8 @@ def render_highlight(
             # In the page's displayed (rotated) space, where the pixmap is made.
             band = drawn * pdf_page.rotation_matrix
             clip = (band + (-around, -around, around, around)) & pdf_page.rect
-        return pdf_page.get_pixmap(dpi=dpi, alpha=False, clip=clip).tobytes("png")
+        scale = zoom(clip if clip is not None else pdf_page.rect, dpi)
+        return pdf_page.get_pixmap(matrix=scale, alpha=False, clip=clip).tobytes("png")
 
 
 def _squashed(text: str) -> str:

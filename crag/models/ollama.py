@@ -41,6 +41,10 @@ def ollama_health(url: str, timeout: float = 2.0) -> OllamaHealth:
         listing = ollama.Client(host=url, timeout=timeout).list()
     except (httpx.HTTPError, ConnectionError, OSError, ollama.ResponseError) as exc:
         return OllamaHealth(url=url, reachable=False, error=str(exc) or type(exc).__name__)
+    except ValueError:  # not JSON, or not a model list (pydantic's ValidationError is a ValueError)
+        # Something else answers there: a proxy's login page, another server on Ollama's port.
+        error = f"not Ollama at {url}: its answer is not Ollama's model list"
+        return OllamaHealth(url=url, reachable=False, error=error)
     names = tuple(m.model for m in listing.models if m.model)
     return OllamaHealth(url=url, reachable=True, models=names)
 

@@ -2,28 +2,33 @@
 
 Layout of ``chroma_db/``::
 
-    ACTIVE.json              which generation answers queries, and how it was built
+    ACTIVE.json              which generation answers queries, how it was built, the sizes of its files,
+                             and the generation before it (kept until the next build's swap)
     chroma/                  Chroma's PersistentClient: one collection per generation
     generations/<id>/        chunks.jsonl, manifest.json, bm25/ of that generation
-    build.lock               held by the one build that may run at a time
+    build.lock               held by the one build that may run at a time (filelock)
 
-A build writes a new generation beside the active one and swaps ``ACTIVE.json`` (``os.replace``)
-only when everything is on disk. A build that is cancelled, crashes or is killed leaves the
-active generation untouched; its leftovers are removed by the next build.
+A build writes a new generation beside the active one, syncs its files and their folders to the disk,
+then swaps ``ACTIVE.json`` (``os.replace``, synced too). A build that is cancelled, crashes or is
+killed leaves the active generation untouched; its leftovers are removed by the next build. A
+generation whose files are missing or shorter than the pointer says (a power loss the disk did not
+survive whole) gives way to the previous one, with a note that says so.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import json
 import os
 import shutil
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock, Timeout
 
 from crag.store.chroma import embedded_client, forget_embedded
 from crag.store.common import BuildInProgress, Generation, RebuildNeeded, chunk_from_json, chunk_to_json
@@ -39,11 +44,48 @@ def _write_json_atomic(path: Path, data: Any) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    _sync_dir(path.parent)
+
+
+def _sync_dir(folder: Path) -> None:
+    """A folder's entries (names created, renamed) on the disk, not only in the cache."""
+    fd = os.open(folder, os.O_RDONLY)
     try:
-        os.fsync(dir_fd)
+        os.fsync(fd)
     finally:
-        os.close(dir_fd)
+        os.close(fd)
+
+
+def _sync_tree(folder: Path) -> dict[str, int]:
+    """Every file under ``folder``, and the folders, on the disk; the files' sizes by relative path."""
+    sizes = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            with path.open("rb") as fh:
+                os.fsync(fh.fileno())
+            sizes[path.relative_to(folder).as_posix()] = path.stat().st_size
+        elif path.is_dir():
+            _sync_dir(path)
+    _sync_dir(folder)
+    return sizes
+
+
+@dataclass(frozen=True)
+class Pointed:
+    """A generation the pointer names, with the sizes its files had when it was written (empty: not recorded)."""
+
+    generation: Generation
+    sizes: dict[str, int]
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Pointed:
+        data = dict(data)
+        sizes = data.pop("sizes", {})
+        data.pop("previous", None)
+        return cls(Generation(**data), {str(k): int(v) for k, v in sizes.items()})
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self.generation), "sizes": self.sizes}
 
 
 class Store:
@@ -54,6 +96,7 @@ class Store:
         self.active_path = root / "ACTIVE.json"
         self.generations = root / "generations"
         self._client: Any = None
+        self.fallback = ""  # why the previous generation answers, when the last one's files are incomplete
 
     @property
     def where(self) -> str:
@@ -81,17 +124,52 @@ class Store:
         self.active_path.unlink(missing_ok=True)
 
     def active(self, max_age: float = 0.0) -> Generation | None:
-        """The generation that answers. ``max_age`` lets a server-backed store answer from a recent read;
+        """The generation that answers: the pointer's, or the one before it while the pointer's files are
+        incomplete (``fallback`` says why). ``max_age`` lets a server-backed store answer from a recent read;
         here the pointer is a local file, always read afresh."""
+        answering = self._answering()
+        return answering.generation if answering else None
+
+    def _pointer(self) -> tuple[Pointed, Pointed | None] | None:
+        """The generation the pointer names and the one before it."""
         try:
             data = json.loads(self.active_path.read_text(encoding="utf-8"))
-            return Generation(**data)
+            previous = data.get("previous")
+            return Pointed.from_json(data), Pointed.from_json(previous) if previous else None
         except FileNotFoundError:
             return None
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, AttributeError) as exc:
             raise RebuildNeeded(
                 f"The index pointer {self.active_path} is damaged ({exc}): rebuild the index."
             ) from None
+
+    def _answering(self) -> Pointed | None:
+        pointer = self._pointer()
+        if pointer is None:
+            return None
+        current, previous = pointer
+        why = self._incomplete(current)
+        self.fallback = ""
+        if not why or previous is None or self._incomplete(previous):
+            return current  # whole, or nothing better: opening it says what is wrong
+        self.fallback = (
+            f"The index built at {current.generation.built_at} in {self.root} is incomplete on disk ({why}), as "
+            f"after a power loss just after its build: the one built at {previous.generation.built_at} answers "
+            "meanwhile. Rebuild the knowledge base to bring it up to date."
+        )
+        return previous
+
+    def _incomplete(self, pointed: Pointed) -> str:
+        """What of a generation's files is missing or shorter than when it was written; "" when nothing is."""
+        folder = self.generations / pointed.generation.id
+        for name, size in pointed.sizes.items():
+            try:
+                found = (folder / name).stat().st_size
+            except OSError:
+                return f"{name} is missing"
+            if found != size:
+                return f"{name} has {found:,} of its {size:,} bytes"
+        return ""
 
     def manifest(self) -> list[FileResult]:
         """Per-file records of the active generation: hash, parser, chunks, status, error."""
@@ -104,38 +182,42 @@ class Store:
     def build_lock(self) -> Iterator[None]:
         """One build at a time, across processes. The OS drops the lock when its holder dies."""
         self.root.mkdir(parents=True, exist_ok=True)
-        with (self.root / "build.lock").open("a+") as fh:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                fh.seek(0)
-                holder = fh.read().strip() or "another process"
-                raise BuildInProgress(
-                    f"A knowledge-base build is already running ({holder}): wait for it to finish."
-                ) from None
-            fh.seek(0)
-            fh.truncate()
-            fh.write(f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}")
-            fh.flush()
-            try:
-                yield
-            finally:
-                fh.truncate(0)
-                fcntl.flock(fh, fcntl.LOCK_UN)
+        path = self.root / "build.lock"
+        lock = FileLock(path, timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            holder = path.read_text(encoding="utf-8", errors="replace").strip() or "another process"
+            raise BuildInProgress(
+                f"A knowledge-base build is already running ({holder}): wait for it to finish."
+            ) from None
+        try:
+            path.write_text(f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}", encoding="utf-8")
+            yield
+        finally:
+            with suppress(OSError):
+                path.write_text("", encoding="utf-8")
+            lock.release()
 
     def collect_garbage(self) -> list[str]:
-        """Remove generations that are not active: leftovers of builds that died. Call under the lock."""
-        gen = self.active()
-        keep = gen.id if gen else None
+        """Remove the generations the pointer does not name (leftovers of builds that died, the one before the
+        previous). Call under the lock. A pointer whose files are incomplete is moved back to the generation
+        that answers in its place, so a build that finds nothing to change leaves a whole index behind."""
+        answering = self._answering()
+        if self.fallback and answering is not None:
+            _write_json_atomic(self.active_path, answering.to_json())
+            self.fallback = ""
+        pointer = self._pointer()
+        keep = {p.generation.id for p in pointer or () if p is not None}
         removed = []
         for collection in self.client.list_collections():
             name = collection if isinstance(collection, str) else collection.name
-            if name.startswith("gen-") and name != keep:
+            if name.startswith("gen-") and name not in keep:
                 self.client.delete_collection(name)
                 removed.append(name)
         if self.generations.exists():
             for folder in self.generations.iterdir():
-                if folder.name != keep:
+                if folder.name not in keep:
                     shutil.rmtree(folder, ignore_errors=True)
                     removed.append(folder.name)
         return sorted(set(removed))
@@ -159,7 +241,7 @@ class Store:
                 _verified[key] = None
             except RebuildNeeded as exc:
                 _verified[key] = str(exc)
-        return _verified[key]
+        return _verified[key] or self.fallback or None
 
     def writer(self, embedder: str, dimension: int, chunking: dict[str, Any]) -> GenerationWriter:
         return LocalWriter(self, embedder, dimension, chunking)
@@ -209,7 +291,8 @@ class LocalWriter(GenerationWriter):
         self.folder.mkdir(parents=True)
 
     def commit(self, manifest: list[FileResult]) -> Generation:
-        """Write the lexical index and the manifest, then make this generation the active one."""
+        """Write the lexical index and the manifest, sync them to the disk, then make this generation the active
+        one. The generation that answered until now stays, for a pointer whose files a power loss cut short."""
         with (self.folder / "chunks.jsonl").open("w", encoding="utf-8") as fh:
             for chunk in self.chunks:
                 fh.write(json.dumps(chunk_to_json(chunk), ensure_ascii=False) + "\n")
@@ -218,10 +301,15 @@ class LocalWriter(GenerationWriter):
             lexical.save(self.folder / "bm25")
         entries = [dataclasses.asdict(m) for m in manifest]
         (self.folder / "manifest.json").write_text(json.dumps(entries, ensure_ascii=False, indent=1), "utf-8")
-        gen = self.generation(manifest)
-        previous = self.store.active()
-        _write_json_atomic(self.store.active_path, dataclasses.asdict(gen))  # the swap
-        if previous and previous.id != self.id:
-            self.store.client.delete_collection(previous.id)
-            shutil.rmtree(self.store.generations / previous.id, ignore_errors=True)
-        return gen
+        current = Pointed(self.generation(manifest), _sync_tree(self.folder))
+        _sync_dir(self.store.generations)
+        _sync_dir(self.store.root)
+        previous = self.store._answering()
+        pointer = current.to_json()
+        if previous is not None and previous.generation.id != self.id:
+            pointer["previous"] = previous.to_json()
+        _write_json_atomic(self.store.active_path, pointer)  # the swap
+        # The generation before the previous one goes: readers still on it re-read the pointer and follow.
+        with suppress(Exception):  # a leftover is collected by the next build
+            self.store.collect_garbage()
+        return current.generation

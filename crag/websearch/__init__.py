@@ -5,7 +5,7 @@
 - ``cache``: ``CachedSearcher`` keeps answers on disk for a day; ``normalize_query``, ``cache_key``,
   ``default_cache_dir``.
 - ``fetch``: ``fetch_main_text`` / ``fetch_pages`` download the top result pages and keep their main
-  text only (trafilatura), as plain text.
+  text only (trafilatura), as plain text, at most ``MAX_TEXT_CHARS`` of a page.
 - here: ``build_searcher(settings)`` wires these together and honours ``CRAG_WEB_SEARCH=off``.
 
 Everything that comes from the web is data for the answer model, never instructions for this code:
@@ -22,6 +22,7 @@ from crag.websearch.fetch import (
     DEFAULT_MAX_BYTES,
     FETCH_TIMEOUT,
     HTML_TYPES,
+    MAX_TEXT_CHARS,
     MIN_TEXT_CHARS,
     USER_AGENT,
     fetch_main_text,
@@ -43,6 +44,7 @@ __all__ = [
     "DEFAULT_TTL",
     "FETCH_TIMEOUT",
     "HTML_TYPES",
+    "MAX_TEXT_CHARS",
     "MIN_TEXT_CHARS",
     "OFF_REASON",
     "USER_AGENT",

@@ -27,6 +27,9 @@ FETCH_TIMEOUT = 10.0  # seconds for one page; a lookup, not a model call
 DEFAULT_MAX_BYTES = 2_000_000  # an article's HTML is rarely over 1 MB; bigger is usually not an article
 USER_AGENT = "Mozilla/5.0 (compatible; crag-kb/0.1; fetches pages found by a web search for a local PDF chat)"
 MIN_TEXT_CHARS = 20  # letters and digits; about four English words or one short Chinese sentence
+# A page's main text is scored strip by strip, in one embedding request: a whole long page could outlast the
+# model's timeout. About 1,300 English words, 25 strips: where a page answers a search, it mostly does so early.
+MAX_TEXT_CHARS = 8_000
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 MAX_REDIRECTS = 5
 _HEADERS = {
@@ -125,13 +128,24 @@ def _extract(body: bytes, charset: str | None, url: str) -> str:
     # A few characters are parser debris from tag soup, not a page's main text, and nothing to answer from.
     if sum(ch.isalnum() for ch in text) < MIN_TEXT_CHARS:
         return ""
-    return text
+    return capped(text)
+
+
+def capped(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    """The first ``limit`` characters of a page's text, ending at a line's end (or a word's, for a longer line)."""
+    if len(text) <= limit:
+        return text
+    head = text[: limit + 1]
+    cut = head.rfind("\n")
+    if cut < limit // 2:  # a long paragraph: end at a space rather than lose half of what fits
+        cut = head.rfind(" ")
+    return text[: cut if cut > 0 else limit].rstrip()
 
 
 def fetch_main_text(
     url: str, timeout: float = FETCH_TIMEOUT, max_bytes: int = DEFAULT_MAX_BYTES, *, allow_private: bool = False
 ) -> str:
-    """The main text of an HTML page as plain text, or ``""`` when it cannot be had.
+    """The main text of an HTML page as plain text (its first ``MAX_TEXT_CHARS``), or ``""`` when it cannot be had.
 
     Only http(s) URLs, only ``text/html`` (or XHTML) responses of at most ``max_bytes``, within ``timeout``
     seconds. Non-public addresses (loopback, private networks) are refused unless ``allow_private``.

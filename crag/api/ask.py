@@ -1,0 +1,61 @@
+"""``POST /ask``: an answer as ``python -m crag ask --json`` prints it, whole or as Server-Sent Events."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter
+from sse_starlette import ServerSentEvent
+
+from crag.api.http import INVALID, event_stream, sse
+from crag.api.schemas import AskRequest, ErrorOut
+from crag.api.service import Answering, Service
+from crag.contract import AnswerOut
+from crag.models import BackendInfo
+from crag.types import Answer
+
+
+def answer_json(answer: Answer, backend: BackendInfo) -> dict[str, Any]:
+    """The answer contract; an incomplete answer (the model failed midway) says why."""
+    return AnswerOut.of(answer, backend).model_dump()
+
+
+def ask_router(service: Service) -> APIRouter:
+    router = APIRouter()
+
+    @router.post(
+        "/ask",
+        summary="Answer a question",
+        response_model=None,
+        responses={
+            200: {
+                "model": AnswerOut,
+                "description": "The answer as `python -m crag ask --json` prints it. With `stream: true`, "
+                "Server-Sent Events: `stage` ({stage}), `token` ({text}), then `done` (this object) or "
+                "`error` (this object with `complete: false` and `error`).",
+                "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            },
+            409: {"model": ErrorOut, "description": "The index must be rebuilt first."},
+            **INVALID,
+            503: {"model": ErrorOut, "description": "The chat backend is down or misconfigured."},
+        },
+    )
+    def ask(req: AskRequest) -> Any:
+        history = [(turn.role, turn.content) for turn in req.history]
+        if req.stream:
+            return event_stream(_events(service.answering(req.question, history, req.web)))
+        return answer_json(service.answer(req.question, history, req.web), service.pipeline().backend)
+
+    return router
+
+
+async def _events(answering: Answering) -> AsyncIterator[ServerSentEvent]:
+    """``stage``, ``token``, then ``done`` or ``error`` with the answer's JSON."""
+    async for kind, value in answering.events():
+        if kind == "stage":
+            yield sse({"stage": value}, "stage")
+        elif kind == "token":
+            yield sse({"text": value}, "token")
+        else:
+            yield sse(answer_json(value, answering.backend), "done" if value.complete else "error")
