@@ -67,8 +67,13 @@ def _quoted(terms: Sequence[str], separator: str = ", ") -> str:
 
 def near_miss_note(terms: TermCheck, searched_again: Sequence[str] = ()) -> str:
     """``searched_again``: the missing terms that a passage was then found for (``retriever.anchor``)."""
-    if terms.unknown:
+    if terms.decisive:
         return f"the documents never mention {_quoted(terms.unknown)}: a near miss, so the action is Incorrect"
+    if terms.unknown:
+        return (
+            f"the documents never mention {_quoted(terms.unknown)}, in any form; the passages match the rest of the "
+            "question, so they are shown as the closest, not as an answer (at most Ambiguous)"
+        )
     names = _quoted(terms.missing)
     if not searched_again:
         return f"none of the retrieved passages mentions {names}, so they cannot make the action Correct"

@@ -27,7 +27,7 @@ from pydantic_ai.usage import RequestUsage
 
 from crag import evidence, prompts
 from crag.config import Settings
-from crag.evaluator import Evaluator, LLMEvaluator, SimilarityEvaluator, Usage, cap_near_miss, check_terms
+from crag.evaluator import Evaluator, LLMEvaluator, SimilarityEvaluator, Usage, cap_near_miss, decisive
 from crag.followups import READ_ON, History, conversation_query, elliptical, reading, rewrite_problem
 from crag.messages import language_hint, model_failure_message, near_miss_note, no_answer_message
 from crag.models import COUNTED, BackendInfo, build_chat_model, resolve_backend
@@ -35,6 +35,7 @@ from crag.refine import keep_closest, local_strips, number_sources, refine, web_
 from crag.retriever import Retriever, open_retriever
 from crag.store import Mode, fuse, index_text
 from crag.support import unsupported
+from crag.terms import check_terms
 from crag.text import clean_question, content_words, language
 from crag.types import Action, Answer, AnswerKind, ScoredChunk, Source, Strip, TermCheck, Trace, WebResult, cited
 from crag.websearch import OFF_REASON, Searcher, WebSearchUnavailable, build_searcher, fetch_pages
@@ -231,7 +232,9 @@ class Pipeline:
         # names are mentioned ("R 里怎么删除…" after a question on R is not answered by a tlmgr page that never says R).
         found = [(t, h.context) for t, h in zip(texts, hits, strict=True) if not h.anchor]
         first = [t for t, context in found if not context] or [t for t, _ in found]
-        terms = check_terms(asked, first, self.retriever.term_stats())
+        stats = self.retriever.term_stats()
+        terms = check_terms(asked, first, stats)
+        terms = replace(terms, decisive=decisive(asked, terms, first, stats))
         grades = cap_near_miss(grading.grades, terms, upper)
         graded = tuple(replace(h, score=g.score, method=g.method) for h, g in zip(hits, grades, strict=True))
         return Evaluation(graded, terms, grading.web_query)
@@ -384,7 +387,7 @@ class AnswerStream:
 
         answering = p.answer_kind(o.answer_mode)
         # Quoted strips number their sources first: an answer quoting two passages cites [1] and [2].
-        chosen = evidence.select(strips) if answering is AnswerKind.EVIDENCE else []
+        chosen = evidence.select(strips, self.question) if answering is AnswerKind.EVIDENCE else []
         sources = number_sources(strips, evaluation.graded, chosen)
         before_answer = self.usage.requests - condense_calls
         kind, error = (answering if sources else AnswerKind.NO_ANSWER), ""

@@ -155,15 +155,20 @@ def test_quotes_follow_document_order_and_neighbours_read_as_one() -> None:
     ]
 
 
-def test_a_footnote_is_quoted_on_its_own_line() -> None:
-    """Neighbouring footnote strips were read as one quote: "…参考 2.4 节解决³原文是: By default…"."""
+def test_a_footnote_is_left_out_unless_asked_for_and_then_quoted_on_its_own_line() -> None:
+    """A footnote is an aside (an author's contact address was quoted first); asked for, neighbouring footnotes are
+    quoted on lines of their own, not read as one quote: "…参考 2.4 节解决³原文是: By default…"."""
     sources = [SOURCE]
     strips = [
         strip("升级宏包依旧可以使用 tlmgr。", 0.8, (0, 0)),
         strip("²sudo tlmgr 无法使用的情况可以参考 2.4 节解决", 0.7, (0, 1)),
         strip("³原文是: By default, please get the new TL", 0.6, (0, 2)),
     ]
-    assert evidence_answer(select(strips), sources, "zh", Action.CORRECT).splitlines()[1:] == [
+    assert evidence_answer(select(strips, "怎么升级宏包？"), sources, "zh", Action.CORRECT).splitlines()[1:] == [
+        "“升级宏包依旧可以使用 tlmgr。” [1]"
+    ]
+    asked = select(strips, "升级宏包的脚注说了什么？")
+    assert evidence_answer(asked, sources, "zh", Action.CORRECT).splitlines()[1:] == [
         "“升级宏包依旧可以使用 tlmgr。” [1]",
         "“²sudo tlmgr 无法使用的情况可以参考 2.4 节解决” [1]",
         "“³原文是: By default, please get the new TL” [1]",
