@@ -8,7 +8,7 @@
     search_web    rewrite the question, search, refine the web text the same way (Incorrect, Ambiguous)
     generate      the answer: quoted evidence, or written by the chat model, citing sources as [n]
 
-Each step takes and returns plain data; ``AnswerStream`` only sequences them and reports the stages
+Each step takes and returns plain data (``crag.steps``); ``AnswerStream`` only sequences them and reports the stages
 through ``on_step``, so the UI, the CLI and the API show the same progress.
 """
 
@@ -33,11 +33,12 @@ from crag.messages import language_hint, model_failure_message, near_miss_note, 
 from crag.models import COUNTED, BackendInfo, build_chat_model, resolve_backend
 from crag.refine import keep_closest, local_strips, number_sources, refine, web_strips
 from crag.retriever import Retriever, open_retriever
+from crag.steps import Condensed, Evaluation, Knowledge, WebKnowledge, decide_action
 from crag.store import Mode, fuse, index_text
 from crag.support import unsupported
 from crag.terms import check_terms
 from crag.text import clean_question, content_words, language
-from crag.types import Action, Answer, AnswerKind, ScoredChunk, Source, Strip, TermCheck, Trace, WebResult, cited
+from crag.types import Action, Answer, AnswerKind, ScoredChunk, Source, Strip, Trace, WebResult, cited
 from crag.websearch import OFF_REASON, Searcher, WebSearchUnavailable, build_searcher, fetch_pages
 
 OnStep = Callable[[str], None]
@@ -66,52 +67,6 @@ class Options:
         return cls(
             s.top_k, s.upper_threshold, s.lower_threshold, s.web_search, s.evaluator, s.retrieval_mode, s.answer_mode
         )
-
-
-# ---------------------------------------------------------------------------------------------
-# Step results
-
-
-@dataclass(frozen=True)
-class Condensed:
-    question: str  # what is graded and answered: the question, or the model's standalone rewrite of it
-    queries: tuple[str, ...]  # what is retrieved; several are fused
-    with_context: str = ""  # the question with the conversation's words, for when it is not answered alone
-    notes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    graded: tuple[ScoredChunk, ...]
-    terms: TermCheck
-    web_query: str = ""  # an LLM grader writes it on the way
-
-    @property
-    def best(self) -> float:
-        return max((g.score for g in self.graded), default=-1.0)
-
-    def mean(self, other: Evaluation) -> Evaluation:
-        """Each passage graded as the mean of two readings of a follow-up: alone, by what it adds ("删除" in
-        "那怎么删除呢？"), and with the question it goes on from (installing a package with tlmgr)."""
-        scores = [round((a.score + b.score) / 2, 4) for a, b in zip(self.graded, other.graded, strict=True)]
-        return replace(other, graded=tuple(replace(g, score=s) for g, s in zip(other.graded, scores, strict=True)))
-
-
-@dataclass(frozen=True)
-class WebKnowledge:
-    query: str = ""
-    results: tuple[WebResult, ...] = ()
-    error: str = ""
-    strips: tuple[Strip, ...] = ()
-
-
-def decide_action(scores: Sequence[float], upper: float, lower: float) -> Action:
-    """The official code's ``process_flag``: any score >= upper -> Correct; else any >= lower -> Ambiguous."""
-    if any(s >= upper for s in scores):
-        return Action.CORRECT
-    if any(s >= lower for s in scores):
-        return Action.AMBIGUOUS
-    return Action.INCORRECT
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,9 +154,9 @@ class Pipeline:
     def condense(self, question: str, history: History, usage: Usage) -> Condensed:
         if not history:
             return Condensed(question, (question,))
-        with_context = conversation_query(question, history)
+        with_history = conversation_query(question, history)
         if self.backend.name == "embedded":
-            return Condensed(question, (question, with_context), with_context)
+            return Condensed(question, (question, with_history), with_history)
         notes: list[str] = []
         out = self._structured(condense_agent, prompts.condense_prompt(question, history), usage, notes)
         rewrite = " ".join(out.question.split()) if out is not None else ""
@@ -211,14 +166,14 @@ class Pipeline:
             notes.append(
                 f"the model's rewrite “{rewrite[:120]}” was rejected ({problem}): the question was used as asked"
             )
-        return Condensed(question, (question, with_context), with_context, tuple(notes))
+        return Condensed(question, (question, with_history), with_history, tuple(notes))
 
     def retrieve(self, queries: Sequence[str], k: int, mode: Mode, asked: str) -> list[ScoredChunk]:
         rankings = [self.retriever.retrieve(q, k, mode) for q in dict.fromkeys(queries)]
         if len(rankings) == 1:
             return self.retriever.anchor(asked, rankings[0])
         own = {h.chunk.id for h in rankings[0]}
-        fused = [replace(h, context=h.chunk.id not in own) for h in fuse(rankings)[:k]]
+        fused = [replace(h, from_history=h.chunk.id not in own) for h in fuse(rankings)[:k]]
         return self.retriever.anchor(asked, fused)
 
     def evaluate(
@@ -230,8 +185,8 @@ class Pipeline:
         grading = evaluator.grade(question, texts, usage)
         # Found by a term alone, or only with the words of the question before: no say on whether the question's own
         # names are mentioned ("R 里怎么删除…" after a question on R is not answered by a tlmgr page that never says R).
-        found = [(t, h.context) for t, h in zip(texts, hits, strict=True) if not h.anchor]
-        first = [t for t, context in found if not context] or [t for t, _ in found]
+        found = [(t, h.from_history) for t, h in zip(texts, hits, strict=True) if not h.anchor]
+        first = [t for t, from_history in found if not from_history] or [t for t, _ in found]
         stats = self.retriever.term_stats()
         terms = check_terms(asked, first, stats)
         terms = replace(terms, decisive=decisive(asked, terms, first, stats))
@@ -331,87 +286,118 @@ class AnswerStream:
         return steps
 
     def _steps(self) -> Generator[str, None, None]:
+        """Algorithm 1: each step is a method of its own; this only puts them in order and reports the stages."""
         p, o = self.p, self.options
         self._start = time.perf_counter()
-
         with self._stage("understanding the follow-up" if self.history else "", "condense"):
             condensed = p.condense(self.question, self.history, self.usage)
         self.notes += condensed.notes
-        question = condensed.question
         condense_calls = self.usage.requests
-
         with self._stage("retrieving", "retrieve"):
             hits = p.retrieve(condensed.queries, o.top_k, o.retrieval_mode, self.question)
         with self._stage("grading", "grade"):
             evaluator = p.evaluator(o.evaluator)
-            evaluation = p.evaluate(question, self.question, hits, evaluator, o.upper_threshold, self.usage)
-            action = decide_action([g.score for g in evaluation.graded], o.upper_threshold, o.lower_threshold)
-            # Not answered on its own, or going on from the question before ("And on Windows?" alone is Correct on
-            # any page that names Windows): a follow-up is read with what it follows.
-            context, goes_on = condensed.with_context, elliptical(self.question)
-            if context not in ("", question) and (action is not Action.CORRECT or goes_on):
-                again = p.evaluate(context, self.question, hits, evaluator, o.upper_threshold, self.usage)
-                if goes_on:  # graded on both: what it adds, and what it goes on from
-                    again = evaluation.mean(again)
-                graded = [(g.score, index_text(g.chunk)) for g in again.graded]
-                if note := reading(self.question, evaluation.best, action is Action.CORRECT, graded, o.lower_threshold):
-                    self.notes.append(note)
-                if note == READ_ON:
-                    question, evaluation = context, again
-                    action = decide_action([g.score for g in again.graded], o.upper_threshold, o.lower_threshold)
+            evaluation = p.evaluate(condensed.question, self.question, hits, evaluator, o.upper_threshold, self.usage)
+            action = self._decide_action(evaluation)
+            question, evaluation, action = self._read_with_history(condensed, hits, evaluator, evaluation, action)
         if evaluation.terms.missing:
             self.notes.append(near_miss_note(evaluation.terms, [h.anchor for h in hits if h.anchor]))
-
         strips: list[Strip] = []
         if action in (Action.CORRECT, Action.AMBIGUOUS):
             with self._stage("refining", "refine"):
                 strips = p.refine(question, evaluation.graded, o.lower_threshold)
-            if action is Action.CORRECT and not any(s.kept for s in strips):
-                # The paper's fallback: the documents matched, yet no strip of them survived refinement.
-                action = Action.AMBIGUOUS
-                self.notes.append("Correct, but no strip survived refinement: treated as Ambiguous")
-            if action is Action.AMBIGUOUS and not any(s.kept for s in strips):
-                strips = keep_closest(strips, CLOSEST_KEPT)
-                if any(s.kept for s in strips):
-                    self.notes.append("no strip reached the floor: the closest passages are shown as such")
-
-        web = WebKnowledge()
-        if action in (Action.INCORRECT, Action.AMBIGUOUS) and o.web:
+            strips, action = self._fall_back(strips, action)
+        web = WebKnowledge(error=OFF_REASON) if action is not Action.CORRECT and not o.web else WebKnowledge()
+        if action is not Action.CORRECT and o.web:
             with self._stage("searching the web", "web"):
                 web = p.search_web(question, evaluation.web_query, self.usage, self.notes)
-            strips += web.strips
-        elif action in (Action.INCORRECT, Action.AMBIGUOUS):
-            web = WebKnowledge(error=OFF_REASON)
+        strips += web.strips
         if dropped := sum(1 for s in strips if s.reason.startswith("possible prompt injection")):
             self.notes.append(f"{dropped} strip(s) looked like prompt injection and were dropped (see their reasons)")
 
-        answering = p.answer_kind(o.answer_mode)
-        # Quoted strips number their sources first: an answer quoting two passages cites [1] and [2].
-        chosen = evidence.select(strips, self.question) if answering is AnswerKind.EVIDENCE else []
-        sources = number_sources(strips, evaluation.graded, chosen)
+        knowledge = Knowledge(question, evaluation, action, tuple(strips), web)
+        kind, chosen, sources = self._number_sources(knowledge)
         before_answer = self.usage.requests - condense_calls
-        kind, error = (answering if sources else AnswerKind.NO_ANSWER), ""
         with self._stage("generating", "generate"):
-            quoted = ""
-            if kind is AnswerKind.EVIDENCE:
-                quoted = evidence.evidence_answer(chosen, sources, language(self.question), action)
-                kind = AnswerKind.EVIDENCE if quoted else AnswerKind.NO_ANSWER
-            if kind is AnswerKind.NO_ANSWER:
-                terms, graded = evaluation.terms, bool(evaluation.graded)
-                yield self._emit(no_answer_message(self.question, action, terms, web.query, web.error, o.web, graded))
-            elif kind is AnswerKind.EVIDENCE:
-                yield self._emit(quoted)
-            else:
-                before_answer += 1
-                try:
-                    for delta in p.generate(question, sources, self.usage):
-                        yield self._emit(delta)
-                except Exception as exc:  # noqa: BLE001 - a dead model server must not lose the partial answer
-                    error = model_failure_message(p.backend, exc)
+            kind, error = yield from self._generate(knowledge, kind, chosen, sources)
         self.timings.setdefault("first_token", round(time.perf_counter() - self._start, 3))
         self.timings["total"] = round(time.perf_counter() - self._start, 3)
+        if kind is AnswerKind.GENERATED:
+            before_answer += 1  # the answer's own call
+        self.answer = self._answer(knowledge, sources, kind, error, before_answer)
 
-        text = self.text.strip()
+    def _decide_action(self, evaluation: Evaluation) -> Action:
+        o = self.options
+        return decide_action([g.score for g in evaluation.graded], o.upper_threshold, o.lower_threshold)
+
+    def _read_with_history(
+        self, condensed: Condensed, hits: Sequence[ScoredChunk], evaluator: Evaluator, first: Evaluation, action: Action
+    ) -> tuple[str, Evaluation, Action]:
+        """The question to answer, its grades and its action. A follow-up not answered on its own, or going on
+        from the question before ("And on Windows?" alone is Correct on any page that names Windows), is read
+        with what it follows."""
+        question, with_history, goes_on = condensed.question, condensed.with_history, elliptical(self.question)
+        if with_history in ("", question) or (action is Action.CORRECT and not goes_on):
+            return question, first, action
+        o = self.options
+        again = self.p.evaluate(with_history, self.question, hits, evaluator, o.upper_threshold, self.usage)
+        if goes_on:  # graded on both: what it adds, and what it goes on from
+            again = first.mean(again)
+        graded = [(g.score, index_text(g.chunk)) for g in again.graded]
+        if note := reading(self.question, first.best, action is Action.CORRECT, graded, o.lower_threshold):
+            self.notes.append(note)
+        if note == READ_ON:
+            return with_history, again, self._decide_action(again)
+        return question, first, action
+
+    def _fall_back(self, strips: list[Strip], action: Action) -> tuple[list[Strip], Action]:
+        """Refinement left no strip: Correct becomes Ambiguous, and Ambiguous keeps the closest passages."""
+        if action is Action.CORRECT and not any(s.kept for s in strips):
+            # The paper's fallback: the documents matched, yet no strip of them survived refinement.
+            action = Action.AMBIGUOUS
+            self.notes.append("Correct, but no strip survived refinement: treated as Ambiguous")
+        if action is Action.AMBIGUOUS and not any(s.kept for s in strips):
+            strips = keep_closest(strips, CLOSEST_KEPT)
+            if any(s.kept for s in strips):
+                self.notes.append("no strip reached the floor: the closest passages are shown as such")
+        return strips, action
+
+    def _number_sources(self, knowledge: Knowledge) -> tuple[AnswerKind, list[Strip], list[Source]]:
+        """The kind of answer to make, the strips it quotes, and the numbered sources. Quoted strips number their
+        sources first: an answer quoting two passages cites [1] and [2]. Without sources there is no answer."""
+        answering = self.p.answer_kind(self.options.answer_mode)
+        chosen = evidence.select(knowledge.strips, self.question) if answering is AnswerKind.EVIDENCE else []
+        sources = number_sources(knowledge.strips, knowledge.evaluation.graded, chosen)
+        return (answering if sources else AnswerKind.NO_ANSWER), chosen, sources
+
+    def _generate(
+        self, knowledge: Knowledge, kind: AnswerKind, chosen: Sequence[Strip], sources: Sequence[Source]
+    ) -> Generator[str, None, tuple[AnswerKind, str]]:
+        """The answer's text: the quoted evidence, the chat model's, or a message that says why there is none.
+        Returns the kind of answer made and, when the model failed, why."""
+        if kind is AnswerKind.EVIDENCE:
+            quoted = evidence.evidence_answer(chosen, sources, language(self.question), knowledge.action)
+            if quoted:
+                yield self._emit(quoted)
+                return kind, ""
+            kind = AnswerKind.NO_ANSWER
+        if kind is AnswerKind.NO_ANSWER:
+            terms, graded, web = knowledge.evaluation.terms, bool(knowledge.evaluation.graded), knowledge.web
+            action, o = knowledge.action, self.options
+            yield self._emit(no_answer_message(self.question, action, terms, web.query, web.error, o.web, graded))
+            return kind, ""
+        try:
+            for delta in self.p.generate(knowledge.question, sources, self.usage):
+                yield self._emit(delta)
+        except Exception as exc:  # noqa: BLE001 - a dead model server must not lose the partial answer
+            return kind, model_failure_message(self.p.backend, exc)
+        return kind, ""
+
+    def _answer(
+        self, knowledge: Knowledge, sources: Sequence[Source], kind: AnswerKind, error: str, before_answer: int
+    ) -> Answer:
+        """The answer and its trace: how it was made, and what a written answer states that nothing given says."""
+        p, o, text = self.p, self.options, self.text.strip()
         if kind is AnswerKind.GENERATED and not error and not cited(text) & {s.n for s in sources}:
             self.notes.append(
                 "the answer cites none of its sources: they are listed as given to the model, not as cited"
@@ -419,24 +405,24 @@ class AnswerStream:
         # A model may state what nothing it was given says: such names and numbers are shown as unsupported.
         stated: tuple[str, ...] = ()
         if kind is AnswerKind.GENERATED:  # quotes state only what their sources say: nothing to gather for them
-            given = [self.question, question, *(said for role, said in self.history if role == "user")]
+            given = [self.question, knowledge.question, *(said for role, said in self.history if role == "user")]
             given += [
                 f"{s.text}\n{s.file} {s.title} {s.url} {s.section} {' '.join(map(str, s.pages))}" for s in sources
             ]
             stated = unsupported(text, given)
         # A question in one language rarely finds passages in the other offline: the user is told to ask in theirs.
-        crosses = action is not Action.CORRECT and not p.retriever.embedder.multilingual
+        crosses = knowledge.action is not Action.CORRECT and not p.retriever.embedder.multilingual
         trace = Trace(
             question=self.question,
-            standalone_question=question,
-            action=action,
-            retrieved=evaluation.graded,
+            standalone_question=knowledge.question,
+            action=knowledge.action,
+            retrieved=knowledge.evaluation.graded,
             thresholds=(o.lower_threshold, o.upper_threshold),
-            terms=evaluation.terms,
-            strips=tuple(strips),
-            web_query=web.query,
-            web_results=web.results,
-            web_error=web.error,
+            terms=knowledge.evaluation.terms,
+            strips=knowledge.strips,
+            web_query=knowledge.web.query,
+            web_results=knowledge.web.results,
+            web_error=knowledge.web.error,
             notes=tuple(self.notes),
             hint=language_hint(self.question, p.retriever.file_languages()) if crosses else "",
             unsupported=stated,
@@ -446,4 +432,4 @@ class AnswerStream:
             input_tokens=self.usage.input_tokens,
             output_tokens=self.usage.output_tokens,
         )
-        self.answer = Answer(text, p.backend.name, p.backend.model, tuple(sources), trace, not error, error, kind)
+        return Answer(text, p.backend.name, p.backend.model, tuple(sources), trace, not error, error, kind)

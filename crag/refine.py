@@ -156,7 +156,7 @@ def local_strips(chunks: Sequence[ScoredChunk]) -> list[Strip]:
             pages=hit.chunk.pages,
             order=(i, j),
             chunk_id=hit.chunk.id,
-            context=hit.chunk.section,
+            section=hit.chunk.section,
         )
         for i, hit in enumerate(chunks)
         for j, text in enumerate(decompose(hit.chunk.text))
@@ -165,7 +165,7 @@ def local_strips(chunks: Sequence[ScoredChunk]) -> list[Strip]:
 
 def web_strips(results: Sequence[WebResult]) -> list[Strip]:
     return [
-        Strip(text, 0.0, False, "web", url=r.url, title=r.title, order=(i, j), context=r.title)
+        Strip(text, 0.0, False, "web", url=r.url, title=r.title, order=(i, j), section=r.title)
         for i, r in enumerate(results)
         for j, text in enumerate(decompose(r.text or r.snippet, "web"))
     ]
@@ -249,7 +249,7 @@ def number_sources(
                     pages=first.pages,
                     chunk_ids=(chunk.id,) if chunk else (),
                     bboxes=chunk.bboxes if chunk else (),
-                    section=first.context,
+                    section=first.section,
                 )
             )
         else:

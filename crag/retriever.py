@@ -94,7 +94,7 @@ def _first(ranked: list[ScoredChunk], seen: set[str], mentioned: Callable[[str],
 def anchor(
     question: str, hits: list[ScoredChunk], stats: TermStats, lexical: Callable[[str, int], list[ScoredChunk]]
 ) -> list[ScoredChunk]:
-    own = [h for h in hits if not h.context] or hits  # what the question found by its own words
+    own = [h for h in hits if not h.from_history] or hits  # what the question found by its own words
     check = check_terms(question, [index_text(h.chunk) for h in own], stats)
     if check.unknown or not check.missing:  # unknown: a near miss, Incorrect whatever else is found
         return hits

@@ -6,6 +6,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
+from typing import Annotated
+
+from pydantic import AliasChoices, Field
 
 # Layout block types, shared by every parser. Headers, footers and page numbers are kept as
 # blocks so a parser's output is complete, and dropped by the chunker; footnotes are text that it places.
@@ -59,7 +62,9 @@ class ScoredChunk:
     score: float
     method: str = ""  # who scored it: "llm", "similarity", or "similarity (fallback: <why>)"
     anchor: str = ""  # the question's term it was searched for, when the first search missed that term
-    context: bool = False  # found only with the words of the question before (a follow-up), not by the question's
+    # Found only with the words of the question before (a follow-up), not by the question's. A stored chat's
+    # JSON may name it "context": it loads the same.
+    from_history: Annotated[bool, Field(validation_alias=AliasChoices("from_history", "context"))] = False
 
 
 class Action(StrEnum):
@@ -95,12 +100,14 @@ class Strip:
     order: tuple[int, int] = (0, 0)  # (source position, strip position): document order
     chunk_id: str = ""  # the chunk a local strip came from
     reason: str = ""  # why a dropped strip was dropped
-    context: str = ""  # the heading path of its chunk, or its web page's title: what the strip is about
+    # The heading path of its chunk, or its web page's title: what the strip is about. A stored chat's JSON may
+    # name it "context": it loads the same.
+    section: Annotated[str, Field(validation_alias=AliasChoices("section", "context"))] = ""
 
     @property
     def scored_text(self) -> str:
         """What relevance is judged on: a strip in a section "How do I clean up my workspace?" is about that."""
-        return f"{self.context}\n{self.text}" if self.context else self.text
+        return f"{self.section}\n{self.text}" if self.section else self.text
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from pathlib import Path
 
@@ -105,3 +106,34 @@ def test_an_answer_exports_as_markdown_with_its_sources() -> None:
 def test_titles_are_short() -> None:
     assert title_of("  How   many\ncores? ") == "How many cores?"
     assert len(title_of("x" * 500)) == 60 and title_of("x" * 500).endswith("…")
+
+
+# A stored answer whose strip names its heading path, and whose passage its follow-up flag, "context".
+STORED = (
+    '{"text":"“Use tlmgr remove to delete a package.” [1]","backend":"embedded","model":"SmolLM2","sources":[{"n":1,'
+    '"kind":"local","text":"Use tlmgr remove to delete a package.","file":"tlmgr.pdf","pages":[3],"url":"","title":"",'
+    '"chunk_ids":["c1"],"bboxes":[],"section":"2.2 Uninstalling"}],"trace":{"question":"And how do I delete it?",'
+    '"standalone_question":"And how do I delete it?","action":"correct","retrieved":[{"chunk":{"id":"c1","text":'
+    '"Use tlmgr remove to delete a package.","file":"tlmgr.pdf","pages":[3],"section":"2.2 Uninstalling","bboxes":[],'
+    '"block_types":[],"parser":"","parser_version":"","file_hash":""},"score":0.7,"method":"similarity","anchor":"",'
+    '"context":true}],"thresholds":[-1.0,1.0],"terms":{"terms":[],"missing":[],"unknown":[]},"strips":[{"text":'
+    '"Use tlmgr remove to delete a package.","score":0.7,"kept":true,"kind":"local","file":"tlmgr.pdf","pages":[3],'
+    '"url":"","title":"","order":[0,0],"chunk_id":"c1","reason":"","context":"2.2 Uninstalling"}],"web_query":"",'
+    '"web_results":[],"web_error":"","notes":[],"hint":"","unsupported":[],"timings":{},"llm_calls":0,'
+    '"llm_calls_before_answer":0,"input_tokens":0,"output_tokens":0},"complete":true,"error":"","kind":"evidence"}'
+)
+
+
+def test_a_chat_stored_with_the_field_name_context_loads_whole(tmp_path: Path) -> None:
+    path = tmp_path / "c.sqlite3"
+    store = Conversations(path)
+    conversation = store.create()
+    store.add(conversation.id, "user", "And how do I delete it?")
+    message = store.add(conversation.id, "assistant", "", answer())
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE messages SET answer = ? WHERE id = ?", (STORED, message))
+    loaded = store.messages(conversation.id)[1].answer
+    assert loaded.trace.strips[0].section == "2.2 Uninstalling", "the strip keeps what it is about"
+    assert loaded.trace.retrieved[0].from_history is True, "the passage is still marked as found by the question before"
+    store.update(message, loaded.text, loaded)
+    assert store.messages(conversation.id)[1].answer == loaded, "saved again, it loads the same"

@@ -265,4 +265,4 @@ def test_a_name_found_only_with_the_words_of_the_question_before_does_not_vouch_
     )
     answer = p.ask(question, history=[("user", "How do I run R in batch mode?"), ("assistant", "“R CMD BATCH” [1]")])
     assert answer.action is not Action.CORRECT and answer.trace.terms.missing == ("R",)
-    assert {h.chunk.file: h.context for h in answer.trace.retrieved} == {"r.pdf": True, "tlmgr.pdf": False}
+    assert {h.chunk.file: h.from_history for h in answer.trace.retrieved} == {"r.pdf": True, "tlmgr.pdf": False}

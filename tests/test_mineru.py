@@ -11,7 +11,7 @@ import pytest
 
 from crag.errors import ConfigError
 from crag.ingest.base import PDFError
-from crag.ingest.mineru import MinerUParser, _models_url, mineru_reachable, to_blocks
+from crag.ingest.mineru import MinerUParser, mineru_reachable, models_url, to_blocks
 from crag.ingest.ocr import PageOCR
 from crag.ingest.pymupdf import PyMuPDFParser
 from tests.conftest import FakeOllama
@@ -231,11 +231,11 @@ def test_mineru_reachable(stub: MinerUStub, closed_port_url: str, fake_ollama: F
 
 
 def test_models_url_follows_the_client_rules() -> None:
-    assert _models_url("http://h:30000") == "http://h:30000/v1/models"
-    assert _models_url("http://h:30000/v1") == "http://h:30000/v1/models"
-    assert _models_url("http://h/proxy/v1/") == "http://h/proxy/v1/models"
-    assert _models_url("http://h/proxy/") == "http://h/proxy/v1/models"
-    assert _models_url("http://h/proxy") == "http://h/v1/models"  # the client drops a path without a slash
+    assert models_url("http://h:30000") == "http://h:30000/v1/models"
+    assert models_url("http://h:30000/v1") == "http://h:30000/v1/models"
+    assert models_url("http://h/proxy/v1/") == "http://h/proxy/v1/models"
+    assert models_url("http://h/proxy/") == "http://h/proxy/v1/models"
+    assert models_url("http://h/proxy") == "http://h/v1/models"  # the client drops a path without a slash
 
 
 def test_to_blocks_maps_types_and_boxes() -> None:

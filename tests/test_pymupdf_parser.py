@@ -14,13 +14,13 @@ from crag.config import cpu_threads
 from crag.ingest.base import PDFError
 from crag.ingest.pymupdf import (
     PyMuPDFParser,
-    _body_style,
-    _box_text,
-    _false_heading,
-    _in_margin,
-    _note_marks,
+    body_style,
+    box_text,
+    false_heading,
+    in_margin,
     layout_sessions,
     load_layout_model,
+    note_marks,
     page_sizes,
     printed_pages,
     render_page,
@@ -189,7 +189,7 @@ def test_a_note_in_the_margin_is_not_read_as_text(tmp_path: Path, parser: PyMuPD
     assert any(b.type == "text" and "gadget" in b.text for b in blocks)
     # Only what says something is a note: a code brace set far left (the Asymptote FAQ has one) stays.
     brace = SimpleNamespace(x0=50.0, x1=56.0, boxclass="text")
-    assert not _in_margin(brace, "{", 595) and _in_margin(brace, "12", 595)
+    assert not in_margin(brace, "{", 595) and in_margin(brace, "12", 595)
 
 
 def _box(boxclass: str, *spans: tuple[str, str, float, int]) -> SimpleNamespace:
@@ -206,20 +206,20 @@ def test_a_command_or_a_line_of_text_the_layout_model_calls_a_heading_stays_text
     quote it. A line set like the running text ("or", "然后执行") is no heading either. Real headings stay."""
     body = _box("text", ("The prefix is set by running configure with the option, as in", "CMR10", 10.9, 4))
     chinese = _box("text", ("在命令行中执行以下命令即可完成安装。", "FandolSong-Regular", 10.0, 4))
-    style = _body_style([body, chinese])
+    style = body_style([body, chinese])
     command = _box("section-header", ("./configure --prefix=/where/you/want/R/to/go", "CMTT10", 10.9, 12))
-    assert _false_heading(command, style)
-    assert _false_heading(_box("section-header", ("or", "CMR10", 10.9, 4)), style)
-    assert _false_heading(_box("section-header", ("然后执行", "FandolSong-Regular", 10.0, 4)), style)
+    assert false_heading(command, style)
+    assert false_heading(_box("section-header", ("or", "CMR10", 10.9, 4)), style)
+    assert false_heading(_box("section-header", ("然后执行", "FandolSong-Regular", 10.0, 4)), style)
     # Headings: bold, larger, or in a font the running text does not use.
-    assert not _false_heading(_box("section-header", ("2.4 Installation", "CMBX12", 14.3, 20)), style)
-    assert not _false_heading(_box("section-header", ("Installation notes", "CMR10", 10.9, 20)), style)
-    assert not _false_heading(_box("section-header", ("Installation", "CMR12", 14.3, 4)), style)
-    assert not _false_heading(_box("section-header", ("安装方法", "FandolHei-Regular", 10.0, 4)), style)
+    assert not false_heading(_box("section-header", ("2.4 Installation", "CMBX12", 14.3, 20)), style)
+    assert not false_heading(_box("section-header", ("Installation notes", "CMR10", 10.9, 20)), style)
+    assert not false_heading(_box("section-header", ("Installation", "CMR12", 14.3, 4)), style)
+    assert not false_heading(_box("section-header", ("安装方法", "FandolHei-Regular", 10.0, 4)), style)
     # A page without running text gives no style to compare with: only a monospaced line is known for code.
-    assert not _false_heading(_box("section-header", ("or", "CMR10", 10.9, 4)), None)
-    assert _false_heading(command, None)
-    assert not _false_heading(body, style)  # only headings are ever demoted
+    assert not false_heading(_box("section-header", ("or", "CMR10", 10.9, 4)), None)
+    assert false_heading(command, None)
+    assert not false_heading(body, style)  # only headings are ever demoted
 
 
 def _placed(boxclass: str, *spans: tuple[str, float, float, int]) -> SimpleNamespace:
@@ -241,12 +241,12 @@ def test_a_footnote_mark_is_not_glued_to_the_word_it_follows() -> None:
         _placed("footnote", ("4", 0, 4, 5), ("这里只讨论默认安装的情况", 4, 80, 4)),
         _placed("footnote", ("6 See 4.2.", 0, 40, 4)),
     ]
-    marks = _note_marks([chinese, english, power, *notes])
+    marks = note_marks([chinese, english, power, *notes])
     assert marks == {"4", "6"}
-    assert _box_text(chinese, marks) == "添加在 secure_path 中. 然后保存退出."
-    assert _box_text(english, marks) == "give more precise control. However,"
-    assert _box_text(power, marks) == "a million is 103 squared"
-    assert [_box_text(note, marks) for note in notes] == ["4这里只讨论默认安装的情况", "6 See 4.2."]
+    assert box_text(chinese, marks) == "添加在 secure_path 中. 然后保存退出."
+    assert box_text(english, marks) == "give more precise control. However,"
+    assert box_text(power, marks) == "a million is 103 squared"
+    assert [box_text(note, marks) for note in notes] == ["4这里只讨论默认安装的情况", "6 See 4.2."]
 
 
 def test_the_page_numbers_a_manual_prints_are_read_from_its_page_labels(tmp_path: Path) -> None:

@@ -1,13 +1,11 @@
-"""The build keeps working: failed files tried again, unchanged files not read, parsers' work kept, and the
-pipelined build (a parser thread feeding the embedder) equal to the sequential one, cancellable, and failing
-cleanly. Real PDFs and PyMuPDF; the hashing embedder, so no model loads."""
+"""The build keeps working: failed files tried again, unchanged files not read, parsers' work kept.
+Real PDFs and PyMuPDF; the hashing embedder, so no model loads."""
 
 from __future__ import annotations
 
 import importlib
 import json
 import os
-import threading
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -15,13 +13,12 @@ from pathlib import Path
 import pytest
 
 from crag.config import Settings, load_settings
-from crag.errors import BuildCancelled
 from crag.ingest import sync
 from crag.ingest.base import Parser
 from crag.ingest.chunking import Chunker
 from crag.ingest.pymupdf import PyMuPDFParser
 from crag.store import Store
-from crag.types import FileResult, ParsedPDF, Progress
+from crag.types import FileResult, ParsedPDF
 from tests.fakes import HashEmbedder
 from tests.pdfs import encrypted_pdf, manual_pdf
 
@@ -180,60 +177,3 @@ def test_files_another_parser_made_are_kept_until_a_better_one_is_back(kb: Setti
     back = sync(kb, embedder, parser=mineru)
     assert statuses(back) == {"gadget.pdf": "unchanged", "new.pdf": "indexed", "widget.pdf": "unchanged"}
     assert {m.parser for m in Store(kb.chroma_dir).manifest()} == {"mineru"}
-
-
-# ---------------------------------------------------------------------------------------------
-# The pipelined build
-
-
-def index_of(settings: Settings) -> list[tuple]:
-    reader = Store(settings.chroma_dir).reader()
-    vectors = reader.vectors([c.id for c in reader.chunks])
-    return [
-        (c.id, c.text, c.section, c.pages, c.parser, [round(x, 6) for x in v])
-        for c, v in zip(reader.chunks, vectors, strict=True)
-    ]
-
-
-def test_pipelined_and_sequential_builds_make_the_same_index(kb: Settings, tmp_path: Path) -> None:
-    encrypted_pdf(kb.files_dir / "locked.pdf")
-    other = kb.model_copy(update={"chroma_dir": tmp_path / "db2"})
-    events: list[Progress] = []
-    piped = sync(kb, HashEmbedder(), rebuild=True, on_progress=events.append, pipelined=True)
-    plain = sync(other, HashEmbedder(), rebuild=True, pipelined=False)
-    assert index_of(kb) == index_of(other)
-    same = [replace(f, seconds=0.0, mtime_ns=0) for f in piped.files]
-    assert same == [replace(f, seconds=0.0, mtime_ns=0) for f in plain.files]
-    fractions = [e.fraction for e in events]
-    assert fractions == sorted(fractions), "the bar only moves forward"
-    assert [e.stage for e in events][-2:] == ["writing", "done"]
-    assert {(e.file, e.page, e.page_count) for e in events if e.stage == "parsing"} >= {("gadget.pdf", 3, 3)}
-    assert set(piped.stage_seconds) >= {"parse", "chunk", "embed", "write"}
-
-
-def test_cancelling_a_pipelined_build_keeps_the_index(kb: Settings) -> None:
-    embedder = HashEmbedder()
-    first = sync(kb, embedder)
-    for n in range(3):
-        manual_pdf(kb.files_dir / f"extra-{n}.pdf", topic=f"gizmo{n}", pages=3)
-
-    def cancel(p: Progress) -> None:  # called from the parser thread: the build must stop all the same
-        if p.stage == "parsing" and p.file == "extra-1.pdf" and p.page == 2:
-            raise BuildCancelled("cancelled")
-
-    with pytest.raises(BuildCancelled):
-        sync(kb, embedder, on_progress=cancel, pipelined=True)
-    assert Store(kb.chroma_dir).active().id == first.generation
-    assert not [t for t in threading.enumerate() if t.name == "crag-parse"], "the parser thread is gone"
-    assert set(statuses(sync(kb, embedder)).values()) <= {"unchanged", "indexed"}
-
-
-def test_a_bug_in_the_parser_thread_reaches_the_caller(kb: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(p: Progress) -> None:
-        if p.stage == "parsing" and p.file == "widget.pdf":
-            raise ZeroDivisionError("progress bug")
-
-    with pytest.raises(ZeroDivisionError, match="progress bug"):
-        sync(kb, HashEmbedder(), on_progress=broken, pipelined=True)
-    assert Store(kb.chroma_dir).active() is None
-    assert not [t for t in threading.enumerate() if t.name == "crag-parse"]

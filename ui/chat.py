@@ -18,7 +18,7 @@ from crag.config import Settings
 from crag.conversations import Conversations, Message, title_of
 from crag.errors import CragError
 from crag.text import clean_question
-from crag.types import AnswerKind
+from crag.types import Answer, AnswerKind
 from ui import answer as answer_ui
 from ui import state
 from ui.text import md_escape, safe_stream, stage_label, stopped
@@ -97,62 +97,84 @@ def ask(
 
     with st.chat_message("assistant"):
         reply = store.add(chat, "assistant", "", complete=False)
-        status = st.status("Thinking…", expanded=False)
-        started = time.perf_counter()
-        steps: list[tuple[str, float, DeltaGenerator]] = []  # each stage, when it began, its line
-
-        def took() -> None:  # the stage that ends now says how long it took: "Grading the passages · 0.4 s"
-            if steps:
-                label, began, line = steps[-1]
-                line.caption(f"{label} · {time.perf_counter() - began:.1f} s")
-
-        def on_step(stage: str) -> None:
-            took()
-            label = stage_label(stage)
-            status.update(label=f"{label}…")
-            steps.append((label, time.perf_counter(), status.empty()))
-            steps[-1][2].caption(f"{label}…")
-
-        stream = pipeline.stream(question, history=history, on_step=on_step, **options)
+        stages = Stages()
+        stream = pipeline.stream(question, history=history, on_step=stages.on_step, **options)
         stored = False
         try:
-            error = ""
-            try:
-                if pipeline.answer_kind(options.get("answer_mode")) is AnswerKind.EVIDENCE:
-                    for _ in saving(stream, store, reply):  # quotes come whole, at once: set them as quotes
-                        pass
-                    answer_ui.text(stream.text, stream.answer.kind)
-                else:
-                    st.write_stream(safe_stream(saving(stream, store, reply)))
-            except CragError as exc:
-                error = str(exc)
-            except Exception as exc:  # noqa: BLE001 - a failing model must not take the page or the history down
-                error = (
-                    f"The answer stopped ({type(exc).__name__}: {md_escape(str(exc))}). "
-                    f"Check the model server ({pipeline.backend.name} · {pipeline.backend.model}), then ask again."
-                )
-
-            took()
+            error = show(stream, pipeline, options.get("answer_mode"), store, reply)
             answer = stream.answer if not error else None
+            stages.done(answer, error)
             if answer is None:
-                status.update(label="Stopped", state="error")
-                st.error(error)
                 store.update(reply, stream.text, None, complete=False, error=error)
-                stored = True
-                return
-            if answer.complete:
-                status.update(label=f"Answered in {time.perf_counter() - started:.1f} s", state="complete")
             else:
-                status.update(label="Stopped before the end", state="error")
-            store.update(reply, answer.text, answer, complete=answer.complete, error=answer.error)
+                store.update(reply, answer.text, answer, complete=answer.complete, error=answer.error)
             stored = True
-            answer_ui.render(answer, question, settings.files_dir, key=reply)
+            if answer is not None:
+                answer_ui.render(answer, question, settings.files_dir, key=reply)
         finally:
             # The stop button, or a click elsewhere, ends this run inside the stream (Streamlit raises a
             # BaseException): the model's stream ends now, and what was said so far is kept, marked incomplete.
             stream.close()
             if not stored:
                 store.update(reply, stream.text, None, complete=False, error=stopped(question))
+
+
+class Stages:
+    """The answer's status box: a line per stage, which says how long the stage took when it ends
+    ("Grading the passages · 0.4 s"), and the outcome on the box's label."""
+
+    def __init__(self) -> None:
+        self.status = st.status("Thinking…", expanded=False)
+        self.started = time.perf_counter()
+        self.lines: list[tuple[str, float, DeltaGenerator]] = []  # each stage, when it began, its line
+
+    def end_stage(self) -> None:
+        if self.lines:
+            label, began, line = self.lines[-1]
+            line.caption(f"{label} · {time.perf_counter() - began:.1f} s")
+
+    def on_step(self, stage: str) -> None:
+        self.end_stage()
+        label = stage_label(stage)
+        self.status.update(label=f"{label}…")
+        self.lines.append((label, time.perf_counter(), self.status.empty()))
+        self.lines[-1][2].caption(f"{label}…")
+
+    def done(self, answer: Answer | None, error: str) -> None:
+        """The last stage ends; the box says how the answer ended, and an answer that failed says why."""
+        self.end_stage()
+        if answer is None:
+            self.status.update(label="Stopped", state="error")
+            st.error(error)
+        elif answer.complete:
+            self.status.update(label=f"Answered in {time.perf_counter() - self.started:.1f} s", state="complete")
+        else:
+            self.status.update(label="Stopped before the end", state="error")
+
+
+def show(
+    stream: crag.pipeline.AnswerStream,
+    pipeline: crag.pipeline.Pipeline,
+    answer_mode: str | None,
+    store: Conversations,
+    reply: int,
+) -> str:
+    """The answer on the page as it is made, saved as it goes; what stopped it, or "" when nothing did."""
+    try:
+        if pipeline.answer_kind(answer_mode) is AnswerKind.EVIDENCE:
+            for _ in saving(stream, store, reply):  # quotes come whole, at once: set them as quotes
+                pass
+            answer_ui.text(stream.text, stream.answer.kind)
+        else:
+            st.write_stream(safe_stream(saving(stream, store, reply)))
+    except CragError as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001 - a failing model must not take the page or the history down
+        return (
+            f"The answer stopped ({type(exc).__name__}: {md_escape(str(exc))}). "
+            f"Check the model server ({pipeline.backend.name} · {pipeline.backend.model}), then ask again."
+        )
+    return ""
 
 
 def saving(stream: crag.pipeline.AnswerStream, store: Conversations, reply: int) -> Iterator[str]:

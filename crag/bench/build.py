@@ -1,10 +1,9 @@
-"""Build speed, in one run on the benchmark corpus: the app's path vs the CLI's, and sequential vs pipelined.
+"""Build speed, in one run on the benchmark corpus: the app's path vs the CLI's, and OCR.
 
     .venv/bin/python -m crag.bench.build [--out bench/results] [--ocr-pages 12]
 
-- cli: the build as ``python -m crag index`` runs it (``sync`` on this thread; sequential, the default);
+- cli: the build as ``python -m crag index`` runs it (``sync`` on this thread);
 - app: the same build through the background job runner the app and the API use (``jobs.Builds``);
-- pipelined: ``sync(pipelined=True)``, a parser thread feeding the embedder (see ``ingest.build``);
 - OCR: pages/s of the offline OCR on pages rendered to images (English and Chinese corpus pages).
 
 Absolute times drift on shared machines, so the report gives ratios of builds measured in this one process.
@@ -43,9 +42,9 @@ def _retrieval(settings: Settings, embedder: Embedder) -> dict[str, Any]:
     return by_kind(asked, ranks)
 
 
-def _timed_sync(settings: Settings, embedder: Embedder, pipelined: bool) -> dict[str, Any]:
+def _timed_sync(settings: Settings, embedder: Embedder) -> dict[str, Any]:
     start = time.perf_counter()
-    report = sync(settings, embedder, rebuild=True, pipelined=pipelined)
+    report = sync(settings, embedder, rebuild=True)
     seconds = time.perf_counter() - start
     pages = sum(f.pages for f in report.files if f.status == "indexed")
     return {
@@ -100,20 +99,17 @@ def run(out: Path, ocr_pages: int) -> dict[str, Any]:
         base = load_settings(files_dir=files, chroma_dir=Path(tmp) / "db", parser="pymupdf", ocr="off")
         embedder = build_embedder(base)
         embedder.embed_documents(["warm up the model"])
-        for mode in ("cli", "app", "pipelined"):
+        for mode in ("cli", "app"):
             settings = base.model_copy(update={"chroma_dir": Path(tmp) / f"db-{mode}"})
             if mode == "app":
                 results["builds"][mode] = _timed_job(settings, embedder)
             else:
-                results["builds"][mode] = _timed_sync(settings, embedder, pipelined=mode == "pipelined")
+                results["builds"][mode] = _timed_sync(settings, embedder)
             results["retrieval"][mode] = _retrieval(settings, embedder)["same-language"]
             print(mode, json.dumps(results["builds"][mode]), flush=True)
         results["ocr"] = _ocr(pdfs, ocr_pages)
     b = results["builds"]
-    results["ratios"] = {
-        "speedup_pipelined_over_sequential": round(b["cli"]["seconds"] / b["pipelined"]["seconds"], 2),
-        "app_over_cli": round(b["app"]["seconds"] / b["cli"]["seconds"], 2),
-    }
+    results["ratios"] = {"app_over_cli": round(b["app"]["seconds"] / b["cli"]["seconds"], 2)}
     out.mkdir(parents=True, exist_ok=True)
     (out / "build.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     return results

@@ -81,85 +81,97 @@ def page_texts(paths: dict[str, Path]) -> dict[str, list[str]]:
 
 def check(rows: list[dict], texts: dict[str, list[str]], counts: bool = True) -> list[str]:
     """Every problem found, one line each; an empty list means the set is sound."""
-    problems: list[str] = []
-
-    def bad(qid: str, message: str) -> None:
-        problems.append(f"{qid}: {message}")
-
     seen: Counter[str] = Counter(str(r.get("id")) for r in rows)
-    problems += [f"{qid}: duplicate id ({n} lines)" for qid, n in seen.items() if n > 1]
-
-    normalised = {name: {lang: [norm(t, lang) for t in pages] for lang in LANGS} for name, pages in texts.items()}
-    squashed = {name: [squash(t) for t in pages] for name, pages in texts.items()}
-
+    problems = [f"{qid}: duplicate id ({n} lines)" for qid, n in seen.items() if n > 1]
+    corpus = Corpus(texts)
     for r in rows:
-        qid = str(r.get("id"))
-        missing = [k for k in KEYS if k not in r]
-        extra = [k for k in r if k not in KEYS]
-        if missing or extra:
-            bad(qid, f"fields missing {missing}, unknown {extra}")
-            continue
-        lang, kind, split = r["lang"], r["kind"], r["split"]
-        if lang not in LANGS or kind not in KINDS or split not in SPLITS:
-            bad(qid, f"lang/kind/split must be in {LANGS}/{KINDS}/{SPLITS}, not {lang}/{kind}/{split}")
-            continue
-        if not isinstance(r["question"], str) or not r["question"].strip():
-            bad(qid, "empty question")
-        mc = r["must_contain"]
-        if r["in_kb"] is True:
-            name = r["file"]
-            if name not in CORPUS:
-                bad(qid, f"file {name!r} is not in the corpus")
-                continue
-            doc = CORPUS[name]
-            pages = r["pages"]
-            if not pages or any(not isinstance(p, int) or not 1 <= p <= len(texts[name]) for p in pages):
-                bad(qid, f"pages {pages} not within 1..{len(texts[name])} of {name}")
-                continue
-            want_kind = "cross" if lang != doc.lang else lang
-            if kind != want_kind:
-                bad(qid, f"kind is {kind!r}, but a {lang} question on a {doc.lang} document is {want_kind!r}")
-            if split != doc.split:
-                bad(qid, f"split is {split!r}, but {name} is a {doc.split} document")
-            if r["near_miss"] is not False or r["missing_term"] is not None:
-                bad(qid, "an in-KB question has near_miss false and missing_term null")
-            if not isinstance(mc, list) or not 1 <= len(mc) <= 3 or not all(isinstance(s, str) and s for s in mc):
-                bad(qid, f"must_contain must list 1 to 3 strings, not {mc!r}")
-                continue
-            for s in mc:
-                target = norm(s, doc.lang)
-                if not any(target in normalised[name][doc.lang][p - 1] for p in pages):
-                    bad(qid, f"must_contain {s!r} is not on page(s) {pages} of {name}")
-        elif r["in_kb"] is False:
-            if r["file"] is not None or r["pages"] != [] or mc != []:
-                bad(qid, "an out-of-scope question has file null, pages [] and must_contain []")
-            if kind != lang:
-                bad(qid, f"an out-of-scope question's kind is its lang ({lang!r}), not {kind!r}")
-            term = r["missing_term"]
-            if r["near_miss"] is True:
-                if not isinstance(term, str) or not term.strip():
-                    bad(qid, "a near-miss names its missing_term")
-                    continue
-                if term not in r["question"]:
-                    bad(qid, f"missing_term {term!r} is not written in the question")
-                hits = [
-                    f"{name} p{i + 1}"
-                    for name in texts
-                    for i in range(len(texts[name]))
-                    if norm(term, "en") in normalised[name]["en"][i]
-                    or norm(term, "zh") in normalised[name]["zh"][i]
-                    or (squash(term) and squash(term) in squashed[name][i])
-                ]
-                if hits:
-                    bad(qid, f"missing_term {term!r} does occur in the corpus: {', '.join(hits[:5])}")
-            elif r["near_miss"] is False:
-                if term is not None:
-                    bad(qid, "missing_term is null unless near_miss is true")
-            else:
-                bad(qid, f"near_miss must be true or false, not {r['near_miss']!r}")
-        else:
-            bad(qid, f"in_kb must be true or false, not {r['in_kb']!r}")
+        problems += [f"{r.get('id')!s}: {message}" for message in row_problems(r, corpus)]
     return problems + (check_counts(rows) if counts else [])
+
+
+class Corpus:
+    """The corpus' page texts, normalised for each language and squashed, to look strings up in."""
+
+    def __init__(self, texts: dict[str, list[str]]) -> None:
+        self.texts = texts
+        self.normalised = {
+            name: {lang: [norm(t, lang) for t in pages] for lang in LANGS} for name, pages in texts.items()
+        }
+        self.squashed = {name: [squash(t) for t in pages] for name, pages in texts.items()}
+
+    def occurrences(self, term: str) -> list[str]:
+        """Where a term occurs, as "file pN": in either language's normalisation, or squashed."""
+        return [
+            f"{name} p{i + 1}"
+            for name in self.texts
+            for i in range(len(self.texts[name]))
+            if norm(term, "en") in self.normalised[name]["en"][i]
+            or norm(term, "zh") in self.normalised[name]["zh"][i]
+            or (squash(term) and squash(term) in self.squashed[name][i])
+        ]
+
+
+def row_problems(r: dict, corpus: Corpus) -> list[str]:
+    """The problems of one line of the set."""
+    missing = [k for k in KEYS if k not in r]
+    extra = [k for k in r if k not in KEYS]
+    if missing or extra:
+        return [f"fields missing {missing}, unknown {extra}"]
+    lang, kind, split = r["lang"], r["kind"], r["split"]
+    if lang not in LANGS or kind not in KINDS or split not in SPLITS:
+        return [f"lang/kind/split must be in {LANGS}/{KINDS}/{SPLITS}, not {lang}/{kind}/{split}"]
+    problems = [] if isinstance(r["question"], str) and r["question"].strip() else ["empty question"]
+    if r["in_kb"] is True:
+        return problems + in_kb_problems(r, corpus)
+    if r["in_kb"] is False:
+        return problems + out_of_scope_problems(r, corpus)
+    return [*problems, f"in_kb must be true or false, not {r['in_kb']!r}"]
+
+
+def in_kb_problems(r: dict, corpus: Corpus) -> list[str]:
+    lang, kind, split, mc, name, pages = r["lang"], r["kind"], r["split"], r["must_contain"], r["file"], r["pages"]
+    if name not in CORPUS:
+        return [f"file {name!r} is not in the corpus"]
+    doc, count = CORPUS[name], len(corpus.texts[name])
+    if not pages or any(not isinstance(p, int) or not 1 <= p <= count for p in pages):
+        return [f"pages {pages} not within 1..{count} of {name}"]
+    problems = []
+    want_kind = "cross" if lang != doc.lang else lang
+    if kind != want_kind:
+        problems.append(f"kind is {kind!r}, but a {lang} question on a {doc.lang} document is {want_kind!r}")
+    if split != doc.split:
+        problems.append(f"split is {split!r}, but {name} is a {doc.split} document")
+    if r["near_miss"] is not False or r["missing_term"] is not None:
+        problems.append("an in-KB question has near_miss false and missing_term null")
+    if not isinstance(mc, list) or not 1 <= len(mc) <= 3 or not all(isinstance(s, str) and s for s in mc):
+        return [*problems, f"must_contain must list 1 to 3 strings, not {mc!r}"]
+    for s in mc:
+        target = norm(s, doc.lang)
+        if not any(target in corpus.normalised[name][doc.lang][p - 1] for p in pages):
+            problems.append(f"must_contain {s!r} is not on page(s) {pages} of {name}")
+    return problems
+
+
+def out_of_scope_problems(r: dict, corpus: Corpus) -> list[str]:
+    problems = []
+    if r["file"] is not None or r["pages"] != [] or r["must_contain"] != []:
+        problems.append("an out-of-scope question has file null, pages [] and must_contain []")
+    if r["kind"] != r["lang"]:
+        problems.append(f"an out-of-scope question's kind is its lang ({r['lang']!r}), not {r['kind']!r}")
+    term = r["missing_term"]
+    if r["near_miss"] is True:
+        if not isinstance(term, str) or not term.strip():
+            return [*problems, "a near-miss names its missing_term"]
+        if term not in r["question"]:
+            problems.append(f"missing_term {term!r} is not written in the question")
+        if hits := corpus.occurrences(term):
+            problems.append(f"missing_term {term!r} does occur in the corpus: {', '.join(hits[:5])}")
+    elif r["near_miss"] is False:
+        if term is not None:
+            problems.append("missing_term is null unless near_miss is true")
+    else:
+        problems.append(f"near_miss must be true or false, not {r['near_miss']!r}")
+    return problems
 
 
 def check_counts(rows: list[dict]) -> list[str]:

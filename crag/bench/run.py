@@ -188,10 +188,13 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
 
 
 def report(r: dict) -> str:
-    m, ing, cost_ = r["machine"], r["ingestion"], r["cost"]
-    modes = r["retrieval"]["modes"]
-    kinds = ["en", "zh", "same-language", "cross"]
-    parts = [
+    parts = [*_heading(r), *_cost(r), *_retrieval(r), *_ingestion(r), *_scaling(r), *_answers(r)]
+    return "\n".join(parts) + "\n"
+
+
+def _heading(r: dict) -> list[str]:
+    m = r["machine"]
+    return [
         "# CRAG knowledge base: benchmark report",
         "",
         f"Machine: {m['platform']}, {m['cpus']} CPUs, Python {m['python']}; run {m['date']}"
@@ -203,6 +206,12 @@ def report(r: dict) -> str:
         f"{r['retrieval']['ingest']['pages']} pages, {r['retrieval']['ingest']['chunks']} chunks; "
         f"{r['retrieval']['questions']['in_kb']} in-KB questions from crag/bench/questions.jsonl.",
         "",
+    ]
+
+
+def _cost(r: dict) -> list[str]:
+    cost_ = r["cost"]
+    return [
         "## CRAG cost: ours against a seed-style baseline",
         "",
         "Same retriever, index and model in one run. The baseline grades each of the k=5 chunks with its own LLM "
@@ -231,6 +240,13 @@ def report(r: dict) -> str:
         "",
         "![cost](cost.png)",
         "",
+    ]
+
+
+def _retrieval(r: dict) -> list[str]:
+    modes = r["retrieval"]["modes"]
+    kinds = ["en", "zh", "same-language", "cross"]
+    return [
         "## Retrieval quality",
         "",
         "hit@5: the expected file and page is among the top 5 chunks; MRR@10: mean reciprocal rank of the first "
@@ -244,6 +260,12 @@ def report(r: dict) -> str:
         "",
         "![retrieval](retrieval.png)",
         "",
+    ]
+
+
+def _ingestion(r: dict) -> list[str]:
+    ing = r["ingestion"]
+    return [
         "## Ingestion",
         "",
         _table(
@@ -262,6 +284,11 @@ def report(r: dict) -> str:
         f"Stage seconds of the full build: {ing['stage_seconds']}. MinerU was not measured (no server here). "
         f"Peak memory of the benchmark process (max RSS): {r['peak_memory_mb']} MB.",
         "",
+    ]
+
+
+def _scaling(r: dict) -> list[str]:
+    return [
         "## Query latency as the index grows",
         "",
         "The corpus' chunks copied n times (vectors reused); hybrid retrieval of k=5 including the query "
@@ -274,6 +301,38 @@ def report(r: dict) -> str:
         "",
         "![scaling](scaling.png)",
         "",
+    ]
+
+
+def _answers(r: dict) -> list[str]:
+    header = [
+        "split",
+        "in-KB",
+        "key fact",
+        "in-KB Incorrect",
+        "out-of-scope",
+        "out-of-scope Incorrect",
+        "out-of-scope Correct",
+        "citation problems",
+        "first token, median (s)",
+    ]
+    rows = [
+        [
+            split,
+            a["in_kb"]["n"],
+            a["in_kb"]["key_fact"],
+            a["in_kb"]["incorrect"],
+            a["out_of_scope"]["n"],
+            a["out_of_scope"]["incorrect"],
+            a["out_of_scope"]["correct"],
+            a["answers_with_citation_problems"],
+            a["median_first_token_s_correct"],
+        ]
+        for split, a in r["answers"].items()
+        if split != "injection_filter"
+    ]
+    injection = r["answers"]["injection_filter"]
+    return [
         "## Answer quality (evidence answers, web search off)",
         "",
         "Per split of the question set: thresholds and constants were chosen on dev; test documents and "
@@ -281,41 +340,13 @@ def report(r: dict) -> str:
         "a `must_contain` string of the question is in the answer. Citation problems: a cited number that is "
         "no source, or a quoted sentence not in the source it cites.",
         "",
-        _table(
-            [
-                "split",
-                "in-KB",
-                "key fact",
-                "in-KB Incorrect",
-                "out-of-scope",
-                "out-of-scope Incorrect",
-                "out-of-scope Correct",
-                "citation problems",
-                "first token, median (s)",
-            ],
-            [
-                [
-                    split,
-                    a["in_kb"]["n"],
-                    a["in_kb"]["key_fact"],
-                    a["in_kb"]["incorrect"],
-                    a["out_of_scope"]["n"],
-                    a["out_of_scope"]["incorrect"],
-                    a["out_of_scope"]["correct"],
-                    a["answers_with_citation_problems"],
-                    a["median_first_token_s_correct"],
-                ]
-                for split, a in r["answers"].items()
-                if split != "injection_filter"
-            ],
-        ),
+        _table(header, rows),
         "",
-        f"Prompt-injection filter on the corpus: {r['answers']['injection_filter']['sentences']} sentences, "
-        f"{r['answers']['injection_filter']['dropped_with_pdf_rules']} dropped with the PDF rules, "
-        f"{r['answers']['injection_filter']['dropped_with_web_rules']} with the web rules.",
+        f"Prompt-injection filter on the corpus: {injection['sentences']} sentences, "
+        f"{injection['dropped_with_pdf_rules']} dropped with the PDF rules, "
+        f"{injection['dropped_with_web_rules']} with the web rules.",
         "",
     ]
-    return "\n".join(parts) + "\n"
 
 
 def summary(r: dict) -> str:

@@ -146,7 +146,7 @@ def _label(parser: Parser) -> str:
     return {"pymupdf": "PyMuPDF", "mineru": "MinerU"}.get(parser.name, parser.name)
 
 
-def _models_url(url: str) -> str:
+def models_url(url: str) -> str:
     """The models URL the http-client backend queries, built by its rules ("" for a non-http URL).
 
     A trailing ``/vN`` names the API version; otherwise only scheme and host count unless the
@@ -168,11 +168,11 @@ def mineru_reachable(url: str, timeout: float = 2.0) -> bool:
     # urllib, not httpx: each third-party library is imported by one module of crag, and httpx's is models/ollama.py.
     api_key = os.getenv("MINERU_VL_API_KEY", "").strip()  # the client sends it, so the probe must too
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    models_url = _models_url(url)
-    if not models_url:
+    endpoint = models_url(url)
+    if not endpoint:
         return False
     try:
-        with urllib.request.urlopen(urllib.request.Request(models_url, headers=headers), timeout=timeout) as resp:
+        with urllib.request.urlopen(urllib.request.Request(endpoint, headers=headers), timeout=timeout) as resp:
             return resp.status == 200 and bool(json.load(resp).get("data"))
     except (OSError, ValueError, AttributeError):  # refused, HTTP errors and timeouts are OSErrors
         return False

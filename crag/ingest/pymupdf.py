@@ -251,7 +251,7 @@ def _join_spans(spans: Sequence[dict], marks: Collection[str] = ()) -> str:
     return " ".join(out.split())
 
 
-def _box_text(box: document_layout.LayoutBox, marks: Collection[str] = ()) -> str:
+def box_text(box: document_layout.LayoutBox, marks: Collection[str] = ()) -> str:
     if box.boxclass == "table" and box.table:
         return clean(box.table.get("markdown") or "").strip()
     if box.boxclass == "code":
@@ -263,17 +263,17 @@ def _box_text(box: document_layout.LayoutBox, marks: Collection[str] = ()) -> st
 SUPERSCRIPT, MONOSPACED, BOLD = 1, 8, 16  # PyMuPDF's span flags
 
 
-def _note_marks(boxes: Sequence[document_layout.LayoutBox]) -> set[str]:
+def note_marks(boxes: Sequence[document_layout.LayoutBox]) -> set[str]:
     """The marks that the page's footnotes open with: only those are footnote marks in its text, not every raised
     number (x², 10⁶)."""
-    return {m.group(1) for box in boxes if box.boxclass == "footnote" and (m := NOTE_MARK.match(_box_text(box)))}
+    return {m.group(1) for box in boxes if box.boxclass == "footnote" and (m := NOTE_MARK.match(box_text(box)))}
 
 
 def _spans(box: document_layout.LayoutBox) -> list[dict]:
     return [span for line in box.textlines or [] for span in line["spans"] if span["text"].strip()]
 
 
-def _body_style(boxes: Sequence[document_layout.LayoutBox]) -> tuple[set[str], float] | None:
+def body_style(boxes: Sequence[document_layout.LayoutBox]) -> tuple[set[str], float] | None:
     """The fonts of the page's running text, and its most common size (by characters)."""
     spans = [span for box in boxes if box.boxclass == "text" for span in _spans(box)]
     if not spans:
@@ -284,7 +284,7 @@ def _body_style(boxes: Sequence[document_layout.LayoutBox]) -> tuple[set[str], f
     return {span["font"] for span in spans}, max(sizes, key=sizes.__getitem__)
 
 
-def _false_heading(box: document_layout.LayoutBox, body: tuple[set[str], float] | None) -> bool:
+def false_heading(box: document_layout.LayoutBox, body: tuple[set[str], float] | None) -> bool:
     """A line the layout model calls a heading that is not one, and whose words would be lost to the section
     path: a command displayed in a monospaced font ("./configure --prefix=/where/you/want/R/to/go", "make
     install-pdf"), or a line set exactly as the running text ("or", "然后执行") that introduces what follows."""
@@ -302,9 +302,9 @@ def _false_heading(box: document_layout.LayoutBox, body: tuple[set[str], float] 
 def _block(
     box: document_layout.LayoutBox, text: str, page: int, order: int, width: float, body: tuple[set[str], float] | None
 ) -> Block:
-    if _in_margin(box, text, width):
+    if in_margin(box, text, width):
         kind = "header"
-    elif _false_heading(box, body):
+    elif false_heading(box, body):
         kind = "text"
     else:
         kind = BOX_TYPES.get(box.boxclass, "text")
@@ -318,10 +318,10 @@ def _block(
     )
 
 
-def _in_margin(box: document_layout.LayoutBox, text: str, page_width: float) -> bool:
+def in_margin(box: document_layout.LayoutBox, text: str, page_width: float) -> bool:
     """A text box wholly in the outer margin that says something (a code brace set far left is no note)."""
-    in_margin = box.x0 >= (1 - MARGIN) * page_width or box.x1 <= MARGIN * page_width
-    return in_margin and box.boxclass in ("text", "footnote") and sum(c.isalnum() for c in text) >= 2
+    at_edge = box.x0 >= (1 - MARGIN) * page_width or box.x1 <= MARGIN * page_width
+    return at_edge and box.boxclass in ("text", "footnote") and sum(c.isalnum() for c in text) >= 2
 
 
 class PyMuPDFParser(Parser):
@@ -384,11 +384,11 @@ class PyMuPDFParser(Parser):
             return None
         width = doc[number - 1].rect.width
         boxes = [box for page_layout in layout.pages for box in page_layout.boxes]
-        body, marks = _body_style(boxes), _note_marks(boxes)
+        body, marks = body_style(boxes), note_marks(boxes)
         return [
             _block(box, text, number, i, width, body)
             for i, box in enumerate(boxes)
-            if (text := _box_text(box, marks)) or box.boxclass == "picture"
+            if (text := box_text(box, marks)) or box.boxclass == "picture"
         ]
 
     def _no_text(self, number: int) -> str:

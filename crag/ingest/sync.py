@@ -117,12 +117,8 @@ def sync(
     rebuild: bool = False,
     parser: Parser | None = None,
     on_progress: OnProgress | None = None,
-    pipelined: bool = False,
 ) -> SyncReport:
-    """Bring the index in line with the files folder. Raises ``BuildInProgress`` if a build runs.
-
-    ``pipelined=True`` parses the next pages on a thread while the previous chunks embed (see
-    ``ingest.build``); the benchmark measures both orders in one run."""
+    """Bring the index in line with the files folder. Raises ``BuildInProgress`` if a build runs."""
     started = time.perf_counter()
     report = on_progress or (lambda p: None)
     store = open_store(settings)
@@ -172,7 +168,7 @@ def sync(
         current = {r.file for r in results} | {c.file for c in carried} | {p.name for p in plan}
         removed = [FileResult(f, "removed") for f in old_by_file if f not in current]
         staging = _Staging(store, embedder, chunking, previous[0] if previous else None, carried)
-        built = index_files(plan, parser, embedder, staging.add, settings, report, pipelined)
+        built = index_files(plan, parser, embedder, staging.add, settings, report)
         results += built.results
         changed = {p.name for p in plan} - retried
         if previous and staging.writer is None and not (rebuild or removed or changed):

@@ -1,0 +1,61 @@
+"""What each step of the CRAG run hands the next (see ``crag.pipeline``), and the action trigger."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from crag.types import Action, ScoredChunk, Strip, TermCheck, WebResult
+
+
+@dataclass(frozen=True)
+class Condensed:
+    question: str  # what is graded and answered: the question, or the model's standalone rewrite of it
+    queries: tuple[str, ...]  # what is retrieved; several are fused
+    with_history: str = ""  # the question with the conversation's words, for when it is not answered alone
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    graded: tuple[ScoredChunk, ...]
+    terms: TermCheck
+    web_query: str = ""  # an LLM grader writes it on the way
+
+    @property
+    def best(self) -> float:
+        return max((g.score for g in self.graded), default=-1.0)
+
+    def mean(self, other: Evaluation) -> Evaluation:
+        """Each passage graded as the mean of two readings of a follow-up: alone, by what it adds ("删除" in
+        "那怎么删除呢？"), and with the question it goes on from (installing a package with tlmgr)."""
+        scores = [round((a.score + b.score) / 2, 4) for a, b in zip(self.graded, other.graded, strict=True)]
+        return replace(other, graded=tuple(replace(g, score=s) for g, s in zip(other.graded, scores, strict=True)))
+
+
+@dataclass(frozen=True)
+class WebKnowledge:
+    query: str = ""
+    results: tuple[WebResult, ...] = ()
+    error: str = ""
+    strips: tuple[Strip, ...] = ()
+
+
+@dataclass(frozen=True)
+class Knowledge:
+    """What the steps before generation found: the question answered, its grades, the action, the strips."""
+
+    question: str  # the question as graded and answered: as asked, rewritten, or read with its history
+    evaluation: Evaluation
+    action: Action
+    strips: tuple[Strip, ...]  # local and web, kept and dropped
+    web: WebKnowledge
+
+
+def decide_action(scores: Sequence[float], upper: float, lower: float) -> Action:
+    """The official code's ``process_flag``: any score >= upper -> Correct; else any >= lower -> Ambiguous."""
+    if any(s >= upper for s in scores):
+        return Action.CORRECT
+    if any(s >= lower for s in scores):
+        return Action.AMBIGUOUS
+    return Action.INCORRECT
