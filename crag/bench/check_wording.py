@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+import Stemmer
+
 from crag.bench.check_questions import KEYS, LANGS, norm, page_texts, squash
 from crag.bench.corpus import CORPUS, default_cache_dir, fetch_corpus
 
@@ -69,8 +71,6 @@ class Document:
 
 
 def _stem(words: list[str]) -> list[str]:
-    import Stemmer
-
     return Stemmer.Stemmer("english").stemWords(words)
 
 
@@ -79,7 +79,8 @@ def gap_hits(gap: str, doc: Document) -> str | None:
 
     An English word is used when a word of the document has its Snowball stem, or when its letters and digits occur
     anywhere in the document's letters and digits (inside a longer word too); a phrase (anything with a space, a
-    slash, a hyphen...) when its letters and digits occur so. Chinese is looked for with all whitespace removed.
+    slash, a hyphen...) when its letters and digits occur so. A gap with Chinese characters is looked for in the
+    text with all whitespace removed; a Latin gap in a Chinese document ("VM") is an English word or phrase.
     """
     if doc.lang == "zh" and re.search(r"[^\x00-\x7f]", gap):
         target = norm(gap, "zh")
