@@ -151,8 +151,9 @@ UNFINISHED = re.compile(rf"\b(?:{'|'.join(sorted(EN_STOP))})\s*$", re.IGNORECASE
 
 def aside(sentence: str, question: str) -> str:
     """The kind of aside a sentence is (``licence``, ``contact``, ``version``), or "" when it is none or the question
-    asks for that kind."""
-    return next((a.name for a in ASIDES if a.found.search(sentence) and not a.asked.search(question)), "")
+    asks for what it is (a copyright line is also a date line)."""
+    kinds = [a for a in ASIDES if a.found.search(sentence)]
+    return "" if any(a.asked.search(question) for a in kinds) else next((a.name for a in kinds), "")
 
 
 def cut_short(sentence: str) -> bool:

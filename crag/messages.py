@@ -27,8 +27,7 @@ def no_answer_message(
             "`python -m crag index`), or wait for the build in progress to finish."
         )
     elif terms.unknown:
-        names = _quoted(terms.unknown, "、" if zh else ", ")
-        local = f"你的文档中没有提到{names}。" if zh else f"Your documents never mention {names}."
+        local = never_mentioned(question, terms.unknown)
     elif action is Action.INCORRECT:
         local = "你的文档中没有找到答案。" if zh else "I could not find this in your documents."
     else:
@@ -48,6 +47,13 @@ def no_answer_message(
             else f"A web search for “{web_query}” found nothing usable."
         )
     return f"{local} {far}" if not zh else local + far
+
+
+def never_mentioned(question: str, terms: Sequence[str]) -> str:
+    """The question's terms that no form of which any passage holds, in the question's language."""
+    if language(question) == "zh":
+        return f"你的文档中没有提到{_quoted(terms, '、')}。"
+    return f"Your documents never mention {_quoted(terms)}."
 
 
 def model_failure_message(backend: BackendInfo, exc: Exception) -> str:
