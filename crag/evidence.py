@@ -5,17 +5,22 @@ The answer is the evidence itself: the best few strips of refinement (a strip is
 quoted verbatim in document order with the number of their source, under a short lead line in the
 question's language. Chinese, English and mixed documents work alike: nothing is translated or rewritten.
 
-Strips are chosen by the score refinement gave them, in the context of their section. Sentence by
-sentence, the best match to a question is often the document restating the problem ("a file exported
-from a spreadsheet drops trailing fields"); the answer is the sentence after it, in the same strip.
+Strips are chosen by the score refinement gave them, in the context of their section, and by whether they hold
+what the question asks for: its own names, or a fact (a number, a command, an identifier). Sentence by sentence,
+the best match to a question is often the document restating the problem ("a file exported from a spreadsheet
+drops trailing fields"); the answer is the sentence after it, in the same strip. A long strip is quoted from the
+sentences that hold the fact, never cut inside a sentence. Page furniture and asides (footnotes, licence text,
+contact lines, version and date lines) are left out unless the question asks for them.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
-from crag.text import ASKS, NOTE, join_sentences, split_sentences, width
+from crag.terms import Vocabulary, is_identifier, mentions, specific_terms
+from crag.text import ASKS, EN_STOP, ENDED, NOTE, content_words, join_sentences, lexical_tokens, split_sentences, width
 from crag.types import Action, Source, Strip
 
 MAX_STRIPS = 6
@@ -24,6 +29,8 @@ MARGIN = 0.5  # a strip within this score of the best one is quoted too
 MIN_WIDTH = 12  # a shorter passage is table debris or page furniture (a Chinese character counts 4)
 HEADING_WIDTH = 160  # a FAQ question shown before its answer's quote: one line, about 40 Chinese characters
 READABLE = 0.5  # the share of a quote's visible characters that must be letters, digits or Han
+QUOTE_WINDOW = 600  # a strip wider than this is quoted from its best run of sentences only
+ANSWER_WEIGHT = 0.2  # how much holding the question's names and a fact lifts a strip among those to quote
 
 LEADS = {
     ("en", "local"): "From your documents:",
@@ -95,18 +102,147 @@ def passages(parts: Sequence[str]) -> list[str]:
     return [text for _, text in headed_passages(parts)]
 
 
-def select(strips: Sequence[Strip]) -> list[Strip]:
-    """The best kept strip and those close to it by score, within the budget, in document order. A strip that
-    says nothing new is left out: neighbouring chunks share their edges, so one sentence may come in two, or
-    one chunk may end in the first half of a sentence that the next holds whole."""
-    ranked = sorted((s for s in strips if s.kept), key=lambda s: -s.score)
+# ---------------------------------------------------------------------------------------------
+# What a quote leaves out, unless the question asks for it
+
+
+@dataclass(frozen=True)
+class Aside:
+    """A kind of sentence that is page furniture or an aside, not an answer: found by ``found``, wanted only when the
+    question matches ``asked``."""
+
+    name: str
+    found: re.Pattern[str]
+    asked: re.Pattern[str]
+
+
+ASIDES = (
+    Aside(
+        "licence",
+        re.compile(
+            r"\blicen[cs]\w*|\bcopyright\b|©|\(c\)\s*\d{4}|permission is (?:hereby )?granted|\bwarrant(?:y|ies)\b"
+            r"|under the terms of|版权|许可证|许可协议|授权|保留所有权利|免责",
+            re.IGNORECASE,
+        ),
+        re.compile(r"licen[cs]|copyright|warrant|legal|distribut|free software|版权|许可|授权|协议|发行", re.I),
+    ),
+    Aside(
+        "contact",
+        re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+|\b(?:e-?mail|tel|phone|fax)\s*:", re.IGNORECASE),
+        re.compile(
+            r"e-?mail|contact|author|maintainer|report|bug|mailing|address|邮件|邮箱|联系|作者|维护者|报告", re.I
+        ),
+    ),
+    Aside(
+        "version",
+        re.compile(
+            r"^(?=.*(?:\b(?:version|release|revision|v)\s*\d|\b\d{4}[-/.]\d{1,2}|\d{4}\s*年|\b(?:january|february|"
+            r"march|april|may|june|july|august|september|october|november|december)\b\s*\d))"
+            r"(?:\W*\w+){1,8}\W*$",
+            re.IGNORECASE,
+        ),
+        re.compile(r"version|release|date|when|year|updated|new in|版本|日期|发布|哪一?年|何时|什么时候|更新", re.I),
+    ),
+)
+FOOTNOTE_ASKED = re.compile(r"footnote|脚注", re.IGNORECASE)
+# Words a sentence cannot end on: a quote ending in one was cut ("…include the > repeat expr statement and the").
+UNFINISHED = re.compile(rf"\b(?:{'|'.join(sorted(EN_STOP))})\s*$", re.IGNORECASE)
+
+
+def aside(sentence: str, question: str) -> str:
+    """The kind of aside a sentence is (``licence``, ``contact``, ``version``), or "" when it is none or the question
+    asks for what it is (a copyright line is also a date line)."""
+    kinds = [a for a in ASIDES if a.found.search(sentence)]
+    return "" if any(a.asked.search(question) for a in kinds) else next((a.name for a in kinds), "")
+
+
+def cut_short(sentence: str) -> bool:
+    """A sentence that stops before its end: no full stop, and its last word is one no sentence ends on."""
+    return not ENDED.search(sentence) and UNFINISHED.search(sentence) is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# What holds the answer
+
+# A command or an identifier: \\includegraphics, read.table(), --all, x86_64, \\begin{tabular}.
+FACT = re.compile(r"\\[A-Za-z]{2,}|\b\w[\w.]*\(\)|(?<![\w-])--?[A-Za-z][\w-]+|\d")
+
+
+def holds_fact(sentence: str) -> bool:
+    """A number, a command or an identifier: what a "how" or "how many" question is answered with."""
+    return FACT.search(sentence) is not None or any(is_identifier(w) for w in re.findall(r"\S+", sentence))
+
+
+def answer_weight(sentence: str, question: str) -> float:
+    """How much of what the question asks a sentence holds, in [0, 1]: the share of the question's specific terms
+    it mentions in any form (its content words when it has none), and a fact."""
+    terms = specific_terms(question)
+    here = Vocabulary([sentence])
+    if terms:
+        share = sum(mentions(t, here) for t in terms) / len(terms)
+    else:
+        words = content_words(question)
+        present = set(lexical_tokens(sentence))
+        share = sum(w in sentence if not w.isascii() else w in present for w in words) / len(words) if words else 0
+    return (share + holds_fact(sentence)) / 2
+
+
+def quotable(strip: Strip, question: str) -> Strip | None:
+    """The strip as it is quoted: a footnote or an aside left out unless asked for, a sentence cut short dropped
+    from its end, a long strip narrowed to its best run of sentences. None when nothing worth quoting is left."""
+    if NOTE.match(strip.text) and not FOOTNOTE_ASKED.search(question):
+        return None
+    sentences = pieces(strip.text)
+    while sentences and (aside(sentences[0], question) or cut_short(sentences[0])):
+        sentences = sentences[1:]
+    while sentences and (aside(sentences[-1], question) or cut_short(sentences[-1])):
+        sentences = sentences[:-1]
+    if not sentences:
+        return None
+    if sum(width(x) for x in sentences) > QUOTE_WINDOW:
+        sentences = best_run(sentences, question)
+    text = ""
+    for sentence in sentences:
+        text = join_sentences(text, sentence)
+    return replace(strip, text=text) if text != flatten(strip.text) else strip
+
+
+def best_run(sentences: Sequence[str], question: str) -> list[str]:
+    """The run of neighbouring sentences, at most ``QUOTE_WINDOW`` wide (or one sentence), that holds the most of
+    what the question asks; the earliest of equals. A FAQ's question stays with the answer after it."""
+    weights = [answer_weight(x, question) for x in sentences]
+    best, best_weight = (0, 1), -1.0
+    for start in range(len(sentences)):
+        end, size = start, 0
+        while end < len(sentences) and (end == start or size + width(sentences[end]) <= QUOTE_WINDOW):
+            size += width(sentences[end])
+            end += 1
+        if sum(weights[start:end]) > best_weight:
+            best, best_weight = (start, end), sum(weights[start:end])
+    start, end = best
+    if start and isinstance(sentences[start - 1], Asked):
+        start -= 1
+    return list(sentences[start:end])
+
+
+def select(strips: Sequence[Strip], question: str = "") -> list[Strip]:
+    """The best kept strips to quote, within the budget, in document order: by their score, lifted by what they hold
+    of the question's names and a fact, within ``MARGIN`` of the best. A strip that says nothing new is left out:
+    neighbouring chunks share their edges, so one sentence may come in two, or one chunk may end in the first half of
+    a sentence that the next holds whole."""
+    candidates = [q for s in strips if s.kept and (q := quotable(s, question))]
+    rank = {
+        id(s): s.score + ANSWER_WEIGHT * max((answer_weight(x, question) for x in pieces(s.text)), default=0)
+        for s in candidates
+    }
+    ranked = sorted(candidates, key=lambda s: -rank[id(s)])
     chosen: list[tuple[Strip, list[str], int]] = []  # with its sentences and its width
     for strip in ranked:
-        if len(chosen) == MAX_STRIPS or (chosen and strip.score < ranked[0].score - MARGIN):
+        if len(chosen) == MAX_STRIPS or (chosen and rank[id(strip)] < rank[id(ranked[0])] - MARGIN):
             break
-        quotable = passages(pieces(strip.text))
-        sentences = [s for text in quotable for s in split_sentences(text)]  # flattened: whitespace collapsed
-        size = sum(width(p) for p in quotable)
+        quotable_text = passages(pieces(strip.text))
+        sentences = [s for text in quotable_text for s in split_sentences(text)]  # flattened: whitespace collapsed
+        size = sum(width(p) for p in quotable_text)
         if not size or _within(sentences, [s for _, said, _ in chosen for s in said]):
             continue
         # A strip chosen before whose every sentence this one holds (whole or as the rest of a cut one) goes.

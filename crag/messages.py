@@ -27,8 +27,7 @@ def no_answer_message(
             "`python -m crag index`), or wait for the build in progress to finish."
         )
     elif terms.unknown:
-        names = _quoted(terms.unknown, "、" if zh else ", ")
-        local = f"你的文档中没有提到{names}。" if zh else f"Your documents never mention {names}."
+        local = never_mentioned(question, terms.unknown)
     elif action is Action.INCORRECT:
         local = "你的文档中没有找到答案。" if zh else "I could not find this in your documents."
     else:
@@ -50,6 +49,13 @@ def no_answer_message(
     return f"{local} {far}" if not zh else local + far
 
 
+def never_mentioned(question: str, terms: Sequence[str]) -> str:
+    """The question's terms that no form of which any passage holds, in the question's language."""
+    if language(question) == "zh":
+        return f"你的文档中没有提到{_quoted(terms, '、')}。"
+    return f"Your documents never mention {_quoted(terms)}."
+
+
 def model_failure_message(backend: BackendInfo, exc: Exception) -> str:
     fix = (
         "check that Ollama is running (`ollama serve`) and ask again"
@@ -67,8 +73,13 @@ def _quoted(terms: Sequence[str], separator: str = ", ") -> str:
 
 def near_miss_note(terms: TermCheck, searched_again: Sequence[str] = ()) -> str:
     """``searched_again``: the missing terms that a passage was then found for (``retriever.anchor``)."""
-    if terms.unknown:
+    if terms.decisive:
         return f"the documents never mention {_quoted(terms.unknown)}: a near miss, so the action is Incorrect"
+    if terms.unknown:
+        return (
+            f"the documents never mention {_quoted(terms.unknown)}, in any form; the passages match the rest of the "
+            "question, so they are shown as the closest, not as an answer (at most Ambiguous)"
+        )
     names = _quoted(terms.missing)
     if not searched_again:
         return f"none of the retrieved passages mentions {names}, so they cannot make the action Correct"

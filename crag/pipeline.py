@@ -27,15 +27,16 @@ from pydantic_ai.usage import RequestUsage
 
 from crag import evidence, prompts
 from crag.config import Settings
-from crag.evaluator import Evaluator, LLMEvaluator, SimilarityEvaluator, Usage, cap_near_miss, check_terms
+from crag.evaluator import Evaluator, LLMEvaluator, SimilarityEvaluator, Usage, cap_near_miss, decisive
 from crag.followups import READ_ON, History, conversation_query, elliptical, reading, rewrite_problem
-from crag.messages import language_hint, model_failure_message, near_miss_note, no_answer_message
+from crag.messages import language_hint, model_failure_message, near_miss_note, never_mentioned, no_answer_message
 from crag.models import COUNTED, BackendInfo, build_chat_model, resolve_backend
-from crag.refine import keep_closest, local_strips, number_sources, refine, web_strips
+from crag.refine import keep_closest, local_strips, number_sources, refine, refine_closest, web_strips
 from crag.retriever import Retriever, open_retriever
 from crag.steps import Condensed, Evaluation, Knowledge, WebKnowledge, decide_action
 from crag.store import Mode, fuse, index_text
 from crag.support import unsupported
+from crag.terms import check_terms
 from crag.text import clean_question, content_words, language
 from crag.types import Action, Answer, AnswerKind, ScoredChunk, Source, Strip, Trace, WebResult, cited
 from crag.websearch import OFF_REASON, Searcher, WebSearchUnavailable, build_searcher, fetch_pages
@@ -186,7 +187,9 @@ class Pipeline:
         # names are mentioned ("R 里怎么删除…" after a question on R is not answered by a tlmgr page that never says R).
         found = [(t, h.from_history) for t, h in zip(texts, hits, strict=True) if not h.anchor]
         first = [t for t, from_history in found if not from_history] or [t for t, _ in found]
-        terms = check_terms(asked, first, self.retriever.term_stats())
+        stats = self.retriever.term_stats()
+        terms = check_terms(asked, first, stats)
+        terms = replace(terms, decisive=decisive(asked, terms, first, stats))
         grades = cap_near_miss(grading.grades, terms, upper)
         graded = tuple(replace(h, score=g.score, method=g.method) for h, g in zip(hits, grades, strict=True))
         return Evaluation(graded, terms, grading.web_query)
@@ -194,6 +197,10 @@ class Pipeline:
     def refine(self, question: str, graded: Sequence[ScoredChunk], lower: float) -> list[Strip]:
         keep = [g for g in graded if g.score >= lower or g.anchor]
         return refine(question, local_strips(keep), self.scorer, STRIPS_KEPT, STRIP_FLOOR)
+
+    def closest(self, question: str, graded: Sequence[ScoredChunk]) -> list[Strip]:
+        """The strips of the passages that came closest, when the action is Incorrect and the web gave nothing."""
+        return refine_closest(question, local_strips(graded), self.scorer, CLOSEST_KEPT)
 
     def search_web(self, question: str, suggested: str, usage: Usage, notes: list[str]) -> WebKnowledge:
         """Rewrite (no model call on the embedded backend, nor when the grader wrote the query), search, refine."""
@@ -312,6 +319,10 @@ class AnswerStream:
             with self._stage("searching the web", "web"):
                 web = p.search_web(question, evaluation.web_query, self.usage, self.notes)
         strips += web.strips
+        if action is Action.INCORRECT and not any(s.kept for s in strips):
+            # Never hide the closest evidence: the answer says what is missing, then what came closest.
+            with self._stage("refining", "refine"):
+                strips = p.closest(question, evaluation.graded) + strips
         if dropped := sum(1 for s in strips if s.reason.startswith("possible prompt injection")):
             self.notes.append(f"{dropped} strip(s) looked like prompt injection and were dropped (see their reasons)")
 
@@ -366,7 +377,9 @@ class AnswerStream:
         """The kind of answer to make, the strips it quotes, and the numbered sources. Quoted strips number their
         sources first: an answer quoting two passages cites [1] and [2]. Without sources there is no answer."""
         answering = self.p.answer_kind(self.options.answer_mode)
-        chosen = evidence.select(knowledge.strips) if answering is AnswerKind.EVIDENCE else []
+        if knowledge.action is Action.INCORRECT and not any(s.kept and s.kind == "web" for s in knowledge.strips):
+            answering = AnswerKind.EVIDENCE  # the closest passages are quoted: no model writes from what failed
+        chosen = evidence.select(knowledge.strips, self.question) if answering is AnswerKind.EVIDENCE else []
         sources = number_sources(knowledge.strips, knowledge.evaluation.graded, chosen)
         return (answering if sources else AnswerKind.NO_ANSWER), chosen, sources
 
@@ -378,13 +391,11 @@ class AnswerStream:
         if kind is AnswerKind.EVIDENCE:
             quoted = evidence.evidence_answer(chosen, sources, language(self.question), knowledge.action)
             if quoted:
-                yield self._emit(quoted)
+                yield self._emit(self._what_is_missing(knowledge) + quoted)
                 return kind, ""
             kind = AnswerKind.NO_ANSWER
         if kind is AnswerKind.NO_ANSWER:
-            terms, graded, web = knowledge.evaluation.terms, bool(knowledge.evaluation.graded), knowledge.web
-            action, o = knowledge.action, self.options
-            yield self._emit(no_answer_message(self.question, action, terms, web.query, web.error, o.web, graded))
+            yield self._emit(self._no_answer(knowledge))
             return kind, ""
         try:
             for delta in self.p.generate(knowledge.question, sources, self.usage):
@@ -392,6 +403,19 @@ class AnswerStream:
         except Exception as exc:  # noqa: BLE001 - a dead model server must not lose the partial answer
             return kind, model_failure_message(self.p.backend, exc)
         return kind, ""
+
+    def _no_answer(self, knowledge: Knowledge) -> str:
+        terms, graded, web = knowledge.evaluation.terms, bool(knowledge.evaluation.graded), knowledge.web
+        return no_answer_message(self.question, knowledge.action, terms, web.query, web.error, self.options.web, graded)
+
+    def _what_is_missing(self, knowledge: Knowledge) -> str:
+        """Before quotes that may not answer: why there is no answer (Incorrect), or the question's terms the
+        documents never mention (Ambiguous), as a paragraph of its own."""
+        if knowledge.action is Action.INCORRECT:
+            return self._no_answer(knowledge) + "\n\n"
+        if knowledge.action is Action.AMBIGUOUS and knowledge.evaluation.terms.unknown:
+            return never_mentioned(self.question, knowledge.evaluation.terms.unknown) + "\n\n"
+        return ""
 
     def _answer(
         self, knowledge: Knowledge, sources: Sequence[Source], kind: AnswerKind, error: str, before_answer: int

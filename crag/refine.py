@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from crag.evaluator import SimilarityEvaluator
+from crag.evaluator import SimilarityEvaluator, coverage, word_weights
 from crag.injection import injection_reason
 from crag.text import ASKS, ENDED, NOTE, join_blocks, join_sentences, split_sentences, width
 from crag.types import ScoredChunk, Source, Strip, WebResult
@@ -149,6 +149,16 @@ def refine(question: str, strips: Sequence[Strip], scorer: SimilarityEvaluator, 
         else:
             marked.append(replace(s, reason=f"not among the {keep} best strips"))
     return sorted((s for s in marked if s.kept), key=lambda s: s.order) + [s for s in marked if not s.kept]
+
+
+def refine_closest(question: str, strips: Sequence[Strip], scorer: SimilarityEvaluator, count: int) -> list[Strip]:
+    """The action is Incorrect and the web gave nothing: the ``count`` best strips are kept all the same, marked as
+    the closest passages (the answer says what is missing, and that they may not answer)."""
+    words = word_weights(question, None)
+    related = [s for s in strips if coverage(words, s.scored_text)]  # a passage that shares no word is not close
+    refined = refine(question, related, scorer, count, -1.0)
+    why = f"kept as one of the {count} closest passages: the action is Incorrect"
+    return [replace(s, reason=why) if s.kept else s for s in refined]
 
 
 def keep_closest(strips: Sequence[Strip], count: int) -> list[Strip]:

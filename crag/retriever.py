@@ -7,9 +7,9 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from crag.config import Settings
-from crag.evaluator import TermStats, check_terms, mention_test
 from crag.models import Embedder, build_embedder
 from crag.store import POINTER_MAX_AGE, IndexReader, Mode, RebuildNeeded, index_text, open_store
+from crag.terms import TermStats, check_terms, mention_test
 from crag.text import cjk_share
 from crag.types import ScoredChunk
 

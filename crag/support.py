@@ -1,5 +1,5 @@
 """The support check of written answers: the names, identifiers and numbers an answer states that nothing the model
-was given mentions. The near-miss check (``evaluator.check_terms``) turned around: there the question's terms are
+was given mentions. The near-miss check (``terms.check_terms``) turned around: there the question's terms are
 looked for in the passages, here the answer's terms are looked for in its sources and the question.
 
 Only what a model cannot paraphrase counts. Everyday words, abbreviations ("i.e."), common acronyms ("PDF", "OK")
@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from crag.evaluator import SPECIFIC_ZIPF, _identifier, _mentions, _Term, specific_terms
-from crag.text import general_frequency, language, phrase
+from crag.terms import SPECIFIC_ZIPF, Term, Vocabulary, is_identifier, mentions, specific_terms
+from crag.text import general_frequency, language
 
 # A Markdown bullet, quote, heading or list number opening a line: the line's first word starts a sentence.
 _LINE_MARK = re.compile(r"^\s*(?:[-*+>#]+|\d{1,2}[.)])\s+")
@@ -26,15 +26,15 @@ _ABBREVIATION = re.compile(r"(?:[A-Za-z]\.)+[A-Za-z]?")  # "i.e", "e.g", "U.S": 
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 
 
-def _states(term: _Term, chinese: bool) -> bool:
+def _states(term: Term, chinese: bool) -> bool:
     """Whether saying ``term`` states something a source must back: a name, an identifier or a word as rare as a
     name. A common acronym ("PDF", "OK") and everyday English inside a Chinese answer ("Package") are no names."""
     text = term.text
     if not term.strong or _ABBREVIATION.fullmatch(text) or _NUMERIC.fullmatch(text):
         return False
-    if text.isalpha() and (text.isupper() or (chinese and not _identifier(text))):
+    if text.isalpha() and (text.isupper() or (chinese and not is_identifier(text))):
         return general_frequency(text.lower()) < SPECIFIC_ZIPF
-    if term.kind == "identifier" and not _identifier(text) and not text[0].isupper():
+    if term.kind == "identifier" and not is_identifier(text) and not text[0].isupper():
         return general_frequency(text.lower()) < SPECIFIC_ZIPF
     return True
 
@@ -50,14 +50,14 @@ def unsupported(answer: str, texts: Sequence[str]) -> tuple[str, ...]:
     question) mentions: what the model may have invented, such as a "PS_A" option for a PDF/A question.
     Citations and list numbers state nothing."""
     answer = _CITATION.sub(" ", answer)
-    phrased = [phrase(text) for text in texts]
+    given = Vocabulary(texts)
     plain = " ".join(_THOUSANDS.sub("", text) for text in texts)
-    terms: list[_Term] = []
+    terms: list[Term] = []
     for match in _CODE.finditer(answer):
         for option, command, call in _CODE_TERM.findall(match[0]):
             # A call of an everyday word ("print()", "paste()") is the language's, not a claim about the documents.
-            if option or command or _identifier(call) or general_frequency(call.lower()) < SPECIFIC_ZIPF:
-                terms.append(_Term(option or command or call, "identifier", True))
+            if option or command or is_identifier(call) or general_frequency(call.lower()) < SPECIFIC_ZIPF:
+                terms.append(Term(option or command or call, "identifier", True))
     numbers: list[str] = []
     for line in _CODE.sub(" ", answer).splitlines():
         line = _LINE_MARK.sub("", line.replace("**", ""))
@@ -69,7 +69,7 @@ def unsupported(answer: str, texts: Sequence[str]) -> tuple[str, ...]:
         said = term.text.lower()  # "dPS_A" (of "-dPS_A=1") says nothing that "PS_A" did not
         if term.text in found or any(said in known.lower() or known.lower() in said for known in found):
             continue
-        if not any(_mentions(term, t, p) for t, p in zip(texts, phrased, strict=True)):
+        if not mentions(term, given):
             found[term.text] = None
     for number in numbers:
         if number not in found and not re.search(rf"(?<![0-9]){re.escape(number)}(?![0-9])", plain):

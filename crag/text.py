@@ -92,46 +92,6 @@ def stem(word: str) -> str:
     return word
 
 
-_INFLECTION = re.compile(r"(?:ing|ed|es|s)$")
-_DOUBLED = re.compile(r"([b-df-hj-np-tv-z])\1$")
-_ENDINGS = ("", "e", "s", "es", "d", "ed", "ing")
-_Y_ENDINGS = ("y", "ies", "ied", "ying")
-# A word may be written in two ("flow chart", "re-compiled"): at a common prefix, or where both parts are words.
-_PREFIXES = ("re", "un", "co", "de", "bi")
-
-
-def _inflections(word: str) -> tuple[str, tuple[str, ...]]:
-    """An English word's root and the endings its inflections add: "recompiling" is "recompil" and any of "e",
-    "es", "ed", "ing"…; "shipped" is "ship" and "s", "ped", "ping"…; "dependencies" is "dependenc" and "y", "ies"….
-    A root is never shorter than four letters: a shorter word only takes its plural."""
-    if word.endswith(("ss", "us", "is")):
-        return word, ("", "s", "es")
-    root = _INFLECTION.sub("", word)
-    doubled = word.endswith(("ing", "ed")) and bool(_DOUBLED.search(root))
-    root = root[:-1] if doubled else root
-    if len(root) < 4:
-        return word, ("", "s", "es")
-    consonant = root[-1] not in "aeiouy"
-    endings = ("", "s") if doubled else _ENDINGS  # "globbing" is "glob", never "globe"
-    endings += tuple(root[-1] + e for e in ("", "s", "ed", "ing")) if consonant else ()
-    if len(root) > 4 and (root[-1] == "i" or (root[-1] == "y" and root[-2] not in "aeiou")):
-        return root[:-1], endings + _Y_ENDINGS
-    if len(root) > 4 and root[-1] == "e":
-        return root[:-1], endings  # "recompile" and "recompiling"
-    return root, endings
-
-
-def word_forms(word: str) -> dict[str, set[str]]:
-    """The ways a document may write an English word, as ``phrase``s grouped by how they begin: in any inflection
-    ("re-compiled" for "recompiling", "dependency" for "dependencies"), whole or written as two words ("flow
-    chart"), never as the start of another ("renv" is not "Renviron"). A hyphenated word inflects its last part."""
-    *head, last = phrase(word).split()
-    root, endings = _inflections(last)
-    lead = "".join(f" {part}" for part in head)
-    spellings = [root, *(f"{root[:i]} {root[i:]}" for i in range(2, len(root) - 2) if i > 2 or root[:i] in _PREFIXES)]
-    return {f"{lead} {spelling}": {f"{lead} {spelling}{ending} " for ending in endings} for spelling in spellings}
-
-
 # Greek letters that typesetting puts in Latin names: LaTeX2e is printed "LATEX2ε".
 _GREEK = str.maketrans("αβγδεζηικλμνοπρστυφχωΑΒΓΔΕΖΗΙΚΛΜΝΟΠΡΣΤΥΦΧΩ", "abgdezhiklmnoprstufxwABGDEZHIKLMNOPRSTUFXW")
 
@@ -144,8 +104,6 @@ def fold(text: str) -> str:
 _PHRASE_BREAK = re.compile(r"[^0-9a-z+#\u3400-\u9fff]+")
 # Chinese text runs names into its characters ("执行sudo visudo将", "用R读取"): a name ends where they start.
 _SCRIPT_CHANGE = re.compile(r"(?<=[0-9a-z+#])(?=[\u3400-\u9fff])|(?<=[\u3400-\u9fff])(?=[0-9a-z+#])")
-# Typesetting may set a name's number apart ("LATEX 2ε" for LaTeX2e): a word of letters, then its digits.
-_NUMBER_IN_NAME = re.compile(r"(?<=[a-z]{2})(?=[0-9])")
 
 
 def phrase(text: str) -> str:
@@ -153,12 +111,6 @@ def phrase(text: str) -> str:
     one space, padded with spaces. "PDF/A" is " pdf a ", found in " pdf a 1b " but not in " pdf as "; "SPSS"
     is found in "读取SPSS文件"."""
     return " " + " ".join(_SCRIPT_CHANGE.sub(" ", _PHRASE_BREAK.sub(" ", fold(text).lower())).split()) + " "
-
-
-def phrase_forms(name: str) -> set[str]:
-    """The ways a document may write a name, as ``phrase``s: "LaTeX2e" as written or as "LATEX 2ε"."""
-    written = phrase(name)
-    return {written, _NUMBER_IN_NAME.sub(" ", written)}
 
 
 def lexical_tokens(text: str) -> list[str]:

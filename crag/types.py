@@ -141,6 +141,7 @@ class TermCheck:
     terms: tuple[str, ...] = ()  # as the question writes them
     missing: tuple[str, ...] = ()  # in none of the retrieved passages
     unknown: tuple[str, ...] = ()  # in no passage of the whole knowledge base (a subset of missing)
+    decisive: bool = False  # the question is about what the documents lack: the action is Incorrect
 
 
 @dataclass(frozen=True)

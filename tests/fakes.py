@@ -7,6 +7,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -16,7 +17,8 @@ from crag.evaluator import Evaluator, Grade, Grading, SimilarityEvaluator, Usage
 from crag.models import BackendInfo, Embedder
 from crag.pipeline import Pipeline
 from crag.retriever import anchor
-from crag.text import document_language, lexical_tokens, phrase
+from crag.terms import Vocabulary
+from crag.text import document_language, lexical_tokens
 from crag.types import Chunk, ScoredChunk, WebResult
 from crag.websearch import Searcher, WebSearchUnavailable
 
@@ -81,8 +83,9 @@ class FakeStats:
     def doc_frequency(self, token: str) -> int:
         return sum(1 for text in self.texts if token in lexical_tokens(text))
 
-    def mentions(self, words: str) -> bool:
-        return any(words in phrase(text) for text in self.texts)
+    @cached_property
+    def vocabulary(self) -> Vocabulary:
+        return Vocabulary(self.texts)
 
 
 @dataclass

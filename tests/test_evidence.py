@@ -5,8 +5,18 @@ from __future__ import annotations
 import pytest
 
 from crag.config import load_settings
-from crag.evidence import Asked, evidence_answer, flatten, passages, pieces, quoted_lines, select
-from crag.text import language
+from crag.evidence import (
+    MAX_WIDTH,
+    QUOTE_WINDOW,
+    Asked,
+    evidence_answer,
+    flatten,
+    passages,
+    pieces,
+    quoted_lines,
+    select,
+)
+from crag.text import language, split_sentences, width
 from crag.types import Action, AnswerKind, Chunk, Source, Strip, cited
 from tests.fakes import ScriptedModel, chunk, pipeline
 
@@ -155,15 +165,20 @@ def test_quotes_follow_document_order_and_neighbours_read_as_one() -> None:
     ]
 
 
-def test_a_footnote_is_quoted_on_its_own_line() -> None:
-    """Neighbouring footnote strips were read as one quote: "…参考 2.4 节解决³原文是: By default…"."""
+def test_a_footnote_is_left_out_unless_asked_for_and_then_quoted_on_its_own_line() -> None:
+    """A footnote is an aside (an author's contact address was quoted first); asked for, neighbouring footnotes are
+    quoted on lines of their own, not read as one quote: "…参考 2.4 节解决³原文是: By default…"."""
     sources = [SOURCE]
     strips = [
         strip("升级宏包依旧可以使用 tlmgr。", 0.8, (0, 0)),
         strip("²sudo tlmgr 无法使用的情况可以参考 2.4 节解决", 0.7, (0, 1)),
         strip("³原文是: By default, please get the new TL", 0.6, (0, 2)),
     ]
-    assert evidence_answer(select(strips), sources, "zh", Action.CORRECT).splitlines()[1:] == [
+    assert evidence_answer(select(strips, "怎么升级宏包？"), sources, "zh", Action.CORRECT).splitlines()[1:] == [
+        "“升级宏包依旧可以使用 tlmgr。” [1]"
+    ]
+    asked = select(strips, "升级宏包的脚注说了什么？")
+    assert evidence_answer(asked, sources, "zh", Action.CORRECT).splitlines()[1:] == [
         "“升级宏包依旧可以使用 tlmgr。” [1]",
         "“²sudo tlmgr 无法使用的情况可以参考 2.4 节解决” [1]",
         "“³原文是: By default, please get the new TL” [1]",
@@ -319,3 +334,53 @@ def test_a_document_is_mixed_when_neither_language_makes_most_of_its_passages() 
     assert document_language(["小部件需要两个核心。"] * 5 + ["The widget needs two cores."] * 5) == "mixed"
     assert document_language(["小部件需要两个核心。"] * 9 + ["Overview"]) == "zh"
     assert language("インストールの方法は？") == "en", "Japanese uses Chinese characters, but is not Chinese"
+
+
+# ---------------------------------------------------------------------------------------------
+# Quotes that carry the fact, and nothing else
+
+
+def test_a_quote_reaches_the_sentence_with_the_number() -> None:
+    """A long passage was quoted from its start and the budget ran out before the sentence with the number the
+    question asked for. The strip that holds the number is chosen, and a long one is narrowed to its best run."""
+    restating = " ".join(
+        f"Block sizing is one of the settings that governs how the compressor behaves, point {i}." for i in range(14)
+    )
+    fact = "The default block size is 900k, set with the -9 flag."
+    strips = [strip(restating, 0.9, (0, 0)), strip(fact, 0.85, (0, 1))]
+    text = evidence_answer(select(strips, "What is the default block size?"), [SOURCE], "en", Action.CORRECT)
+    assert "900k" in text
+    assert all(width(found["quote"]) <= MAX_WIDTH for found in quoted_lines(text))
+
+
+def test_a_long_passage_is_quoted_from_the_sentences_that_hold_the_fact_never_cut_inside_one() -> None:
+    filler = " ".join(f"Compression works on blocks of data, as step {i} of the pipeline explains." for i in range(12))
+    passage = f"{filler} Each block is at most 900k bytes long. {filler}"
+    [chosen] = select([strip(passage, 0.9, (0, 0))], "How big is a block at most?")
+    assert "900k bytes" in chosen.text and width(chosen.text) <= QUOTE_WINDOW
+    assert all(sentence in split_sentences(passage) for sentence in split_sentences(chosen.text))
+
+
+@pytest.mark.parametrize(
+    ("aside", "asked"),
+    [
+        ("This manual is distributed under the GNU Free Documentation License, version 1.3.", "Under which license?"),
+        ("Copyright © 1996-2019 Julian Seward, all rights reserved.", "Who holds the copyright?"),
+        ("Send bug reports to jseward@acm.org, the author.", "Where do I send a bug report?"),
+        ("Version 1.0.8, 13 July 2019.", "Which version is described?"),
+        ("本手册依照 GNU 自由文档许可证发布。", "这份手册用什么许可证？"),
+    ],
+)
+def test_a_licence_contact_or_version_line_is_left_out_unless_asked_for(aside: str, asked: str) -> None:
+    answer = "Use bzip2 -d to decompress a file; bunzip2 does the same."
+    strips = [strip(aside, 0.95, (0, 0)), strip(answer, 0.8, (0, 1))]
+    quoted = evidence_answer(select(strips, "How do I decompress a file?"), [SOURCE], "en", Action.CORRECT)
+    assert "bzip2 -d" in quoted and aside not in quoted
+    assert aside in evidence_answer(select(strips, asked), [SOURCE], "en", Action.CORRECT)
+
+
+def test_a_quote_cut_short_by_its_chunk_is_not_quoted_as_a_sentence() -> None:
+    cut = "Loops are written with repeat; include the"
+    strips = [strip(f"A repeat loop runs until break. {cut}", 0.9, (0, 0))]
+    text = evidence_answer(select(strips, "How does a repeat loop end?"), [SOURCE], "en", Action.CORRECT)
+    assert "runs until break" in text and "include the" not in text

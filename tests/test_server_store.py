@@ -104,7 +104,7 @@ def test_a_second_process_with_no_local_index_retrieves_what_the_first_built(
         assert hits(third, question, mode) == hits(here, question, mode)
     ours, theirs = third.term_stats(), here.term_stats()
     assert ours.n_docs == theirs.n_docs and ours.doc_frequency("widget") == theirs.doc_frequency("widget") > 0
-    assert ours.mentions("widget") and not ours.mentions("sprocket")
+    assert ours.vocabulary.contains(" widget ") and not ours.vocabulary.contains(" sprocket ")
     ids = [c.id for c in theirs.chunks[:3]]
     assert np.allclose(ours.vectors(ids), theirs.vectors(ids))
 

@@ -197,10 +197,15 @@ def action_reason(
 ) -> str:
     """Why the action trigger chose this action, in a sentence or two. ``searched_again``: missing terms a
     passage was then searched for (``Retriever.anchor``)."""
-    if terms.unknown:
+    if terms.decisive:
         return (
             f"Your documents never mention {quoted_terms(terms.unknown)}: they are on the question's topic at most, "
             "so their passages were marked as not answering it (a near miss)."
+        )
+    if terms.unknown and action is not Action.INCORRECT:
+        return (
+            f"Your documents never mention {quoted_terms(terms.unknown)}, in any form. The passages match the rest "
+            "of the question, so they are shown as the closest ones, not as an answer."
         )
     if not scores:
         return "Nothing was retrieved, so the knowledge base could not help."

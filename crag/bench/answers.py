@@ -1,11 +1,14 @@
 """Answer quality, out of sample: does the default offline answer hold the key fact, say "not in your
 documents" when the documents do not answer, and cite only what it quotes?
 
-    python -m crag.bench.answers [--split test|dev|holdout|all] [--db DIR] [--out DIR] [--calibrate] [--written]
+    python -m crag.bench.answers [--split test|dev|holdout|paraphrase|first|all] [--db DIR] [--out DIR]
+                                 [--calibrate] [--written]
 
 The knowledge base is every corpus PDF, dev and test documents together, as in a user's folder. The holdout
 split (``holdout.jsonl``, a fresh set written later by someone who never ran the app) asks about two more
-documents, which join the others in its knowledge base. The
+documents, which join the others in its knowledge base. The paraphrase set (``paraphrase.jsonl``: each question
+holds a word its document never uses) and the first questions (``first.jsonl``: what a newcomer asks first) are
+asked of a knowledge base of all eleven documents. The
 backend is the embedded one with web search off, so answers are evidence answers: quoted sentences.
 Thresholds and the evaluator's constants were fitted on the dev split only (``--calibrate`` refits and
 prints them); the test split's documents and questions were never used to tune anything, so its figures
@@ -15,7 +18,11 @@ are the out-of-sample ones. Measured per question:
 - the action: Incorrect is right for out-of-scope questions, wrong for in-KB ones;
 - citations: every [n] of the text names a source, every source shown as cited is cited by the text, and
   every quoted sentence is found in the source it cites;
-- time to first token (the benchmark's own clock, not asserted anywhere).
+- time to first token (the benchmark's own clock, not asserted anywhere);
+- the spread of the grades per language: how far apart the best and worst of the top-k are, and how many sit at
+  the top of the scale (>= 0.95), where they can no longer tell an answer from a passage on the same topic.
+
+Cross-lingual questions are reported apart (``cross``) and left out of the ``same_language`` figures.
 
 ``--written`` has the embedded model write the answers instead (the opt-in "generated" mode), and counts the
 answers that state names or numbers none of their sources mention (``unsupported``), which the app flags.
@@ -34,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from crag.bench.corpus import default_cache_dir, fetch_corpus
-from crag.bench.retrieval import HOLDOUT, Question, load_questions
+from crag.bench.retrieval import HOLDOUT, QUESTIONS, Question, load_questions
 from crag.config import Settings, load_settings
 from crag.evidence import flatten, quoted_lines
 from crag.ingest import sync
@@ -131,6 +138,8 @@ def run_questions(pipeline: Pipeline, questions: Sequence[Question]) -> list[dic
                 "missing_terms": list(trace.terms.missing),
                 "answer_kind": answer.kind.value,
                 # An evidence answer holds the fact only in what it quotes, not in a FAQ question shown before a quote.
+                "lang": q.lang,
+                "gap_kind": q.gap_kind,
                 "key_fact": has_key_fact(quoted(answer), q.must_contain) if q.in_kb else None,
                 "hit@5": any(g.chunk.file == q.file and set(g.chunk.pages) & set(q.pages) for g in trace.retrieved)
                 if q.in_kb
@@ -178,13 +187,35 @@ def summarize(rows: Sequence[dict]) -> dict[str, Any]:
             "in_kb_flagged": _rate([r for r in written if r["in_kb"]], lambda r: r["unsupported"]),
             "out_of_scope_flagged": _rate([r for r in written if not r["in_kb"]], lambda r: r["unsupported"]),
         }
-    for kind in ("en", "zh", "cross"):
-        group = [r for r in in_kb if r["kind"] == kind]
+    groups = {kind: [r for r in in_kb if r["kind"] == kind] for kind in ("en", "zh", "cross")}
+    groups["same_language"] = groups["en"] + groups["zh"]
+    groups |= {f"gap:{g}": [r for r in in_kb if r.get("gap_kind") == g] for g in GAP_KINDS}
+    for name, group in groups.items():
         if group:
-            out["in_kb"][kind] = {
+            out["in_kb"][name] = {
                 "n": len(group),
                 "key_fact": _rate(group, lambda r: r["key_fact"]),
                 "incorrect": _rate(group, lambda r: r["action"] == "incorrect"),
+            }
+    out["grade_spread"] = grade_spread(rows)
+    return out
+
+
+GAP_KINDS = ("derived", "number", "abbreviation", "compound", "everyday", "segmentation")
+SATURATED = 0.95
+
+
+def grade_spread(rows: Sequence[dict]) -> dict[str, Any]:
+    """Per language of the question, for in-KB questions: the median distance between the best and the worst of the
+    top-k grades, and the share of questions with two grades or more at the top of the scale."""
+    out = {}
+    for lang in ("en", "zh"):
+        graded = [r["scores"] for r in rows if r["in_kb"] and r.get("lang") == lang and len(r["scores"]) > 1]
+        if graded:
+            out[lang] = {
+                "n": len(graded),
+                "median_spread": round(statistics.median(max(s) - min(s) for s in graded), 3),
+                "saturated": _rate(graded, lambda s: sum(x >= SATURATED for x in s) >= 2),
             }
     return out
 
@@ -211,7 +242,7 @@ def calibrate(rows: Sequence[dict]) -> dict[str, float]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m crag.bench.answers", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--split", choices=["dev", "test", "holdout", "all"], default="test")
+    parser.add_argument("--split", choices=["dev", "test", "holdout", "paraphrase", "first", "all"], default="test")
     parser.add_argument("--db", type=Path, help="keep the index here between runs (default: a temporary folder)")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument("--calibrate", action="store_true", help="fit the thresholds on the dev split and print them")
@@ -221,6 +252,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     splits = ("dev", "test")
     if args.split == "holdout":
         questions, splits = load_questions(HOLDOUT), ("dev", "test", "holdout")
+    elif args.split in ("paraphrase", "first"):
+        questions = load_questions(QUESTIONS.with_name(f"{args.split}.jsonl"))
+        splits = ("dev", "test", "holdout", "first")
     if args.calibrate:
         questions = [q for q in load_questions() if q.split == "dev"]
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,4 +1,4 @@
-"""The benchmark corpus: nine public PDFs taken from Debian packages, fetched once and cached.
+"""The benchmark corpus: eleven public PDFs taken from Debian packages, fetched once and cached.
 
 Debian packages are used as the source because they are versioned, mirrored, and reachable through
 ``apt-get`` on machines whose only network access is a Debian mirror. ``questions.jsonl`` cites page
@@ -36,7 +36,8 @@ class CorpusFile:
     title: str
     split: str = "dev"
     """``dev``: questions on it may be used while tuning; ``test``: held out for the final measurement;
-    ``holdout``: a later, fresh measurement (``holdout.jsonl``), written by someone who never ran the app."""
+    ``holdout``: a later, fresh measurement (``holdout.jsonl``), written by someone who never ran the app;
+    ``first``: a newcomer's first manual, asked only by the first questions (``first.jsonl``)."""
 
 
 CORPUS: dict[str, CorpusFile] = {
@@ -122,6 +123,26 @@ CORPUS: dict[str, CorpusFile] = {
         title="TeX Live 指南—2020",
         split="holdout",
     ),
+    # A newcomer's first manuals: only the first questions (``first.jsonl``) ask about them, and no knowledge base of
+    # the dev, test or holdout benchmarks holds them.
+    "R-intro.pdf": CorpusFile(
+        package="r-doc-pdf",
+        member="usr/share/R/doc/manual/R-intro.pdf",
+        lang="en",
+        pages=113,
+        sha256="337ccd0b490b1e66f7e783b45f4588d0599730b4206c0c051edfe1419c568c51",
+        title="An Introduction to R (R 4.2.2 Patched)",
+        split="first",
+    ),
+    "lshort-zh-cn.pdf": CorpusFile(
+        package="texlive-lang-chinese",
+        member="usr/share/doc/texlive-doc/latex/lshort-chinese/lshort-zh-cn.pdf",
+        lang="zh",
+        pages=139,
+        sha256="4f6b11c04054fcdbb23d6d3c8527b145d27c21abb9efa7e57f96be2b7def484c",
+        title="一份（不太）简短的 LaTeX2ε 介绍 (lshort-zh-cn 6.03)",
+        split="first",
+    ),
 }
 
 _HINT = "The benchmark corpus is fetched with apt-get download and dpkg -x, so it needs a Debian-based system."
@@ -135,7 +156,8 @@ def default_cache_dir() -> Path:
 
 def fetch_corpus(cache_dir: Path, splits: tuple[str, ...] = ("dev", "test")) -> dict[str, Path]:
     """Return ``{file name: path}`` for the corpus PDFs of ``splits``, downloading the packages only when one is
-    missing. The holdout documents come only when asked for: every other benchmark and test is on dev and test."""
+    missing. The holdout and first documents come only when asked for: every other benchmark and test is on dev and
+    test."""
     pdf_dir = Path(cache_dir) / "pdfs"
     paths = {name: pdf_dir / name for name, entry in CORPUS.items() if entry.split in splits}
     missing = [name for name, path in paths.items() if not path.is_file()]

@@ -52,6 +52,10 @@ class Question:
     missing_term: str | None = None
     split: str = "dev"
     """``dev`` (questions on the dev documents) or ``test`` (held out for the final measurement)."""
+    gap: tuple[str, ...] = ()
+    """Paraphrase questions: the question's words that its document never uses in any form."""
+    gap_kind: str = ""
+    """derived | number | abbreviation | compound | everyday | segmentation"""
 
 
 def load_questions(path: Path = QUESTIONS) -> list[Question]:
@@ -59,7 +63,7 @@ def load_questions(path: Path = QUESTIONS) -> list[Question]:
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.strip():
             data = json.loads(line)
-            lists = {"pages": tuple(data["pages"]), "must_contain": tuple(data.get("must_contain", ()))}
+            lists = {k: tuple(data.get(k) or ()) for k in ("pages", "must_contain", "gap")}
             out.append(Question(**{**data, **lists}))
     return out
 

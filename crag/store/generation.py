@@ -15,8 +15,8 @@ import numpy as np
 
 from crag.store.common import Generation, Mode, RebuildNeeded, fuse, index_text, new_generation_id
 from crag.store.lexical import LexicalIndex
+from crag.terms import Vocabulary
 from crag.text import document_language, lexical_tokens
-from crag.text import phrase as text_phrase
 from crag.types import Chunk, FileResult, ScoredChunk
 
 WRITE_BATCH = 1000  # records per Chroma request; a server refuses batches over ~5000
@@ -138,7 +138,7 @@ class IndexReader:
         self.by_id = {c.id: c for c in self.chunks}
         self.n_docs = len(self.chunks)
         self._df: dict[str, int] | None = None
-        self._phrases: str | None = None
+        self._vocabulary: Vocabulary | None = None
         self._languages: dict[str, str] | None = None
 
     def doc_frequency(self, token: str) -> int:
@@ -147,11 +147,12 @@ class IndexReader:
             self._df = self._bm25.doc_frequencies() if self._bm25 else {}
         return self._df.get(token, 0)
 
-    def mentions(self, phrase: str) -> bool:
-        """Whether any chunk contains this ``text.phrase`` (a name, an identifier)."""
-        if self._phrases is None:
-            self._phrases = "\n".join(text_phrase(index_text(c)) for c in self.chunks)
-        return phrase in self._phrases
+    @property
+    def vocabulary(self) -> Vocabulary:
+        """Every chunk, prepared for finding a term in any form (built on first use: a near-miss check needs it)."""
+        if self._vocabulary is None:
+            self._vocabulary = Vocabulary([index_text(c) for c in self.chunks])
+        return self._vocabulary
 
     def file_languages(self) -> dict[str, str]:
         """Each file's language: ``zh``, ``en`` or ``mixed``, judged passage by passage."""
