@@ -100,31 +100,40 @@ def run_structured(agent: Agent, prompt: str, model: Model, timeout: float) -> S
     if server is None:
         result = agent.run_sync(prompt, model=model, output_type=NativeOutput(output_type), timeout=timeout)
         return Structured(result.output, result.usage, None)
-    if server.mode is not None:
-        return _run(agent, prompt, model, output_type, server.mode, timeout)
     with server.lock:  # one question finds out; the others wait for its answer
-        if server.mode is not None:
-            return _run(agent, prompt, model, output_type, server.mode, timeout)
-        _read_openapi(server, model, timeout)
-        for mode in OutputMode:
-            if mode in server.ruled_out:
-                continue
-            try:
-                # One request per mode: the SDK's retries would repeat a refusal.
-                found = _run(agent, prompt, model, output_type, mode, timeout, {"max_retries": 0})
-            except Exception as exc:
-                if not _refused(exc, mode):
-                    raise  # down, slow or refusing every request: nothing learnt about the modes
-                server.ruled_out[mode] = _why(exc)
-                continue
-            server.mode = mode
-            return found
-    raise NoStructuredOutput(no_structured_output_message(model, server))
+        if server.mode is None and not server.accepts_none:
+            found = _find_out(agent, prompt, model, output_type, server, timeout)
+            if found is not None:
+                return found
+    if server.mode is None:
+        raise NoStructuredOutput(_none_accepted(model, server))
+    return _run(agent, prompt, model, output_type, server.mode, timeout)
 
 
-def no_structured_output_message(model: Model, server: _Server) -> str:
+def _find_out(
+    agent: Agent, prompt: str, model: Model, output_type: type[BaseModel], server: _Server, timeout: float
+) -> Structured | None:
+    """The first mode left that gives a valid output, remembered; None when each is ruled out."""
+    _read_openapi(server, model, timeout)
+    for mode in OutputMode:
+        if mode in server.ruled_out:
+            continue
+        try:
+            # One request per mode: the SDK's retries would repeat a refusal.
+            found = _run(agent, prompt, model, output_type, mode, timeout, {"max_retries": 0})
+        except Exception as exc:
+            if not _refused(exc, mode):
+                raise  # down, slow or failing every request: nothing learnt about the modes
+            server.ruled_out[mode] = _why(exc)
+            continue
+        server.mode = mode
+        return found
+    return None
+
+
+def _none_accepted(model: Model, server: _Server) -> str:
     tried = "; ".join(f"{mode.value}: {why}" for mode, why in server.ruled_out.items())
-    return f"the model server at {_base_url(model)} accepts no structured output for {model.model_name} ({tried})"
+    return f"the model server accepts no structured output for {model.model_name} ({tried})"
 
 
 def _run(
