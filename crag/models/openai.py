@@ -20,6 +20,7 @@ def openai_chat_model(settings: Settings, model_settings: ModelSettings) -> Mode
     key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else "not-needed"
     provider = OpenAIProvider(base_url=settings.openai_base_url, api_key=key)
     # Which structured output the server takes is found out per server (crag.models.structured), which sends
-    # json_object itself, with the schema: PydanticAI's prompted mode must not add a bare one.
-    profile = OpenAIModelProfile(supports_json_object_output=False)
+    # json_object itself, with the schema: PydanticAI's prompted mode must not add a bare one. The answer's cap goes
+    # as max_tokens, which these servers read; llama-cpp-python's ignores OpenAI's newer max_completion_tokens.
+    profile = OpenAIModelProfile(supports_json_object_output=False, openai_chat_supports_max_completion_tokens=False)
     return OpenAIChatModel(settings.chat_model, provider=provider, settings=model_settings, profile=profile)
