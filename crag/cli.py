@@ -141,6 +141,8 @@ def _ask(args: argparse.Namespace) -> int:
             print(AnswerOut.of(stream.answer, pipeline.backend).model_dump_json())
             return 0
         print(f"[{pipeline.backend.name}: {pipeline.backend.model} — {pipeline.backend.reason}]", file=sys.stderr)
+        if pipeline.retriever.lexical_only:
+            print(f"note: {pipeline.retriever.lexical_only}", file=sys.stderr)
         for delta in stream:
             print(delta, end="", flush=True)
         print()

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 
 from jieba import posseg
 from pydantic import BaseModel, ConfigDict, Field, create_model
-from pydantic_ai import Agent, NativeOutput
+from pydantic_ai import Agent
 from pydantic_ai.models import Model
 
 from crag import prompts
-from crag.models import Embedder
+from crag.models import Embedder, NoStructuredOutput, run_structured
 from crag.terms import TermStats
 from crag.text import (
     ASKS,
@@ -276,7 +276,7 @@ _graders: dict[int, Agent] = {}
 def grader_agent(k: int) -> Agent:
     """The grading agent for k passages, built once per k; the model is given per run."""
     if k not in _graders:
-        _graders[k] = Agent(output_type=NativeOutput(grades_schema(k)), instructions=prompts.GRADER, retries=1)
+        _graders[k] = Agent(output_type=grades_schema(k), instructions=prompts.GRADER, retries=1)
     return _graders[k]
 
 
@@ -289,23 +289,28 @@ class LLMEvaluator(Evaluator):
         self.timeout = timeout
 
     def grade(self, question: str, texts: Sequence[str], usage: Usage | None = None) -> Grading:
+        """One request for all the texts, in the structured output mode the model server accepts; the grades'
+        method names that mode when it was found out for this server ("llm (json_object)")."""
         if not texts:
             return Grading([])
         usage = usage if usage is not None else Usage()
-        agent = grader_agent(len(texts))
+        prompt = prompts.grader_prompt(question, texts)
         try:
-            result = agent.run_sync(prompts.grader_prompt(question, texts), model=self.model, timeout=self.timeout)
+            result = run_structured(grader_agent(len(texts)), prompt, self.model, self.timeout)
+        except NoStructuredOutput as exc:  # found out once: later questions fall back without a request
+            return self._fallback(question, texts, str(exc))
         except TimeoutError:
             return self._fallback(question, texts, f"grader timed out after {self.timeout:g} s")
         except Exception as exc:  # noqa: BLE001 - junk twice, a server error: similarity takes over
             return self._fallback(question, texts, f"grader failed: {type(exc).__name__}")
         usage.add(result.usage)
+        method = f"{self.name} ({result.mode})" if result.mode else self.name
         values = [getattr(result.output, f"passage_{i}") for i in range(1, len(texts) + 1)]
         backup: list[Grade] | None = None
         grades = []
         for i, value in enumerate(values):
             if isinstance(value, float) and math.isfinite(value):
-                grades.append(Grade(max(-1.0, min(1.0, value)), self.name))
+                grades.append(Grade(max(-1.0, min(1.0, value)), method))
             else:
                 backup = backup or self.fallback.grade(question, texts).grades
                 grades.append(Grade(backup[i].score, "similarity (fallback: grader gave no number)"))

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from pydantic import BaseModel
-from pydantic_ai import Agent, NativeOutput
+from pydantic_ai import Agent
 from pydantic_ai.models import Model
 from pydantic_ai.usage import RequestUsage
 
@@ -30,7 +30,7 @@ from crag.config import Settings
 from crag.evaluator import Evaluator, LLMEvaluator, SimilarityEvaluator, Usage, cap_near_miss, decisive
 from crag.followups import READ_ON, History, conversation_query, elliptical, reading, rewrite_problem
 from crag.messages import language_hint, model_failure_message, near_miss_note, never_mentioned, no_answer_message
-from crag.models import COUNTED, BackendInfo, build_chat_model, resolve_backend
+from crag.models import COUNTED, BackendInfo, build_chat_model, resolve_backend, run_structured
 from crag.refine import keep_closest, local_strips, number_sources, refine, refine_closest, web_strips
 from crag.retriever import Retriever, open_retriever
 from crag.steps import Condensed, Evaluation, Knowledge, WebKnowledge, decide_action
@@ -73,12 +73,9 @@ class Options:
 # Agents: built once; the model is given per run, so tests can ``override`` them.
 
 answer_agent = Agent(instructions=prompts.ANSWER, name="answer")
-condense_agent = Agent(
-    output_type=NativeOutput(prompts.Standalone), instructions=prompts.CONDENSE, retries=1, name="condense"
-)
-web_query_agent = Agent(
-    output_type=NativeOutput(prompts.WebQuery), instructions=prompts.WEB_QUERY, retries=1, name="web_query"
-)
+# The structured ones run in the output mode their model server accepts (``run_structured``).
+condense_agent = Agent(output_type=prompts.Standalone, instructions=prompts.CONDENSE, retries=1, name="condense")
+web_query_agent = Agent(output_type=prompts.WebQuery, instructions=prompts.WEB_QUERY, retries=1, name="web_query")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,9 +137,9 @@ class Pipeline:
         return self.evaluators[choice]
 
     def _structured(self, agent: Agent, prompt: str, usage: Usage, notes: list[str]) -> BaseModel | None:
-        """One schema-constrained call; None when the model fails twice or times out."""
+        """One schema-constrained call; None when the model fails twice, times out, or takes no structured output."""
         try:
-            result = agent.run_sync(prompt, model=self.model, timeout=self.settings.request_timeout)
+            result = run_structured(agent, prompt, self.model, self.settings.request_timeout)
         except Exception as exc:  # noqa: BLE001 - the pipeline goes on without this step
             notes.append(f"{agent.name} step failed ({type(exc).__name__}); skipped")
             return None
@@ -302,6 +299,8 @@ class AnswerStream:
         condense_calls = self.usage.requests
         with self._stage("retrieving", "retrieve"):
             hits = p.retrieve(condensed.queries, o.top_k, o.retrieval_mode, self.question)
+        if p.retriever.lexical_only:  # the index's embedder is missing: its dense half could not be searched
+            self.notes.append(p.retriever.lexical_only)
         with self._stage("grading", "grade"):
             evaluator = p.evaluator(o.evaluator)
             evaluation = p.evaluate(condensed.question, self.question, hits, evaluator, o.upper_threshold, self.usage)

@@ -1,4 +1,8 @@
-"""CRAG step 1, retrieval: top-k chunks from the active index, which the retriever follows across rebuilds."""
+"""CRAG step 1, retrieval: top-k chunks from the active index, which the retriever follows across rebuilds.
+
+The index keeps the embedder it was built with: only a full rebuild chooses another. When that embedder cannot be
+had (an index built with Ollama's bge-m3, Ollama down), the retriever searches the lexical (BM25) half alone and
+says so; the built-in embedder then scores text for grading and refinement, never against the index's vectors."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from crag.config import Settings
-from crag.models import Embedder, build_embedder
+from crag.models import Embedder, EmbedderUnavailable, build_embedder, embedder_named, local_embedder
 from crag.store import POINTER_MAX_AGE, IndexReader, Mode, RebuildNeeded, index_text, open_store
 from crag.terms import TermStats, check_terms, mention_test
 from crag.text import cjk_share
@@ -15,11 +19,18 @@ from crag.types import ScoredChunk
 
 
 class Retriever:
-    def __init__(self, settings: Settings, embedder: Embedder) -> None:
+    def __init__(self, settings: Settings, embedder: Embedder, missing: EmbedderUnavailable | None = None) -> None:
         self.settings = settings
         self.embedder = embedder
+        # Why the index's own embedder is missing, with the ways out: retrieval is lexical meanwhile.
+        self.missing = missing
         self.store = open_store(settings)
         self._reader: IndexReader | None = None
+
+    @property
+    def lexical_only(self) -> str:
+        """The note for an answer found without the index's embedder ("" when it is at hand)."""
+        return str(self.missing) if self.missing else ""
 
     def _current(self) -> IndexReader | None:
         # Asked on every query: on a Chroma server a recent answer is trusted, so a switch by a build
@@ -29,7 +40,10 @@ class Retriever:
             self._reader = None
         elif self._reader is None or self._reader.generation.id != active.id:
             reader = self.store.reader()
-            reader.check_embedder(self.embedder.name)
+            if self.missing and reader.generation.embedder == self.embedder.name:
+                self.missing = None  # rebuilt with the embedder at hand: its dense half answers again
+            if not self.missing:
+                reader.check_embedder(self.embedder.name)
             self._reader = reader
         return self._reader
 
@@ -54,6 +68,7 @@ class Retriever:
         reader = self._current()
         if reader is None:
             return []
+        mode = "lexical" if self.missing else mode
         vector = self.embedder.embed([question])[0] if mode != "lexical" else None
         # An English-only embedder places a Chinese question at random: its vote counts only for
         # the non-Chinese part of the question (names, code, Latin terms).
@@ -68,7 +83,7 @@ class Retriever:
                 raise
             reader = self._current()
             hits = reader.search(question, vector, k, mode, dense_weight=weight)
-        if hits:
+        if hits and not self.missing:
             # Grading embeds what was indexed, and the index has those vectors already. Only a saving: a
             # generation swapped out meanwhile just means they are embedded again.
             with contextlib.suppress(Exception):
@@ -110,14 +125,24 @@ def anchor(
 
 
 def index_embedder(settings: Settings, rebuild: bool = False) -> Embedder:
-    """The embedder for this index: an existing index keeps the one it was built with (in auto mode);
-    a full rebuild chooses afresh, which is how an index moves to Ollama's bge-m3 once it is pulled."""
+    """The embedder for this index: an existing index keeps the one it was built with, unless the settings name
+    another kind (``CRAG_EMBED_BACKEND=local`` for an index on Ollama: then questions say a full rebuild is needed).
+    A full rebuild chooses afresh, which is how an index moves to Ollama's bge-m3 once it is pulled, or to the
+    built-in embedder. Raises ``EmbedderUnavailable`` when the index's embedder cannot be had now."""
     try:
         active = None if rebuild else open_store(settings).active()
     except RebuildNeeded:
         active = None
-    return build_embedder(settings, prefer=active.embedder if active else None)
+    if active is not None and settings.embed_backend in ("auto", active.embedder.split(":")[0]):
+        own = embedder_named(settings, active.embedder)
+        if own is not None:
+            return own
+    return build_embedder(settings)
 
 
 def open_retriever(settings: Settings) -> Retriever:
-    return Retriever(settings, index_embedder(settings))
+    """The retriever of the active index; lexical only, and saying why, when the index's embedder is missing."""
+    try:
+        return Retriever(settings, index_embedder(settings))
+    except EmbedderUnavailable as missing:
+        return Retriever(settings, local_embedder(settings), missing)

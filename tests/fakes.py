@@ -14,7 +14,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from crag.config import Settings
 from crag.evaluator import Evaluator, Grade, Grading, SimilarityEvaluator, Usage
-from crag.models import BackendInfo, Embedder
+from crag.models import BackendInfo, Embedder, EmbedderUnavailable
 from crag.pipeline import Pipeline
 from crag.retriever import anchor
 from crag.terms import Vocabulary
@@ -48,6 +48,8 @@ class FakeRetriever:
     chunks: list[Chunk]
     asked: list[str] = field(default_factory=list)
     embedder: Embedder = field(default_factory=HashEmbedder)
+    missing: EmbedderUnavailable | None = None  # the index's embedder, when it cannot be had
+    lexical_only: str = ""
 
     def retrieve(self, question: str, k: int, mode: str = "hybrid") -> list[ScoredChunk]:
         self.asked.append(question)

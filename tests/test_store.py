@@ -11,6 +11,7 @@ import pytest
 from crag.config import Settings, load_settings
 from crag.ingest import sync
 from crag.ingest.chunking import CHUNKER_VERSION
+from crag.ingest.sync import EmbedderMismatch
 from crag.models import Embedder, LocalEmbedder
 from crag.retriever import Retriever
 from crag.store import BuildInProgress, RebuildNeeded, Store, fuse
@@ -162,7 +163,10 @@ def test_another_embedder_needs_a_rebuild(kb: Settings, embedder: Embedder) -> N
 
     with pytest.raises(RebuildNeeded, match="Rebuild needed.*all-MiniLM.*ollama:bge-m3"):
         Retriever(kb, Other()).retrieve("anything", 3, "hybrid")
-    report = sync(kb, Other())  # the next sync rebuilds with the new embedder
+    with pytest.raises(EmbedderMismatch, match="never mixes embedders.*full rebuild"):
+        sync(kb, Other())  # an incremental build keeps the index's embedder, or does not run
+    assert Store(kb.chroma_dir).active().embedder == embedder.name
+    report = sync(kb, Other(), rebuild=True)  # a full rebuild moves the index to the new embedder
     assert set(statuses(report).values()) == {"indexed"}
 
 

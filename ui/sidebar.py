@@ -69,6 +69,8 @@ def knowledge_base(
         )
     else:
         st.caption(f"Not built yet. Parser: {settings.parser}.")
+    if pipeline is not None and pipeline.retriever.lexical_only:  # the index's embedder is missing: say the way out
+        st.warning(pipeline.retriever.lexical_only, icon=":material/manage_search:")
     files_list(settings, kb)
     if state.builds(settings).running is None:  # a running build reads the folder already
         if n := len(kb.pending):

@@ -134,7 +134,11 @@ _loaded: dict[str, crag.pipeline.Pipeline] = {}
 def pipeline(settings: Settings) -> tuple[crag.pipeline.Pipeline | None, str]:
     """The pipeline, or None and a message that says what to do. A failure is not cached: the next run retries."""
     try:
-        loaded = _loaded[_key(settings)] = _pipeline(_key(settings), settings)
+        loaded = _pipeline(_key(settings), settings)
+        if loaded.retriever.missing and _embedder_back(settings, loaded.retriever.missing.embedder):
+            forget_pipeline()  # Ollama is back with the index's embedder: its dense half answers again
+            loaded = _pipeline(_key(settings), settings)
+        _loaded[_key(settings)] = loaded
         return loaded, ""
     except CragError as exc:
         return None, str(exc)
@@ -145,6 +149,12 @@ def pipeline(settings: Settings) -> tuple[crag.pipeline.Pipeline | None, str]:
         )
 
 
+def _embedder_back(settings: Settings, embedder: str) -> bool:
+    """Whether Ollama now has the index's missing embedder, by the cached answer: a page run sends no probe."""
+    health = ollama_health(settings.ollama_url)
+    return embedder.startswith("ollama:") and health.reachable and health.has(embedder.removeprefix("ollama:"))
+
+
 def forget_pipeline() -> None:
     """Rebuild the pipeline on the next run: after a model pull, or an index built with another embedder."""
     _pipeline.clear()
@@ -152,15 +162,19 @@ def forget_pipeline() -> None:
 
 
 def reopen_if_rebuilt(settings: Settings, pipeline: crag.pipeline.Pipeline | None) -> bool:
-    """A full rebuild may move the index to another embedder: then the pipeline opens it anew."""
+    """A full rebuild may move the index to another embedder: then the pipeline opens it anew. An index whose own
+    embedder is missing is not such a move: the pipeline answers from its lexical half meanwhile."""
     try:
         active = crag.store.open_store(settings).active()
     except CragError:
         return False
-    if pipeline is not None and active is not None and active.embedder != pipeline.retriever.embedder.name:
-        forget_pipeline()
-        return True
-    return False
+    if pipeline is None or active is None:
+        return False
+    missing = pipeline.retriever.missing
+    if active.embedder in (pipeline.retriever.embedder.name, missing.embedder if missing else None):
+        return False
+    forget_pipeline()
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,8 +186,9 @@ def _builds(key: str, _settings: Settings) -> Builds:
     def embedder_for(rebuild: bool) -> crag.models.Embedder:
         # An incremental build keeps the index's embedder, already loaded by the pipeline; a full rebuild
         # chooses afresh, which is how an index moves to Ollama's bge-m3 once it is pulled.
+        # An index whose embedder is missing gets no other: the build fails, saying so (EmbedderUnavailable).
         loaded = _loaded.get(key)
-        if loaded is not None and not rebuild:
+        if loaded is not None and not rebuild and loaded.retriever.missing is None:
             return loaded.retriever.embedder
         return crag.retriever.index_embedder(_settings, rebuild)
 

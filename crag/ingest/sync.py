@@ -29,6 +29,10 @@ SETTLED_NS = 2_000_000_000  # a file's modification time is trusted once this ol
 PARSER_RANK = {"pymupdf": 0, "mineru": 1}  # MinerU reads layout, tables and equations better
 
 
+class EmbedderMismatch(CragError):
+    """An incremental build was given another embedder than the index's."""
+
+
 @dataclass(frozen=True)
 class SyncReport:
     files: list[FileResult] = field(default_factory=list)
@@ -130,6 +134,8 @@ def sync(
         except RebuildNeeded:
             store.discard()  # damaged beyond use: this build starts from scratch
             store.collect_garbage()
+        if not rebuild:
+            _same_embedder(store, embedder)
         report(Progress("scanning"))
         previous = _previous(store, embedder, chunking, rebuild)
         old_by_file = {m.file: m for m in previous[1]} if previous else {}
@@ -210,6 +216,23 @@ def _keeps(old: FileResult, parser: Parser) -> bool:
     files MinerU parsed stay while it is down and PyMuPDF stands in, and files PyMuPDF parsed meanwhile
     are parsed again once MinerU is back."""
     return PARSER_RANK.get(old.parser, 0) >= PARSER_RANK.get(parser.name, 0)
+
+
+def _same_embedder(store: Store, embedder: Embedder) -> None:
+    """An incremental build adds to the index with the embedder it was built with, or not at all: vectors of two
+    embedders cannot be compared, and re-embedding every file is for a full rebuild, which the user asks for."""
+    try:
+        active = store.active()
+    except RebuildNeeded:
+        return  # damaged beyond use: rebuilt from scratch
+    if active is not None and active.embedder != embedder.name:
+        how = "start Ollama: `ollama serve`" if active.embedder.startswith("ollama:") else "CRAG_EMBED_BACKEND=auto"
+        raise EmbedderMismatch(
+            f"The knowledge base was built with {active.embedder} embeddings, and this build would embed with "
+            f"{embedder.name}: an incremental build never mixes embedders. Either make {active.embedder} available "
+            f"again ({how}), or run a full rebuild, which re-embeds every file with {embedder.name}: Rebuild "
+            "knowledge base with 'full rebuild', or `python -m crag index --rebuild`."
+        )
 
 
 def _previous(store: Store, embedder: Embedder, chunking: dict, rebuild: bool):

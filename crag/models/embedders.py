@@ -125,19 +125,31 @@ class OllamaEmbedder(Embedder):
         return [list(v) for v in self._client.embed(model=self._model, input=list(texts)).embeddings]
 
 
+class EmbedderUnavailable(BackendUnavailable):
+    """The embedder an index was built with cannot be had now. ``embedder`` names it."""
+
+    def __init__(self, message: str, embedder: str) -> None:
+        super().__init__(message)
+        self.embedder = embedder
+
+
 _local_embedder: LocalEmbedder | None = None
+_local_lock = threading.Lock()
 
 
-def build_embedder(settings: Settings, health: OllamaHealth | None = None, prefer: str | None = None) -> Embedder:
-    """The embedder for ``CRAG_EMBED_BACKEND``; ``auto`` prefers Ollama's multilingual model.
-
-    ``prefer`` names the embedder of the existing index: in auto mode a local index keeps being
-    queried locally rather than declared stale because Ollama came up.
-    """
+def local_embedder(settings: Settings) -> LocalEmbedder:
+    """The packaged MiniLM, loaded once per process."""
     global _local_embedder
+    with _local_lock:
+        if _local_embedder is None:
+            _local_embedder = LocalEmbedder(settings.threads)
+        return _local_embedder
+
+
+def build_embedder(settings: Settings, health: OllamaHealth | None = None) -> Embedder:
+    """The embedder ``CRAG_EMBED_BACKEND`` chooses for a new index; ``auto`` prefers Ollama's multilingual model.
+    An index that exists keeps its own (``embedder_named``)."""
     choice = settings.embed_backend
-    if choice == "auto" and prefer == LocalEmbedder.name:
-        choice = "local"
     if choice in ("auto", "ollama"):
         health = health or ollama_health(settings.ollama_url)
         if health.reachable and health.has(settings.embed_model):
@@ -149,9 +161,35 @@ def build_embedder(settings: Settings, health: OllamaHealth | None = None, prefe
                 f"Ollama at {health.url} does not have `{settings.embed_model}`: "
                 f"run `ollama pull {settings.embed_model}`."
             )
-    if _local_embedder is None:
-        _local_embedder = LocalEmbedder(settings.threads)
-    return _local_embedder
+    return local_embedder(settings)
+
+
+def embedder_named(settings: Settings, name: str, health: OllamaHealth | None = None) -> Embedder | None:
+    """The embedder an index was built with, from its name; None for a name this module does not make.
+
+    Raises ``EmbedderUnavailable`` when it cannot be had now (Ollama down, or without the model), with the two ways
+    out: bring it back, or a full rebuild with the built-in embedder. Never another embedder in its place: vectors of
+    two embedders cannot be compared."""
+    if name == LocalEmbedder.name:
+        return local_embedder(settings)
+    if not name.startswith("ollama:"):
+        return None
+    model = name.removeprefix("ollama:")
+    health = health or ollama_health(settings.ollama_url)
+    if health.reachable and health.has(model):
+        return OllamaEmbedder(settings.ollama_url, model, settings.request_timeout)
+    if health.reachable:
+        why, back = f"Ollama at {health.url} does not have `{model}`", f"pull it (`ollama pull {model}`)"
+    else:
+        why, back = f"Ollama is not reachable at {health.url}", "start Ollama (`ollama serve`)"
+    local = "" if settings.embed_backend == "auto" else " (set CRAG_EMBED_BACKEND=local or auto first)"
+    raise EmbedderUnavailable(
+        f"The knowledge base was built with Ollama's `{model}` embeddings, and {why}. Either {back} so that it is "
+        f"searched as built, or run a full rebuild with the built-in embedder{local}: Rebuild knowledge base with "
+        "'full rebuild', or `python -m crag index --rebuild`. Until then, questions are answered from the lexical "
+        "(BM25) index only, and an incremental build cannot run.",
+        name,
+    )
 
 
 @functools.cache
