@@ -33,7 +33,7 @@ from crag.messages import language_hint, model_failure_message, near_miss_note, 
 from crag.models import COUNTED, BackendInfo, build_chat_model, resolve_backend, run_structured
 from crag.refine import keep_closest, local_strips, number_sources, refine, refine_closest, web_strips
 from crag.retriever import Retriever, open_retriever
-from crag.steps import Condensed, Evaluation, Knowledge, WebKnowledge, decide_action
+from crag.steps import Condensed, Evaluation, Knowledge, Options, WebKnowledge, decide_action
 from crag.store import Mode, fuse, index_text
 from crag.support import unsupported
 from crag.terms import check_terms
@@ -48,25 +48,6 @@ STRIP_FLOOR = -0.2  # a strip below this is noise even when few strips exist
 CLOSEST_KEPT = 3  # Ambiguous with no strip above the floor: the closest passages shown, said to be such
 WEB_RESULTS = 5
 WEB_PAGES_FETCHED = 2
-
-
-@dataclass(frozen=True)
-class Options:
-    """Per-question knobs. They are arguments of ``stream``: changing one never rebuilds the pipeline."""
-
-    top_k: int
-    upper_threshold: float
-    lower_threshold: float
-    web: bool
-    evaluator: str  # auto | llm | similarity
-    retrieval_mode: Mode
-    answer_mode: str  # auto | evidence | generated
-
-    @classmethod
-    def from_settings(cls, s: Settings) -> Options:
-        return cls(
-            s.top_k, s.upper_threshold, s.lower_threshold, s.web_search, s.evaluator, s.retrieval_mode, s.answer_mode
-        )
 
 
 # ---------------------------------------------------------------------------------------------

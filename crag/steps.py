@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from crag.config import Settings
+from crag.store import Mode
 from crag.types import Action, ScoredChunk, Strip, TermCheck, WebResult
 
 
@@ -59,3 +61,22 @@ def decide_action(scores: Sequence[float], upper: float, lower: float) -> Action
     if any(s >= lower for s in scores):
         return Action.AMBIGUOUS
     return Action.INCORRECT
+
+
+@dataclass(frozen=True)
+class Options:
+    """Per-question knobs. They are arguments of ``stream``: changing one never rebuilds the pipeline."""
+
+    top_k: int
+    upper_threshold: float
+    lower_threshold: float
+    web: bool
+    evaluator: str  # auto | llm | similarity
+    retrieval_mode: Mode
+    answer_mode: str  # auto | evidence | generated
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> Options:
+        return cls(
+            s.top_k, s.upper_threshold, s.lower_threshold, s.web_search, s.evaluator, s.retrieval_mode, s.answer_mode
+        )
