@@ -30,7 +30,7 @@ from pydantic_ai.models import Model
 
 from crag import prompts
 from crag.models import Embedder, NoStructuredOutput, run_structured
-from crag.terms import TermStats
+from crag.terms import SPECIFIC_ZIPF, TermStats
 from crag.text import (
     ASKS,
     ENDED,
@@ -89,10 +89,12 @@ StatsSource = Callable[[], "TermStats | None"]
 # A missing term is evidence against the passages, not a veto. A specific term that no retrieved passage mentions
 # caps their grades below the upper threshold: Ambiguous at most, so the web is asked too and the answer says the
 # passages may not answer. The action is Incorrect (every grade at most NEAR_MISS_SCORE, below any sensible lower
-# threshold) only when the question is about what the documents lack: a term no passage of the index mentions in any
-# form, most of the weight of the question's specific terms missing, and nothing else of the question that the best
-# passage matches outweighing them ("install an R package from GitHub with devtools": the passages match
-# "install an R package", which says little in an R manual; the missing names say most).
+# threshold) only when the question is about what the documents lack: a term that no passage of the index mentions in
+# any form carries most of the weight of the question's specific terms, and either it is a name rarer than everyday
+# words ("pbzip2", "Flatpak", "devtools": a page that never names it does not answer a question about it), or nothing
+# else of the question that the best passage matches outweighs it. An everyday word the documents never use
+# ("spreadsheet", "Norwegian") is often the user's way of saying what they say in other words: their closest
+# passages are shown, as such.
 NEAR_MISS_SCORE = -0.9
 
 
@@ -122,6 +124,8 @@ def decisive(question: str, check: TermCheck, texts: Sequence[str], stats: TermS
     absent = sum(weights[t] for t in check.missing)
     if absent < 0.5 * sum(weights.values()):
         return False
+    if any(general_frequency(t.lower()) < SPECIFIC_ZIPF for t in check.unknown):
+        return True
     rest = question
     for term in check.missing:
         rest = rest.replace(term, " ")

@@ -26,6 +26,7 @@ from typing import Protocol
 import Stemmer
 
 from crag.text import (
+    EN_STOP,
     HAN_RUN,
     chinese_words,
     cjk_share,
@@ -293,11 +294,13 @@ def _derived(word: str, other: str) -> bool:
 
 def aliases(question: str, terms: Sequence[Term], vocabulary: Vocabulary | None) -> dict[str, list[Term]]:
     """Other names of the question's terms, by term: the acronym its capitalised words spell ("Journal of
-    Chemical Physics": "JCP") for each of them; for an acronym of the question, the Chinese names the documents
-    define it as, and the reverse."""
+    Chemical Physics": "JCP"), or three words in a row ("cyclic redundancy check": "CRC"), for each of them; for an
+    acronym of the question, the Chinese names the documents define it as, and the reverse."""
     out: dict[str, list[Term]] = {}
-    for run in _NAME_RUN.findall(_without_sentence_start(question)):
-        acronyms = [Term(a.upper(), "identifier", False) for a in _spells(run)]
+    runs = [(run, _spells(run)) for run in _NAME_RUN.findall(_without_sentence_start(question))]
+    runs += [(" ".join(words), {"".join(w[0] for w in words)}) for words in _word_triples(question)]
+    for run, spelled in runs:
+        acronyms = [Term(a.upper(), "identifier", False) for a in spelled]
         for term in terms:
             if re.search(rf"\b{re.escape(term.text)}\b", run):
                 out.setdefault(term.text, []).extend(acronyms)
@@ -314,6 +317,16 @@ def aliases(question: str, terms: Sequence[Term], vocabulary: Vocabulary | None)
             if term.text.lower() == abbr:
                 out.setdefault(term.text, []).extend(Term(name, "han", False) for name in names)
     return out
+
+
+def _word_triples(question: str) -> list[tuple[str, str, str]]:
+    """Three words in a row, none of them a stopword: what an acronym may abbreviate."""
+    words = re.findall(r"[A-Za-z]{3,}|\S+", question)
+    return [
+        (a, b, c)
+        for a, b, c in zip(words, words[1:], words[2:], strict=False)
+        if all(w.isalpha() and len(w) >= 3 and w.lower() not in EN_STOP for w in (a, b, c))
+    ]
 
 
 def _without_sentence_start(question: str) -> str:

@@ -187,3 +187,12 @@ def test_an_abbreviation_the_documents_define_after_a_chinese_name_is_its_other_
     check = check_terms("DFSG 允许修改吗？", [page], stats)
     assert check.missing == ()
     assert mention_test("What does the DFSG allow?", "DFSG")(glossary)
+
+
+def test_three_words_in_a_row_are_the_acronym_the_documents_use() -> None:
+    manual = "Each block is compressed with LZW, as GIF images are."
+    question = "Does it support the lempel ziv welch algorithm?"
+    check = check_terms(question, [manual], FakeStats([manual]))
+    assert {"lempel", "ziv"} <= set(check.terms) and check.missing == ()
+    other = "Each block is compressed with Huffman coding."
+    assert check_terms(question, [other], FakeStats([other])).missing == ("lempel", "ziv")
