@@ -1,4 +1,5 @@
-"""The out-of-sample wording sets: their fields and counts, and a checker that catches a gap the document does use."""
+"""The wording sets (out of sample, and their dev twins): their fields and counts, and a checker that catches a gap the
+document does use."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from crag.bench.answers import WORDING_SETS
 from crag.bench.check_questions import HOLDOUT, KEYS, QUESTIONS
 from crag.bench.check_wording import (
     DOC_SPLITS,
     GAP_KINDS,
+    PREFIX,
+    PROMISES,
     SETS,
     Document,
     check_counts,
@@ -19,6 +23,7 @@ from crag.bench.check_wording import (
     load,
 )
 from crag.bench.corpus import CORPUS, fetch_corpus
+from crag.bench.retrieval import load_questions
 
 SET_ROWS = {name: load(path) for name, path in SETS.items()}
 
@@ -41,7 +46,7 @@ def test_each_set_has_the_fields_and_ids_it_promises(name: str) -> None:
     assert len({r["id"] for r in rows}) == len(rows)
     for r in rows:
         assert set(KEYS) <= set(r) <= {*KEYS, "gap", "gap_kind"}, r["id"]
-        assert re.fullmatch(rf"{name[0]}-{r['lang']}-\d\d", r["id"])
+        assert re.fullmatch(rf"{PREFIX[name]}-{r['lang']}-\d\d", r["id"])
         assert (r["split"], r["kind"], r["in_kb"], r["near_miss"], r["missing_term"]) == (
             name,
             r["lang"],
@@ -51,7 +56,7 @@ def test_each_set_has_the_fields_and_ids_it_promises(name: str) -> None:
         )
         assert CORPUS[r["file"]].split in DOC_SPLITS[name] and CORPUS[r["file"]].lang == r["lang"]
         assert 1 <= len(r["must_contain"]) <= 3 and r["pages"]
-        if name == "paraphrase" or "gap" in r:
+        if PROMISES[name].per_gap_kind or "gap" in r:
             assert r["gap_kind"] in GAP_KINDS and r["gap"], r["id"]
             assert all(g in r["question"] for g in r["gap"]), r["id"]
 
@@ -65,6 +70,31 @@ def test_the_sets_hold_the_counts_they_promise() -> None:
         "counts: paraphrase questions is 39, at least 40 expected",
         *[f"counts: first questions in {lang} is 0, at least 10 expected" for lang in ("en", "zh")],
     ]
+
+
+def test_the_dev_twins_ask_every_dev_document_and_hold_the_counts_they_promise() -> None:
+    dev = {n for n, d in CORPUS.items() if d.split == "dev"}
+    para, first = SET_ROWS["paraphrase-dev"], SET_ROWS["first-dev"]
+    assert {r["file"] for r in para} == {r["file"] for r in first} == dev
+    assert {r["gap_kind"] for r in para if r["lang"] == "en"} == set(GAP_KINDS) - {"segmentation"}
+    assert {r["gap_kind"] for r in para if r["lang"] == "zh"} == set(GAP_KINDS) - {"derived"}
+    assert check_counts({"paraphrase-dev": para[:29], "first-dev": []}) == [
+        "counts: paraphrase-dev questions is 29, at least 30 expected",
+        *[f"counts: first-dev questions in {lang} is 0, at least 8 expected" for lang in ("en", "zh")],
+    ]
+    one_kind = [{**r, "gap_kind": "number"} for r in para]
+    assert "counts: paraphrase-dev questions with a derived gap is 0, at least 3 expected" in check_counts(
+        {"paraphrase-dev": one_kind}
+    )
+
+
+@pytest.mark.parametrize("name", sorted(WORDING_SETS))
+def test_each_set_loads_as_benchmark_questions_in_a_knowledge_base_that_holds_its_documents(name: str) -> None:
+    assert set(WORDING_SETS) == set(SETS)
+    questions = load_questions(SETS[name])
+    assert len(questions) == len(SET_ROWS[name])
+    assert {q.split for q in questions} == {name}
+    assert {CORPUS[q.file].split for q in questions} <= set(DOC_SPLITS[name]) <= set(WORDING_SETS[name])
 
 
 def test_the_sets_share_no_id_with_the_other_question_sets() -> None:
@@ -140,3 +170,22 @@ def test_the_checker_keeps_each_set_to_its_documents_and_language() -> None:
         "p-en-01: a en question on a zh document: these sets ask in the document's language"
     ]
     assert check_rows("paraphrase", [_row(), _row()], TEXTS) == ["p-en-01: duplicate id (2 lines)"]
+
+
+def test_the_checker_keeps_the_dev_twins_to_the_dev_documents_and_their_ids() -> None:
+    texts = {**TEXTS, "R-data.pdf": ["", "Function read.fwf reads fixed-width files."]}
+    dev = _row(id="pd-en-01", split="paraphrase-dev", file="R-data.pdf", must_contain=["read.fwf"], gap=["unpack"])
+    assert check_rows("paraphrase-dev", [dev], texts) == []
+    assert check_rows("paraphrase", [{**dev, "id": "p-en-01", "split": "paraphrase"}], texts) == [
+        "p-en-01: file 'R-data.pdf' is not a test/holdout document"
+    ]
+    assert check_rows("paraphrase-dev", [{**dev, "file": "bzip2-manual.pdf", "must_contain": ["bunzip2"]}], texts) == [
+        "pd-en-01: file 'bzip2-manual.pdf' is not a dev document"
+    ]
+    assert check_rows("paraphrase-dev", [{**dev, "id": "p-en-01"}], texts) == [
+        "p-en-01: lang must be in ('en', 'zh') and the id read pd-en-NN"
+    ]
+    no_gap = {k: v for k, v in dev.items() if k not in ("gap", "gap_kind")}
+    assert check_rows("paraphrase-dev", [no_gap], texts) == ["pd-en-01: fields missing ['gap', 'gap_kind'], unknown []"]
+    first = {**no_gap, "id": "fd-en-01", "split": "first-dev"}
+    assert check_rows("first-dev", [first], texts) == []

@@ -1,15 +1,17 @@
 """Answer quality, out of sample: does the default offline answer hold the key fact, say "not in your
 documents" when the documents do not answer, and cite only what it quotes?
 
-    python -m crag.bench.answers [--split test|dev|holdout|paraphrase|first|all] [--db DIR] [--out DIR]
-                                 [--calibrate] [--written]
+    python -m crag.bench.answers [--split test|dev|holdout|paraphrase|first|paraphrase-dev|first-dev|all]
+                                 [--db DIR] [--out DIR] [--calibrate] [--written]
 
 The knowledge base is every corpus PDF, dev and test documents together, as in a user's folder. The holdout
 split (``holdout.jsonl``, a fresh set written later by someone who never ran the app) asks about two more
 documents, which join the others in its knowledge base. The paraphrase set (``paraphrase.jsonl``: each question
 holds a word its document never uses) and the first questions (``first.jsonl``: what a newcomer asks first) are
-asked of a knowledge base of all eleven documents. The
-backend is the embedded one with web search off, so answers are evidence answers: quoted sentences.
+asked of a knowledge base of all eleven documents. Their dev twins (``paraphrase-dev.jsonl``, ``first-dev.jsonl``)
+ask the same kinds of question of the dev documents, in a knowledge base of the dev and test documents: they are in
+sample, the ones to tune on. The backend is the embedded one with web search off, so answers are evidence answers:
+quoted sentences.
 Thresholds and the evaluator's constants were fitted on the dev split only (``--calibrate`` refits and
 prints them); the test split's documents and questions were never used to tune anything, so its figures
 are the out-of-sample ones. Measured per question:
@@ -201,6 +203,14 @@ def summarize(rows: Sequence[dict]) -> dict[str, Any]:
     return out
 
 
+# The wording sets, each with the corpus splits its knowledge base holds: the out-of-sample sets ask documents of
+# every split; their dev twins ask the dev documents, with the test documents as distractors.
+WORDING_SETS = {
+    "paraphrase": ("dev", "test", "holdout", "first"),
+    "first": ("dev", "test", "holdout", "first"),
+    "paraphrase-dev": ("dev", "test"),
+    "first-dev": ("dev", "test"),
+}
 GAP_KINDS = ("derived", "number", "abbreviation", "compound", "everyday", "segmentation")
 SATURATED = 0.95
 
@@ -242,7 +252,7 @@ def calibrate(rows: Sequence[dict]) -> dict[str, float]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m crag.bench.answers", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--split", choices=["dev", "test", "holdout", "paraphrase", "first", "all"], default="test")
+    parser.add_argument("--split", choices=["dev", "test", "holdout", *WORDING_SETS, "all"], default="test")
     parser.add_argument("--db", type=Path, help="keep the index here between runs (default: a temporary folder)")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument("--calibrate", action="store_true", help="fit the thresholds on the dev split and print them")
@@ -252,9 +262,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     splits = ("dev", "test")
     if args.split == "holdout":
         questions, splits = load_questions(HOLDOUT), ("dev", "test", "holdout")
-    elif args.split in ("paraphrase", "first"):
+    elif args.split in WORDING_SETS:
         questions = load_questions(QUESTIONS.with_name(f"{args.split}.jsonl"))
-        splits = ("dev", "test", "holdout", "first")
+        splits = WORDING_SETS[args.split]
     if args.calibrate:
         questions = [q for q in load_questions() if q.split == "dev"]
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,17 +1,20 @@
-"""Check the two out-of-sample wording sets against their PDFs and print what they hold.
+"""Check the wording sets against their PDFs and print what they hold.
 
     python -m crag.bench.check_wording
 
 ``paraphrase.jsonl`` asks about the test and holdout documents in words ("gaps") that the asked document never
 uses in any form; ``first.jsonl`` holds a newcomer's first questions, each answered by a command or a function.
-Fetches the documents the sets ask about and checks, with the text PyMuPDF extracts (``page.get_text()``):
+Both are out of sample. Their twins ``paraphrase-dev.jsonl`` and ``first-dev.jsonl`` ask the same kinds of question
+of the dev documents, where tuning may look. Fetches the documents the sets ask about and checks, with the text
+PyMuPDF extracts (``page.get_text()``):
 
 - every line has the fields of the main question set, plus ``gap`` and ``gap_kind`` (required in the paraphrase
-  set, optional in the first questions); ids are unique and read ``p-en-01`` / ``f-zh-01``;
+  sets, optional in the first questions); ids are unique and read ``p-en-01`` / ``f-zh-01`` (``pd-`` / ``fd-`` in
+  the dev twins);
 - each question is answerable: in-KB, in its document's language, its ``split`` the set's name, pages in range,
   and each ``must_contain`` string on a listed page (normalised as ``check_questions`` does);
 - each gap is written in the question, and its document never uses it in any form (``gap_hits``);
-- the counts each set promises.
+- the counts each set promises (``PROMISES``).
 
 Prints counts per set, language and gap kind, and exits 1 when anything is wrong.
 """
@@ -33,18 +36,36 @@ from crag.bench.check_questions import KEYS, LANGS, norm, page_texts, squash
 from crag.bench.corpus import CORPUS, default_cache_dir, fetch_corpus
 
 HERE = Path(__file__).parent
-SETS = {"paraphrase": HERE / "paraphrase.jsonl", "first": HERE / "first.jsonl"}
-PREFIX = {"paraphrase": "p", "first": "f"}
-# The paraphrase set asks about the documents the product was never tuned on; a first question may also ask a
-# newcomer's manual that only this set uses.
-DOC_SPLITS = {"paraphrase": ("test", "holdout"), "first": ("test", "holdout", "first")}
+SETS = {name: HERE / f"{name}.jsonl" for name in ("paraphrase", "first", "paraphrase-dev", "first-dev")}
+PREFIX = {"paraphrase": "p", "first": "f", "paraphrase-dev": "pd", "first-dev": "fd"}
+# The out-of-sample sets ask about the documents the product was never tuned on, and a first question may also ask
+# a newcomer's manual that only that set uses; their dev twins ask about the dev documents, where tuning may look.
+DOC_SPLITS = {
+    "paraphrase": ("test", "holdout"),
+    "first": ("test", "holdout", "first"),
+    "paraphrase-dev": ("dev",),
+    "first-dev": ("dev",),
+}
 GAP_KINDS = ("derived", "number", "abbreviation", "compound", "everyday", "segmentation")
 OPTIONAL = ("gap", "gap_kind")
 
-# What the sets must hold at least.
-MIN_PARAPHRASE = 40
-MIN_PER_GAP_KIND = 4
-MIN_FIRST_PER_LANG = 10
+
+@dataclass(frozen=True)
+class Promise:
+    """What a set must hold at least. A set with ``per_gap_kind`` is a paraphrase set: every line has a gap, and
+    about half of its questions are Chinese."""
+
+    questions: int = 0
+    per_gap_kind: int = 0
+    per_lang: int = 0
+
+
+PROMISES = {
+    "paraphrase": Promise(questions=40, per_gap_kind=4),
+    "first": Promise(per_lang=10),
+    "paraphrase-dev": Promise(questions=30, per_gap_kind=3),
+    "first-dev": Promise(per_lang=8),
+}
 PARAPHRASE_ZH_SHARE = (0.35, 0.65)  # "about half Chinese"
 
 _WORD = re.compile(r"[^\W_]+")
@@ -108,7 +129,7 @@ def check_rows(name: str, rows: list[dict], texts: dict[str, list[str]]) -> list
 
 
 def _check_row(name: str, r: dict, texts: dict[str, list[str]], docs: dict[str, Document]) -> list[str]:
-    missing = [k for k in KEYS if k not in r] + [k for k in OPTIONAL if name == "paraphrase" and k not in r]
+    missing = [k for k in KEYS if k not in r] + [k for k in OPTIONAL if PROMISES[name].per_gap_kind and k not in r]
     extra = [k for k in r if k not in KEYS and k not in OPTIONAL]
     if missing or extra:
         return [f"fields missing {missing}, unknown {extra}"]
@@ -159,34 +180,37 @@ def _check_gap(r: dict, doc: Document) -> list[str]:
 
 
 def check_counts(sets: dict[str, list[dict]]) -> list[str]:
+    """What each set falls short of in its ``PROMISES``; an empty list means every set holds them."""
     problems = []
 
     def at_least(what: str, n: int, minimum: int) -> None:
         if n < minimum:
             problems.append(f"counts: {what} is {n}, at least {minimum} expected")
 
-    para, first = sets.get("paraphrase", []), sets.get("first", [])
-    at_least("paraphrase questions", len(para), MIN_PARAPHRASE)
-    kinds = Counter(r.get("gap_kind") for r in para)
-    for kind in GAP_KINDS:
-        at_least(f"paraphrase questions with a {kind} gap", kinds[kind], MIN_PER_GAP_KIND)
-    if para:
-        share = sum(r.get("lang") == "zh" for r in para) / len(para)
-        if not PARAPHRASE_ZH_SHARE[0] <= share <= PARAPHRASE_ZH_SHARE[1]:
-            problems.append(f"counts: {share:.0%} of paraphrase questions are Chinese, about half expected")
-    for lang in LANGS:
-        at_least(f"first questions in {lang}", sum(r.get("lang") == lang for r in first), MIN_FIRST_PER_LANG)
+    for name, rows in sets.items():
+        promise = PROMISES[name]
+        at_least(f"{name} questions", len(rows), promise.questions)
+        if promise.per_gap_kind:
+            kinds = Counter(r.get("gap_kind") for r in rows)
+            for kind in GAP_KINDS:
+                at_least(f"{name} questions with a {kind} gap", kinds[kind], promise.per_gap_kind)
+            # An empty set is reported by its count, not by its share.
+            share = sum(r.get("lang") == "zh" for r in rows) / len(rows) if rows else 0.5
+            if not PARAPHRASE_ZH_SHARE[0] <= share <= PARAPHRASE_ZH_SHARE[1]:
+                problems.append(f"counts: {share:.0%} of {name} questions are Chinese, about half expected")
+        for lang in LANGS:
+            at_least(f"{name} questions in {lang}", sum(r.get("lang") == lang for r in rows), promise.per_lang)
     return problems
 
 
 def summary(sets: dict[str, list[dict]]) -> str:
     """Counts per set x language x gap kind, then per set x document."""
     table = Counter((name, r.get("lang"), r.get("gap_kind") or "-") for name, rows in sets.items() for r in rows)
-    lines = [f"{'set':<11} {'lang':<5} {'gap_kind':<13} {'count':>5}"]
-    lines += [f"{s:<11} {lang!s:<5} {kind!s:<13} {n:>5}" for (s, lang, kind), n in sorted(table.items())]
+    lines = [f"{'set':<15} {'lang':<5} {'gap_kind':<13} {'count':>5}"]
+    lines += [f"{s:<15} {lang!s:<5} {kind!s:<13} {n:>5}" for (s, lang, kind), n in sorted(table.items())]
     lines.append("")
     files = Counter((name, r.get("file")) for name, rows in sets.items() for r in rows)
-    lines += [f"{s:<11} {file!s:<26} {n:>5}" for (s, file), n in sorted(files.items(), key=str)]
+    lines += [f"{s:<15} {file!s:<26} {n:>5}" for (s, file), n in sorted(files.items(), key=str)]
     return "\n".join(lines)
 
 
