@@ -150,7 +150,7 @@ def cap_near_miss(grades: Sequence[Grade], check: TermCheck, upper: float) -> li
 
 # Calibration of the raw similarity (dense cosine and weighted coverage) to [-1, 1] with a logistic curve:
 # MIDPOINT maps to 0 and SLOPE sets how fast scores saturate. Fitted on the dev split of
-# crag/bench/questions.jsonl (README, "Evaluator"), never on the test split.
+# crag/bench/questions.jsonl (docs/benchmarks.md), never on the test split.
 MIDPOINT = 0.38
 SLOPE = 12.0
 DENSE_WEIGHT = 0.7  # of the raw score, when the embedder understands the question's language

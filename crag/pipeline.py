@@ -112,7 +112,7 @@ class Pipeline:
 
     def evaluator(self, choice: str) -> Evaluator:
         """auto: the LLM grader on Ollama/OpenAI servers, similarity on the embedded model (small local
-        models grade no better than chance; see README, "Evaluator")."""
+        models grade no better than chance: docs/how-it-works.md)."""
         if choice == "auto":
             choice = "similarity" if self.backend.name == "embedded" else "llm"
         return self.evaluators[choice]
