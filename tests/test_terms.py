@@ -119,8 +119,6 @@ def test_a_plain_word_is_not_expected_across_languages() -> None:
     assert check.missing == ()
 
 
-
-
 # ---------------------------------------------------------------------------------------------
 # A user's words: each kind of wording gap, in English and Chinese. A question whose term the documents hold in
 # another form is not a near miss: "the documents never mention X" would be false.
