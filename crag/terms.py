@@ -66,6 +66,8 @@ _DIGITS = {word: str(n) for n, word in enumerate(_NUMBER_WORDS)} | {str(n): w fo
 _TIMES = re.compile(r"(?<= )(\d+)x(\d+)(?= )")  # " 3x3 ": a size
 _DIGITS_THEN_LETTERS = re.compile(r"(?<=[0-9])(?=[a-z])")  # "10mb" is also written "10 mb"
 _COMPOUND = re.compile(r"[/-]")
+# A number, whole or with decimals or a version's dots ("14", "0.6", "4.2.2"): a page may answer without it.
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 # Words that join a name's capitalised words without an initial of their own: "Journal of Chemical Physics".
 _CONNECTORS = frozenset("of and for the in on to de du la von van".split())
 _NAME_RUN = re.compile(r"[A-Z][A-Za-z]+(?:\s+(?:(?:of|and|for|the|in|on|to|de|du|la|von|van)\s+)?[A-Z][A-Za-z]+)+")
@@ -187,7 +189,7 @@ def specific_terms(question: str) -> list[Term]:
     terms: dict[str, Term] = {}
     for match in _IDENTIFIER.finditer(question):
         word = match.group().rstrip(".-/")
-        if not lexical_tokens(word) or word.isdigit() or word.lower() in terms:
+        if not lexical_tokens(word) or _NUMBER.fullmatch(word) or word.lower() in terms:
             continue
         zipf = max(general_frequency(word.lower()), general_frequency(stem(word.lower())))
         capitalised = word[0].isupper() and not _SENTENCE_START.search(question[: match.start()])

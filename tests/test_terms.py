@@ -194,3 +194,9 @@ def test_three_words_in_a_row_are_the_acronym_the_documents_use() -> None:
     assert {"lempel", "ziv"} <= set(check.terms) and check.missing == ()
     other = "Each block is compressed with Huffman coding."
     assert check_terms(question, [other], FakeStats([other])).missing == ("lempel", "ziv")
+
+
+def test_a_number_with_decimals_is_no_name() -> None:
+    """ "Why is 0.3 + 0.6 == 0.9 FALSE?" was refused: "the documents never mention 0.6" (they explain it with
+    other numbers)."""
+    assert [t.text for t in specific_terms("Why is 0.3 + 0.6 == 0.9 FALSE in R 4.2.2?")] == ["FALSE"]
