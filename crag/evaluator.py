@@ -23,7 +23,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from jieba import posseg
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic_ai import Agent
 from pydantic_ai.models import Model
@@ -32,17 +31,12 @@ from crag import prompts
 from crag.models import Embedder, NoStructuredOutput, run_structured
 from crag.terms import SPECIFIC_ZIPF, TermStats
 from crag.text import (
-    ASKS,
-    ENDED,
-    HAN_RUN,
     cjk_share,
     content_words,
     general_frequency,
     has_han,
-    language,
     lexical_tokens,
     split_pairs,
-    width,
 )
 from crag.types import TermCheck
 
@@ -129,7 +123,7 @@ def decisive(question: str, check: TermCheck, texts: Sequence[str], stats: TermS
     rest = question
     for term in check.missing:
         rest = rest.replace(term, " ")
-    rest_weights = word_weights(rest, stats, by_role=False)
+    rest_weights = word_weights(rest, stats)
     support = max(coverage(rest_weights, text) for text in texts) * sum(rest_weights.values())
     return support < absent
 
@@ -154,22 +148,6 @@ def cap_near_miss(grades: Sequence[Grade], check: TermCheck, upper: float) -> li
 MIDPOINT = 0.38
 SLOPE = 12.0
 DENSE_WEIGHT = 0.7  # of the raw score, when the embedder understands the question's language
-# For a Chinese question and an English-only embedder, the words' part of the score is half their coverage of the
-# passage and half their coverage of its heading path: what the passage is about. A passage under "3.6 表格" is about
-# tables; one that names them in a list of what packages do ("排版复杂的表格、插入图片") is not, though it holds every
-# word of "如何在 LaTeX 中插入表格？".
-HEADING_WEIGHT = 0.5
-# Asking the heading too makes the words' part stricter; the calibration's midpoint moves down this much for it. Fitted
-# on the dev split: the middle of the range that raises the most Chinese in-KB questions to Correct and keeps every
-# out-of-scope one below it.
-HEADING_SHIFT = 0.05
-HEADING_WIDTH = 240
-TITLE_WIDTH = 80
-# In a Chinese question the thing asked about is a noun (表格, 图片, 页码) and the action a verb (插入, 设置, 生成): a
-# passage on the thing answers, one that only shares the action does not. jieba's part-of-speech tags tell them.
-POS_WEIGHTS = {"n": 2.0, "v": 0.5}
-
-
 def calibrate(raw: float) -> float:
     return round(2.0 / (1.0 + math.exp(-SLOPE * (raw - MIDPOINT))) - 1.0, 4)
 
@@ -182,39 +160,17 @@ def idf(token: str, stats: TermStats | None) -> float:
     return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
 
 
-def word_weights(question: str, stats: TermStats | None, by_role: bool = True) -> dict[str, float]:
+def word_weights(question: str, stats: TermStats | None) -> dict[str, float]:
     """How much each content word of the question says: rare in these documents (IDF, highest for a word
-    they never use) and not everyday wording ("every", "开始" weigh little); with ``by_role``, a Chinese noun (what
-    is asked about) more than a verb (what is done with it: ``POS_WEIGHTS``)."""
+    they never use) and not everyday wording ("every", "开始" weigh little)."""
     # A pair of characters the dictionary split ("双栏", "宏包") counts as a word when these documents use it.
     pairs = [w for w in split_pairs(question) if stats is not None and stats.doc_frequency(w)]
-    tags = _parts_of_speech(question) if by_role else {}
-    return {
-        word: idf(word, stats) * _everyday(word) * POS_WEIGHTS.get(tags.get(word, "")[:1], 1.0)
-        for word in [*content_words(question), *pairs]
-    }
-
-
-def _parts_of_speech(text: str) -> dict[str, str]:
-    """jieba's part-of-speech tag of each Chinese word of a text ("表格": "n", "插入": "v")."""
-    return {w.word: w.flag for run in HAN_RUN.findall(text) for w in posseg.cut(run)} if has_han(text) else {}
+    return {word: idf(word, stats) * _everyday(word) for word in [*content_words(question), *pairs]}
 
 
 def _everyday(word: str) -> float:
     """1 for a word rarer than once in ten thousand in everyday language, down to 0.1 for the commonest."""
     return min(1.0, max(0.1, (6.5 - general_frequency(word.lower())) / 3.0))
-
-
-def heading(text: str) -> str:
-    """What a passage says it is about: its heading path (its first line when short: ``index_text`` puts it there),
-    and the title its text opens with, a line that asks (a FAQ's question) or a short one with no full stop."""
-    lines = [line.strip() for line in text.split("\n") if line.strip()]
-    titles = [line for line in lines[:2] if width(line) <= HEADING_WIDTH]
-    if len(titles) == 2 and not (
-        ASKS.search(titles[1]) or (width(titles[1]) <= TITLE_WIDTH and not ENDED.search(titles[1]))
-    ):
-        titles = titles[:1]
-    return "\n".join(titles) if len(lines) > len(titles) else ""
 
 
 def coverage(weights: dict[str, float], text: str) -> float:
@@ -242,16 +198,10 @@ class SimilarityEvaluator(Evaluator):
         q, rows = (vector, vectors) if vector is not None else (vectors[0], vectors[1:])
         stats = self.stats()
         weights = word_weights(question, stats)
-        # An English-only embedder says nothing about Chinese text: lean on the words instead, and on what the
-        # passage is about (its heading path), which the embedding tells for an English question.
-        english_only = not self.embedder.multilingual
-        dense = DENSE_WEIGHT * (1.0 - cjk_share(question)) if english_only else DENSE_WEIGHT
-        about = HEADING_WEIGHT if english_only and language(question) == "zh" else 0.0
-        shift = HEADING_SHIFT if about else 0.0
+        # An English-only embedder says nothing about Chinese text: lean on word coverage instead.
+        dense = DENSE_WEIGHT if self.embedder.multilingual else DENSE_WEIGHT * (1.0 - cjk_share(question))
         return [
-            shift
-            + dense * sum(a * b for a, b in zip(q, v, strict=True))
-            + (1.0 - dense) * ((1.0 - about) * coverage(weights, text) + about * coverage(weights, heading(text)))
+            dense * sum(a * b for a, b in zip(q, v, strict=True)) + (1.0 - dense) * coverage(weights, text)
             for text, v in zip(texts, rows, strict=True)
         ]
 
