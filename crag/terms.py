@@ -1,7 +1,7 @@
 """A question's specific terms (names, identifiers, rare words), and whether a text mentions one in any form.
 
-The near-miss check (``evaluator.check_terms``) and the support check of written answers (``crag.support``) ask
-one thing of a text: does it name this? Users and documents word the same thing differently, so a term counts as
+The near-miss check (``check_terms``, below) and the support check of written answers (``crag.support``) ask one
+thing of a text: does it name this? Users and documents word the same thing differently, so a term counts as
 mentioned when the text holds it in any of these forms:
 
 - another inflection or derivation of an English word, by its Snowball stem ("compression", "compressed"), also
@@ -101,6 +101,8 @@ def word_stems(phrased: str) -> set[str]:
 
 @dataclass(frozen=True)
 class Term:
+    """One specific term of a question (or of a written answer), and the forms a document may write it in."""
+
     text: str  # as written
     kind: str  # "identifier" (a name, matched as a phrase), "word" (in any form), "han" (Chinese)
     strong: bool  # a name: if the documents never mention it, they do not answer the question
