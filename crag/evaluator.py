@@ -84,11 +84,11 @@ StatsSource = Callable[[], "TermStats | None"]
 # caps their grades below the upper threshold: Ambiguous at most, so the web is asked too and the answer says the
 # passages may not answer. The action is Incorrect (every grade at most NEAR_MISS_SCORE, below any sensible lower
 # threshold) only when the question is about what the documents lack: a term that no passage of the index mentions in
-# any form carries most of the weight of the question's specific terms, and either it is a name rarer than everyday
-# words ("pbzip2", "Flatpak", "devtools": a page that never names it does not answer a question about it), or nothing
-# else of the question that the best passage matches outweighs it. An everyday word the documents never use
-# ("spreadsheet", "Norwegian") is often the user's way of saying what they say in other words: their closest
-# passages are shown, as such.
+# any form is a name rarer than everyday words ("pbzip2", "Flatpak", "devtools": a page that never names it does not
+# answer a question about it), or it carries most of the weight of the question's specific terms and nothing else of
+# the question that the best passage matches outweighs it. An everyday word the documents never use ("Norwegian",
+# "Workshop") is often the user's way of saying what they say in other words: their closest passages are shown, as
+# such.
 NEAR_MISS_SCORE = -0.9
 
 
@@ -114,12 +114,12 @@ def decisive(question: str, check: TermCheck, texts: Sequence[str], stats: TermS
     """Whether a near miss makes the action Incorrect (see above)."""
     if not check.unknown or not texts:
         return False
+    if any(general_frequency(t.lower()) < SPECIFIC_ZIPF for t in check.unknown):
+        return True
     weights = {t: term_weight(t, stats, t in check.unknown) for t in check.terms}
     absent = sum(weights[t] for t in check.missing)
     if absent < 0.5 * sum(weights.values()):
         return False
-    if any(general_frequency(t.lower()) < SPECIFIC_ZIPF for t in check.unknown):
-        return True
     rest = question
     for term in check.missing:
         rest = rest.replace(term, " ")

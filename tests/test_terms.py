@@ -200,3 +200,9 @@ def test_a_number_with_decimals_is_no_name() -> None:
     """ "Why is 0.3 + 0.6 == 0.9 FALSE?" was refused: "the documents never mention 0.6" (they explain it with
     other numbers)."""
     assert [t.text for t in specific_terms("Why is 0.3 + 0.6 == 0.9 FALSE in R 4.2.2?")] == ["FALSE"]
+
+
+def test_a_name_that_another_word_starts_is_not_its_derived_form() -> None:
+    """ "Flat" at the start of a sentence made "Flatpak" a derived form of it: a near miss lost its Incorrect."""
+    pages = ["Flat files are read with read.table.", "Install packages with apt."]
+    assert check_terms("How do I install Flatpak apps?", pages[1:], FakeStats(pages)).unknown == ("Flatpak",)
