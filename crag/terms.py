@@ -288,10 +288,14 @@ def mentions(term: Term, where: Vocabulary) -> bool:
 
 
 def _derived(word: str, other: str) -> bool:
-    """Two names that share their start and part just before the shorter one ends ("Norway" / "Norwegian"). A word
-    that is the whole start of the other is a different name ("Flat" / "Flatpak", "Over" / "Overleaf")."""
-    shared = next((i for i, (a, b) in enumerate(zip(word, other, strict=False)) if a != b), min(len(word), len(other)))
-    return shared >= DERIVED_PREFIX and 0 < min(len(word), len(other)) - shared <= DERIVED_REST
+    """Two names that share their start and part near the shorter one's end ("Norway" / "Norwegian"), or a name and
+    what it starts ("Austria" / "Austrian"). A short word that starts a name is another word ("Flat" / "Flatpak",
+    "Over" / "Overleaf")."""
+    shorter = min(len(word), len(other))
+    shared = next((i for i, (a, b) in enumerate(zip(word, other, strict=False)) if a != b), shorter)
+    if shared == shorter:
+        return shorter > DERIVED_PREFIX
+    return shared >= DERIVED_PREFIX and shorter - shared <= DERIVED_REST
 
 
 # ---------------------------------------------------------------------------------------------

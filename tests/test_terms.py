@@ -206,3 +206,8 @@ def test_a_name_that_another_word_starts_is_not_its_derived_form() -> None:
     """ "Flat" at the start of a sentence made "Flatpak" a derived form of it: a near miss lost its Incorrect."""
     pages = ["Flat files are read with read.table.", "Install packages with apt."]
     assert check_terms("How do I install Flatpak apps?", pages[1:], FakeStats(pages)).unknown == ("Flatpak",)
+
+
+def test_a_name_is_mentioned_by_the_name_it_derives_from() -> None:
+    page = "The main CRAN site is at the Vienna University of Economics in Austria."
+    assert check_terms("Is the main CRAN site Austrian?", [page], FakeStats([page])).missing == ()
