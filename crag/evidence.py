@@ -120,8 +120,9 @@ ASIDES = (
     Aside(
         "licence",
         re.compile(
-            r"\blicen[cs]\w*|\bcopyright\b|©|\(c\)\s*\d{4}|permission is (?:hereby )?granted|\bwarrant(?:y|ies)\b"
-            r"|under the terms of|版权|许可证|许可协议|授权|保留所有权利|免责",
+            r"\blicen[cs]e[sd]?\b|\bcopyright\s*(?:©|\(c\)|\d{4})|©\s*\d{4}|permission is (?:hereby )?granted"
+            r"|all rights reserved|\bwithout (?:any )?warranty|under the terms of|版权所有|许可证|许可协议|保留所有权利"
+            r"|免责声明",
             re.IGNORECASE,
         ),
         re.compile(r"licen[cs]|copyright|warrant|legal|distribut|free software|版权|许可|授权|协议|发行", re.I),
@@ -271,6 +272,7 @@ def evidence_answer(quoted: Sequence[Strip], sources: Sequence[Source], language
     sentence worth quoting."""
     lines: list[str] = []
     chosen = [(strip, n) for strip in quoted if (n := _number(strip, sources)) is not None]
+    source_text = {s.n: _squeezed(flatten(s.text)) for s in sources}
     for kind in ("local", "web"):
         group = [(strip, n) for strip, n in chosen if strip.kind == kind]
         if not group:
@@ -282,7 +284,9 @@ def evidence_answer(quoted: Sequence[Strip], sources: Sequence[Source], language
             # A footnote is quoted on its own line: run on, "…解决³原文是…" reads as one sentence.
             last = runs[-1] if runs else None
             follows = last is not None and last[0] == n and last[1].order[1] + 1 == strip.order[1]
-            if follows and not NOTE.match(strip.text) and not NOTE.match(last[1].text):
+            # Only text that runs on in the source reads as one quote: a strip trimmed at the joint does not.
+            joint = follows and _runs_on(last[2], pieces(strip.text), source_text[n])
+            if joint and not NOTE.match(strip.text) and not NOTE.match(last[1].text):
                 runs[-1] = (n, strip, last[2] + pieces(strip.text))
             else:
                 runs.append((n, strip, pieces(strip.text)))
@@ -293,6 +297,16 @@ def evidence_answer(quoted: Sequence[Strip], sources: Sequence[Source], language
         ]
         lines.append("")
     return "\n".join(lines).strip()
+
+
+def _squeezed(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def _runs_on(before: Sequence[str], after: Sequence[str], source: str) -> bool:
+    """Whether the last sentence quoted before and the first after are neighbours in the source (which a source
+    without text cannot tell)."""
+    return not (before and after and source) or _squeezed(before[-1] + after[0]) in source
 
 
 def quoted_lines(text: str) -> list[re.Match[str]]:

@@ -9,6 +9,7 @@ from crag.evidence import (
     MAX_WIDTH,
     QUOTE_WINDOW,
     Asked,
+    aside,
     evidence_answer,
     flatten,
     passages,
@@ -384,3 +385,24 @@ def test_a_quote_cut_short_by_its_chunk_is_not_quoted_as_a_sentence() -> None:
     strips = [strip(f"A repeat loop runs until break. {cut}", 0.9, (0, 0))]
     text = evidence_answer(select(strips, "How does a repeat loop end?"), [SOURCE], "en", Action.CORRECT)
     assert "runs until break" in text and "include the" not in text
+
+
+def test_strips_trimmed_at_their_joint_are_not_quoted_as_one() -> None:
+    """A sentence left out of the end of one strip must not vanish from inside a quote that runs the next strip on:
+    a quote holds only text that runs on in the document."""
+    first = "Check that tex runs: tex --version. If it says command not found, add bin to PATH. Copyright © 2020 TUG."
+    second = "Then process a basic LaTeX file: latex sample2e.tex."
+    source = Source(1, "local", f"{first} {second}", file="m.pdf", pages=(1,), chunk_ids=("c0",))
+    strips = [strip(first, 0.9, (0, 0)), strip(second, 0.85, (0, 1))]
+    quotes = [
+        f["quote"]
+        for f in quoted_lines(evidence_answer(select(strips, "How do I test tex?"), [source], "en", Action.CORRECT))
+    ]
+    assert quotes == ["Check that tex runs: tex --version. If it says command not found, add bin to PATH.", second]
+
+
+def test_a_version_and_copyright_line_of_a_program_is_no_licence() -> None:
+    """ "如果返回的结果是 ‘command not found’ 而非版本和版权信息" tells what a program prints; it is no licence text."""
+    said = "如果返回的结果是 ‘command not found’ 而非版本和版权信息，请检查 PATH。"
+    assert aside(said, "怎么检查 tex 能否运行？") == ""
+    assert aside("本文档依照 GNU 自由文档许可证发布，版权所有。", "怎么检查 tex 能否运行？") == "licence"
