@@ -185,7 +185,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _mcp(args: argparse.Namespace) -> int:
-    """The MCP server on stdin and stdout. Started by name: MCP is an edge over the core, as the CLI is."""
+    """The MCP server on stdin and stdout, until the client closes them. Its module serves it; this reads the
+    settings."""
     from crag.mcp import Knowledge, serve_stdio
 
     settings = _settings(args)  # read now, so a bad setting is one line on stderr before the protocol starts

@@ -213,3 +213,15 @@ def test_the_mcp_command_reads_its_settings_before_the_protocol_starts(monkeypat
     assert cli.main(["mcp"]) == 2 and len(served) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "CRAG_TOP_K" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_mcp_server_stands_on_the_core() -> None:
+    """It imports neither the HTTP API (which mounts it) nor the CLI (which starts it); the SDK is imported in one
+    module of it, the server."""
+    from tests.test_architecture import MODULES, graph, imports
+
+    own = {name: path for name, path in MODULES.items() if name == "crag.mcp" or name.startswith("crag.mcp.")}
+    edges = graph()
+    assert not {m for name in own for m in edges[name] if m.startswith(("crag.api", "crag.cli"))}
+    sdk = {name for name, path in own.items() if any(m == "mcp" or m.startswith("mcp.") for m in imports(path))}
+    assert sdk == {"crag.mcp.server"}
