@@ -47,6 +47,10 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="serve the HTTP API (FastAPI; docs at /docs)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine)")
     serve.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
+
+    mcp = commands.add_parser("mcp", help="serve the knowledge base to MCP clients (Claude Desktop, VS Code) on stdio")
+    mcp.add_argument("--files", type=Path, help="folder of PDFs (default: CRAG_FILES_DIR)")
+    mcp.add_argument("--db", type=Path, help="index folder (default: CRAG_CHROMA_DIR)")
     return parser
 
 
@@ -180,12 +184,22 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mcp(args: argparse.Namespace) -> int:
+    """The MCP server on stdin and stdout, until the client closes them. Its module serves it; this reads the
+    settings."""
+    from crag.mcp import Knowledge, serve_stdio
+
+    settings = _settings(args)  # read now, so a bad setting is one line on stderr before the protocol starts
+    print(f"CRAG MCP server on stdio: {settings.files_dir.resolve()}", file=sys.stderr, flush=True)
+    serve_stdio(Knowledge(settings))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"index": _index, "retrieve": _retrieve, "ask": _ask, "bench": _bench, "serve": _serve}[args.command](
-            args
-        )
+        commands = {"index": _index, "retrieve": _retrieve, "ask": _ask, "bench": _bench, "serve": _serve, "mcp": _mcp}
+        return commands[args.command](args)
     except CragError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,6 +1,7 @@
 """The answer as JSON: one pydantic model, printed by ``crag ask --json`` and returned by the HTTP API.
 
-Every edge that shows an answer outside Python uses this contract, so the CLI and the API cannot drift.
+Every edge that shows an answer outside Python uses this contract, so the CLI, the API, /v1 and MCP cannot drift.
+``CitationOut`` is what an answer cites, for clients that show citations apart from the text (/v1, MCP).
 """
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from crag.evidence import quoted_lines
 from crag.models import BackendInfo
-from crag.types import Answer
+from crag.types import Answer, AnswerKind, Source
 
 
 class _Strict(BaseModel):
@@ -137,3 +139,41 @@ class AnswerOut(_Strict):
             complete=answer.complete,
             error=(answer.error or "The answer stopped early: ask again.") if not answer.complete else None,
         )
+
+
+class CitationOut(_Strict):
+    """A source the answer's text cites as [n], with what the answer took from it."""
+
+    n: int
+    kind: Literal["local", "web"]
+    file: str | None = Field(description="The document, relative to the files folder (local sources).")
+    pages: list[int] = Field(description="Its pages in the PDF, from 1.")
+    section: str | None = Field(description="The headings above the passage.")
+    url: str | None = Field(description="The web page (web sources).")
+    title: str | None
+    quote: str = Field(
+        description="What the answer took from it: the sentences it quotes (evidence answers), else the start "
+        "of the passage the model was given."
+    )
+
+
+def citations(answer: Answer) -> list[CitationOut]:
+    """The sources the text cites, and only those: a source it was given but does not cite is no citation."""
+    quoted: dict[int, list[str]] = {}
+    if answer.kind is AnswerKind.EVIDENCE:
+        for line in quoted_lines(answer.text):
+            quoted.setdefault(int(line["n"]), []).append(line["quote"])
+    return [_citation(s, quoted.get(s.n, [])) for s in answer.cited_sources]
+
+
+def _citation(source: Source, quotes: list[str]) -> CitationOut:
+    return CitationOut(
+        n=source.n,
+        kind=source.kind,
+        file=source.file or None,
+        pages=list(source.pages),
+        section=source.section or None,
+        url=source.url or None,
+        title=source.title or None,
+        quote=" … ".join(quotes) or source.snippet,
+    )

@@ -5,16 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI
+from starlette.applications import Starlette
 
 import crag
 from crag.api.ask import ask_router
 from crag.api.errors import add_error_handlers
 from crag.api.health import health_router
-from crag.api.http import UNAUTHORIZED, BearerAuth, Json
+from crag.api.http import UNAUTHORIZED, ApiError, BearerAuth, Json
 from crag.api.index import index_router
 from crag.api.openai_compat import openai_router
-from crag.api.service import EmbedderFactory, PipelineFactory, Service
+from crag.api.service import EmbedderFactory, PipelineFactory, Service, for_client
 from crag.config import Settings, load_settings
+from crag.errors import BackendUnavailable
+from crag.mcp import Knowledge, create_server, http_app
 from crag.pipeline import Pipeline
 from crag.retriever import index_embedder
 
@@ -22,7 +25,8 @@ DESCRIPTION = (
     "Ask your PDFs with Corrective RAG, build the knowledge base, and check the backends. "
     'Errors are JSON `{"error": message}`; the message says what to do. Under `/v1`, an OpenAI-compatible '
     'chat-completions API over the same knowledge base, with OpenAI\'s error shape `{"error": {"message", '
-    '"type", "param", "code"}}`.'
+    '"type", "param", "code"}}`. At `/mcp`, the knowledge base as an MCP server (Streamable HTTP): the tools '
+    "`search`, `ask` and `list_documents`, behind the same token."
 )
 
 
@@ -34,20 +38,35 @@ def create_app(
     """The FastAPI app. Tests pass fakes for the pipeline and the embedder."""
     service = Service(settings, pipeline_factory, embedder_factory)
     token = settings.api_token.get_secret_value() if settings.api_token else ""
+    mcp = mcp_app(service, guarded=bool(token))
     app = FastAPI(
         title="CRAG knowledge base",
         version=crag.__version__,
         description=DESCRIPTION,
         default_response_class=Json,
         responses=UNAUTHORIZED if token else None,
+        lifespan=mcp.router.lifespan_context,  # runs the MCP sessions' task group
     )
     app.state.service = service
     for router in (ask_router, index_router, health_router, openai_router):
         app.include_router(router(service))
+    app.router.routes.extend(mcp.routes)  # /mcp, behind the token like every route
     add_error_handlers(app)
     if token:
         require_token(app, token)
     return app
+
+
+def mcp_app(service: Service, guarded: bool) -> Starlette:
+    """The MCP server over the service's pipeline, as Streamable HTTP at /mcp."""
+
+    def pipeline() -> Pipeline:
+        try:
+            return service.pipeline()
+        except ApiError as exc:  # the backend is down: the same message, as the tools' error
+            raise BackendUnavailable(exc.message) from None
+
+    return http_app(create_server(Knowledge(service.settings, pipeline, for_client)), guarded)
 
 
 def require_token(app: FastAPI, token: str) -> None:

@@ -6,7 +6,9 @@ The CRAG method is unchanged; only the envelope differs from ``POST /ask``:
 - the last user message is the question, earlier user and assistant messages the history; system messages
   are not used (every client sends one, so they are noted in the trace rather than refused);
 - the reply's text is the answer with its ``[n]`` citations, then the sources as a Markdown list, so a
-  client that knows nothing of CRAG still shows them; the trace rides in an extra field, ``crag``;
+  client that knows nothing of CRAG still shows them; the cited sources, with what the answer took from each,
+  ride in an extra field of the message, ``citations`` (of the last chunk's delta when streamed), and the trace in
+  another, ``crag``;
 - what would change the reply's meaning (tools, n > 1, JSON output, images in the question) is refused
   with a 400 that says why; sampling knobs are accepted and noted as ignored;
 - a model that fails mid-answer ends the stream with an OpenAI error chunk (the SDK raises ``APIError``)
@@ -38,7 +40,7 @@ from crag.api.openai_schemas import (
 )
 from crag.api.schemas import MAX_TURN, MAX_TURNS
 from crag.api.service import Answering, Service
-from crag.contract import AnswerOut
+from crag.contract import AnswerOut, citations
 from crag.errors import CragError
 from crag.models import BackendInfo
 from crag.text import clean_question, pages_label, strip_invisible
@@ -94,8 +96,9 @@ def openai_router(service: Service) -> APIRouter:
                 "model": ChatCompletion,
                 "description": "The completion. With `stream: true`, Server-Sent Events: `data: {chunk}` where "
                 "`choices[0].delta.content` carries the text, then the sources, then a chunk with "
-                '`finish_reason: "stop"` and the trace in `crag`; then `data: [DONE]`. While the answer is '
-                "prepared, chunks with an empty delta carry `crag: {stage}`. A failure mid-answer is a chunk "
+                '`finish_reason: "stop"`, the cited sources in `choices[0].delta.citations` and the trace in '
+                "`crag`; then `data: [DONE]`. While the answer is prepared, chunks with an empty delta carry "
+                "`crag: {stage}`. A failure mid-answer is a chunk "
                 '`{"error": {...}}` before `[DONE]`.',
                 "content": {"text/event-stream": {"schema": {"type": "string"}}},
             },
@@ -291,6 +294,11 @@ def usage(answer: Answer) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": written, "total_tokens": prompt + written}
 
 
+def cited(answer: Answer) -> list[dict[str, Any]]:
+    """The ``citations`` field: the sources the text cites, each with what the answer took from it."""
+    return [c.model_dump() for c in citations(answer)]
+
+
 def _why(answer: Answer) -> str:
     return answer.error or "The answer stopped early: ask again."
 
@@ -313,6 +321,7 @@ def completion(answer: Answer, backend: BackendInfo, asked: Asked) -> Json:
                         "role": "assistant",
                         "content": answer.text + sources_markdown(answer),
                         "refusal": None,
+                        "citations": cited(answer),
                     },
                     "logprobs": None,
                     "finish_reason": "stop",
@@ -331,7 +340,7 @@ async def _chunks(answering: Answering, asked: Asked) -> AsyncIterator[ServerSen
     if asked.include_usage:
         head["usage"] = None  # as OpenAI does: null on every chunk, the numbers on the last
 
-    def chunk(delta: dict[str, str], finish: str | None = None, **extra: Any) -> ServerSentEvent:
+    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> ServerSentEvent:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
         return sse({**head, "choices": [choice], **extra})
 
@@ -344,7 +353,7 @@ async def _chunks(answering: Answering, asked: Asked) -> AsyncIterator[ServerSen
         elif value.complete:
             if sources := sources_markdown(value):
                 yield chunk({"content": sources})
-            yield chunk({}, "stop", crag=trace(value, answering.backend, asked.notes))
+            yield chunk({"citations": cited(value)}, "stop", crag=trace(value, answering.backend, asked.notes))
             if asked.include_usage:
                 yield sse({**head, "choices": [], "usage": usage(value)})
         else:

@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from crag.contract import CitationOut
+
 # The knowledge base as models. The value is the web-search override: None keeps CRAG_WEB_SEARCH.
 MODELS: dict[str, bool | None] = {"crag-kb": None, "crag-kb-noweb": False}
 MODEL_DESCRIPTIONS = {
@@ -126,6 +128,11 @@ class AssistantMessage(BaseModel):
     role: Literal["assistant"]
     content: str = Field(description="The answer with its [n] citations, then a Markdown list of the sources.")
     refusal: None = None
+    citations: list[CitationOut] = Field(
+        description="An extra field: the sources the answer cites, each with its file and pages (or URL) and what "
+        'the answer took from it. Streamed, it comes in the delta of the chunk with `finish_reason: "stop"`. '
+        "OpenAI clients ignore it."
+    )
 
 
 class Choice(BaseModel):

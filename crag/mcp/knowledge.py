@@ -1,0 +1,145 @@
+"""What the MCP tools and resources ask of the core: graded evidence, answers, the documents and their pages.
+
+Every answer is one ``Pipeline.ask``, the call the CLI and the API make; the scope of a call is resolved in one
+place, ``scoped``. Failures meant for the user are ``CragError``s with the messages the app shows; the server turns
+them into tool errors.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from crag.config import Settings
+from crag.errors import CragError
+from crag.followups import History
+from crag.ingest.pymupdf import clean, open_pdf, printed_pages
+from crag.models import close_event_loop
+from crag.pipeline import Pipeline
+from crag.store import Generation, open_store
+from crag.types import Answer, AnswerKind, FileResult
+
+PipelineSource = Callable[[], Pipeline]
+ForClient = Callable[[Answer], Answer]
+
+# Statuses of files the index holds passages of: their pages can be read as resources.
+HELD = ("indexed", "unchanged")
+
+
+class ScopeUnavailable(CragError):
+    """A scope was asked for where none can be resolved."""
+
+
+def scoped(scope: Sequence[str] | None) -> dict[str, object]:
+    """The pipeline options of a scope: the one place a tool's ``scope`` reaches the core."""
+    if scope:
+        raise ScopeUnavailable(
+            "Scopes arrive with folders as knowledge bases; until then leave `scope` out: every document is searched."
+        )
+    return {}
+
+
+@dataclass(frozen=True)
+class Documents:
+    """What the index holds, per file: the manifest of the generation that answers (None when nothing is built)."""
+
+    generation: Generation | None
+    files: tuple[FileResult, ...]
+
+
+class Knowledge:
+    """The core behind the tools. ``pipeline`` gives the pipeline that answers (the API's, when mounted there);
+    without it one is built on first use, and a failure to build it is not kept, so the next call retries.
+    ``for_client`` is what a remote client may see of an answer (a model's own error stays in the log)."""
+
+    def __init__(
+        self, settings: Settings, pipeline: PipelineSource | None = None, for_client: ForClient | None = None
+    ) -> None:
+        self.settings = settings
+        self._source = pipeline
+        self._for_client = for_client or (lambda answer: answer)
+        self._pipeline: Pipeline | None = None
+        self._lock = threading.Lock()
+
+    def pipeline(self) -> Pipeline:
+        if self._source is not None:
+            return self._source()
+        with self._lock:
+            if self._pipeline is None:
+                self._pipeline = Pipeline.from_settings(self.settings)
+            return self._pipeline
+
+    def search(self, question: str, scope: Sequence[str] | None, k: int | None) -> Answer:
+        """The graded evidence, with no model call: the similarity evaluator grades, the answer quotes, no web."""
+        return self._answer(question, scope, (), top_k=k, evaluator="similarity", answer_mode="evidence", web=False)
+
+    def ask(self, question: str, scope: Sequence[str] | None, history: History) -> Answer:
+        """The CRAG answer, made as the app makes it."""
+        return self._answer(question, scope, history)
+
+    def _answer(self, question: str, scope: Sequence[str] | None, history: History, **options: object) -> Answer:
+        options |= scoped(scope)
+        try:
+            answer = self.pipeline().ask(question, history, **options)
+        finally:
+            close_event_loop()  # the loop this worker thread's model calls made, with what they left on it
+        if answer.kind is AnswerKind.NO_ANSWER and answer.trace is not None and not answer.trace.retrieved:
+            # Nothing is indexed (a first build may be running), and the web gave nothing: the message says so and
+            # what to do.
+            raise CragError(answer.text)
+        return self._for_client(answer)
+
+    # ---- the documents and their pages
+
+    def documents(self, scope: Sequence[str] | None) -> Documents:
+        scoped(scope)
+        store = open_store(self.settings)
+        try:
+            generation = store.active()
+            manifest = store.manifest() if generation else []
+        except (OSError, ValueError) as exc:  # a manifest that is missing or not JSON
+            raise CragError(
+                f"The index in {self.settings.chroma_dir} cannot be read ({type(exc).__name__}): rebuild the "
+                "knowledge base (Rebuild knowledge base in the app, or `python -m crag index --rebuild`)."
+            ) from None
+        return Documents(generation, tuple(f for f in manifest if f.status != "removed"))
+
+    def path(self, file: str) -> Path:
+        """The PDF of an indexed document, or a ``CragError`` that says why it cannot be read."""
+        held = {f.file for f in self.documents(None).files if f.status in HELD}
+        if file not in held:
+            raise CragError(f"“{file}” is not an indexed document: list_documents lists them.")
+        root = self.settings.files_dir.resolve()
+        path = (root / file).resolve()
+        if not path.is_relative_to(root) or not path.is_file():
+            raise CragError(f"“{file}” is no longer in the files folder ({root}): rebuild the knowledge base.")
+        return path
+
+    def printed(self, file: str, pages: Sequence[int]) -> str:
+        """The page numbers the document prints on these pages where they differ from the PDF's; "" otherwise."""
+        root = self.settings.files_dir.resolve()
+        path = (root / file).resolve()
+        try:
+            mtime = path.stat().st_mtime_ns if path.is_relative_to(root) else 0
+        except OSError:
+            return ""
+        return _printed(str(path), mtime, tuple(pages)) if mtime and pages else ""
+
+    def page_texts(self, file: str, page: int | None) -> list[tuple[int, str, str]]:
+        """(page, printed label, text) of one page of an indexed document, or of all of them."""
+        with open_pdf(self.path(file)) as doc:
+            if page is not None and not 1 <= page <= doc.page_count:
+                raise CragError(f"“{file}” has {doc.page_count} pages: ask for a page from 1 to {doc.page_count}.")
+            wanted = [page] if page is not None else range(1, doc.page_count + 1)
+            return [(p, doc[p - 1].get_label(), clean(doc[p - 1].get_text("text", sort=True)).strip()) for p in wanted]
+
+
+@lru_cache(maxsize=512)
+def _printed(path: str, mtime_ns: int, pages: tuple[int, ...]) -> str:
+    try:
+        return printed_pages(Path(path), pages)
+    except Exception:  # noqa: BLE001 - a nicety: a PDF that cannot be read has no labels to show
+        return ""
