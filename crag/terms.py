@@ -17,6 +17,7 @@ mentioned when the text holds it in any of these forms:
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -187,6 +188,11 @@ def specific_terms(question: str) -> list[Term]:
     A capitalised word is a name when it is not everyday wording (English capitalises "Chinese" too); in a
     Chinese question every Latin word is a name, since Chinese text keeps names in Latin ("Word", "Shiny").
     """
+    return list(_specific_terms(question))
+
+
+@functools.lru_cache(maxsize=256)  # asked of one question for every passage and sentence it is checked against
+def _specific_terms(question: str) -> tuple[Term, ...]:
     chinese = language(question) == "zh"
     terms: dict[str, Term] = {}
     for match in _IDENTIFIER.finditer(question):
@@ -205,7 +211,7 @@ def specific_terms(question: str) -> list[Term]:
         for word in chinese_words(run):
             if len(word) > 1 and word not in terms and (zipf := general_frequency(word)) < SPECIFIC_ZIPF:
                 terms[word] = Term(word, "han", zipf < NAME_LIKE_ZIPF)
-    return list(terms.values())
+    return tuple(terms.values())
 
 
 # ---------------------------------------------------------------------------------------------
