@@ -7,7 +7,9 @@ mentioned when the text holds it in any of these forms:
 - another inflection or derivation of an English word, by its Snowball stem ("compression", "compressed"), also
   written in two or hyphenated ("re-compiled" for "recompiling");
 - a name's derived form: "Norwegian" on a page that writes "Norway";
-- a number or size written another way: "3x3", "3 × 3", "3 by 3", "three by three"; "10MB", "10 MB";
+- a number or size written another way: "3x3", "3 × 3", "3 by 3", "three by three"; "10MB", "10 MB"; a unit after a
+  number is part of it, no term of its own ("600 多 MB" where a page writes "六百多兆");
+- a name clipped before its number: "Win2000" where a page writes "Windows 2000";
 - the parts of a slashed or hyphenated compound, together in one passage: "ff/fl" where a page has "ff" and "fl";
 - an abbreviation for the question's full name, or the reverse: "JCP" for "Journal of Chemical Physics", when the
   initials match or the documents define one as the other ("Debian 自由软件指导方针（DFSG）");
@@ -69,6 +71,12 @@ _DIGITS_THEN_LETTERS = re.compile(r"(?<=[0-9])(?=[a-z])")  # "10mb" is also writ
 _COMPOUND = re.compile(r"[/-]")
 # A number, whole or with decimals or a version's dots ("14", "0.6", "4.2.2"): a page may answer without it.
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+# A unit is part of the number before it ("512 MB", "600 多 MB", "10 pt"): no name, and a page may write it otherwise
+# ("六百多兆", "512 megabytes").
+_AFTER_NUMBER = re.compile(r"\d\s*[多余几]?\s*$")
+UNIT_LETTERS = 3  # a unit is a word of at most this many letters
+# A name clipped before its number: "Win2000" for "Windows 2000", "Win7" for "Windows 7".
+_CLIPPED = re.compile(r"([A-Za-z]{3,})(\d+)")
 # Words that join a name's capitalised words without an initial of their own: "Journal of Chemical Physics".
 _CONNECTORS = frozenset("of and for the in on to de du la von van".split())
 _NAME_RUN = re.compile(r"[A-Z][A-Za-z]+(?:\s+(?:(?:of|and|for|the|in|on|to|de|du|la|von|van)\s+)?[A-Z][A-Za-z]+)+")
@@ -131,6 +139,15 @@ class Term:
         return _STEMMER.stemWord(joined)
 
     @cached_property
+    def clipped(self) -> re.Pattern[str] | None:
+        """A name clipped before its number ("Win2000") is written whole by a page: a word that starts with its letters,
+        then the number ("Windows 2000"), as a ``phrase``."""
+        found = _CLIPPED.fullmatch(self.text) if self.kind == "identifier" else None
+        if found is None:
+            return None
+        return re.compile(rf" {re.escape(found[1].lower())}[a-z]* ?{found[2]} ")
+
+    @cached_property
     def letter(self) -> re.Pattern[str] | None:
         """A capital letter alone ("R", "C") is that name only as written: ``phrase`` folds case, and would find
         it in a variable or a table's column letters ("l l r")."""
@@ -158,6 +175,15 @@ class Term:
     def derived_name(self) -> bool:
         """A capitalised word that is no identifier ("Norwegian"): its derived forms are names too ("Norway")."""
         return self.kind == "identifier" and self.text[:1].isupper() and self.text[1:].islower() and len(self.text) > 3
+
+
+def _unit(word: str, question: str, match: re.Match[str]) -> bool:
+    """Whether a word is the unit of the number it follows ("MB" in "600 多 MB")."""
+    return (
+        word.isalpha()
+        and 2 <= len(word) <= UNIT_LETTERS
+        and _AFTER_NUMBER.search(question[: match.start()]) is not None
+    )
 
 
 def _phrase(text: str) -> str:
@@ -197,7 +223,7 @@ def _specific_terms(question: str) -> tuple[Term, ...]:
     terms: dict[str, Term] = {}
     for match in _IDENTIFIER.finditer(question):
         word = match.group().rstrip(".-/")
-        if not lexical_tokens(word) or _NUMBER.fullmatch(word) or word.lower() in terms:
+        if not lexical_tokens(word) or _NUMBER.fullmatch(word) or word.lower() in terms or _unit(word, question, match):
             continue
         zipf = max(general_frequency(word.lower()), general_frequency(stem(word.lower())))
         capitalised = word[0].isupper() and not _SENTENCE_START.search(question[: match.start()])
@@ -283,6 +309,8 @@ def mentions(term: Term, where: Vocabulary) -> bool:
     if term.letter:
         return term.letter.search(where.folded) is not None
     if any(where.contains(form) for form in term.phrases) or spelled_out(term, where):
+        return True
+    if term.clipped and term.clipped.search(where.joined):
         return True
     if term.stem and term.stem in where.stems:
         return True

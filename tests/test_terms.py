@@ -138,6 +138,9 @@ def test_a_plain_word_is_not_expected_across_languages() -> None:
         ("怎么画 3x3 的网格？", "3x3", "用 grid 命令画 3×3 的网格。"),
         ("Does it accept a 10-digit serial?", "10-digit", "The serial is a ten-digit number."),
         ("Is 900kB the largest block?", "900kB", "The largest block is 900 kB."),
+        # a name clipped before its number
+        ("Does it still run on Win2000?", "Win2000", "It runs on Windows 2000 and later."),
+        ("在 Win2000 以后的系统上为什么报错？", "Win2000", "这是因为中文 Windows 2000 及以后的操作系统使用了新格式。"),
         # the full name for an abbreviation, and the reverse
         ("Which style does the Journal of Chemical Physics use?", "Physics", "The JCP style numbers citations."),
         ("Which style does JCP use?", "JCP", "The Journal of Chemical Physics style numbers citations."),
@@ -165,6 +168,7 @@ def test_a_term_in_another_form_is_mentioned(question: str, term: str, document:
         ("How do I draw a 3x3 grid?", "3x3", "Draw a grid of 3 by 4 squares."),
         ("Which style does JCP use?", "JCP", "The Journal of Physics style numbers citations."),
         ("Can I use devtools?", "devtools", "Developer tools are in the Rtools bundle."),
+        ("Does it still run on Win7?", "Win7", "It runs on Windows 2000 and later."),
     ],
 )
 def test_a_term_the_documents_lack_in_every_form_is_still_unknown(question: str, term: str, document: str) -> None:
@@ -211,3 +215,12 @@ def test_a_name_that_another_word_starts_is_not_its_derived_form() -> None:
 def test_a_name_is_mentioned_by_the_name_it_derives_from() -> None:
     page = "The main CRAN site is at the Vienna University of Economics in Austria."
     assert check_terms("Is the main CRAN site Austrian?", [page], FakeStats([page])).missing == ()
+
+
+@pytest.mark.parametrize(
+    "question", ["Does the full install need 600 MB of disk?", "CTeX 套装的 Full 版是不是要 600 多 MB 的硬盘空间？"]
+)
+def test_a_unit_is_part_of_its_number_not_a_name(question: str) -> None:
+    """ "MB" after a number is its unit: a page that writes "六百多兆" answers the question, and a number is no term."""
+    assert "MB" not in [t.text for t in specific_terms(question)]
+    assert "MB" in [t.text for t in specific_terms("Is MB a unit of memory?")], "alone, an acronym is a name"
