@@ -7,8 +7,7 @@ mentioned when the text holds it in any of these forms:
 - another inflection or derivation of an English word, by its Snowball stem ("compression", "compressed"), also
   written in two or hyphenated ("re-compiled" for "recompiling");
 - a name's derived form: "Norwegian" on a page that writes "Norway";
-- a number or size written another way: "3x3", "3 × 3", "3 by 3", "three by three"; "10MB", "10 MB"; a unit after a
-  number is part of it, no term of its own ("600 多 MB" where a page writes "六百多兆");
+- a number or size written another way: "3x3", "3 × 3", "3 by 3", "three by three"; "10MB", "10 MB";
 - a name clipped before its number: "Win2000" where a page writes "Windows 2000";
 - the parts of a slashed or hyphenated compound, together in one passage: "ff/fl" where a page has "ff" and "fl";
 - an abbreviation for the question's full name, or the reverse: "JCP" for "Journal of Chemical Physics", when the
@@ -71,10 +70,6 @@ _DIGITS_THEN_LETTERS = re.compile(r"(?<=[0-9])(?=[a-z])")  # "10mb" is also writ
 _COMPOUND = re.compile(r"[/-]")
 # A number, whole or with decimals or a version's dots ("14", "0.6", "4.2.2"): a page may answer without it.
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
-# A unit is part of the number before it ("512 MB", "600 多 MB", "10 pt"): no name, and a page may write it otherwise
-# ("六百多兆", "512 megabytes").
-_AFTER_NUMBER = re.compile(r"\d\s*[多余几]?\s*$")
-UNIT_LETTERS = 3  # a unit is a word of at most this many letters
 # A name clipped before its number: "Win2000" for "Windows 2000", "Win7" for "Windows 7".
 _CLIPPED = re.compile(r"([A-Za-z]{3,})(\d+)")
 # Words that join a name's capitalised words without an initial of their own: "Journal of Chemical Physics".
@@ -177,15 +172,6 @@ class Term:
         return self.kind == "identifier" and self.text[:1].isupper() and self.text[1:].islower() and len(self.text) > 3
 
 
-def _unit(word: str, question: str, match: re.Match[str]) -> bool:
-    """Whether a word is the unit of the number it follows ("MB" in "600 多 MB")."""
-    return (
-        word.isalpha()
-        and 2 <= len(word) <= UNIT_LETTERS
-        and _AFTER_NUMBER.search(question[: match.start()]) is not None
-    )
-
-
 def _phrase(text: str) -> str:
     """``text.phrase``, a multiplication sign read as the x of a size: "3 × 3" is " 3 x 3 "."""
     return phrase(text.replace("×", " x "))
@@ -223,7 +209,7 @@ def _specific_terms(question: str) -> tuple[Term, ...]:
     terms: dict[str, Term] = {}
     for match in _IDENTIFIER.finditer(question):
         word = match.group().rstrip(".-/")
-        if not lexical_tokens(word) or _NUMBER.fullmatch(word) or word.lower() in terms or _unit(word, question, match):
+        if not lexical_tokens(word) or _NUMBER.fullmatch(word) or word.lower() in terms:
             continue
         zipf = max(general_frequency(word.lower()), general_frequency(stem(word.lower())))
         capitalised = word[0].isupper() and not _SENTENCE_START.search(question[: match.start()])

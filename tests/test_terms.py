@@ -215,12 +215,3 @@ def test_a_name_that_another_word_starts_is_not_its_derived_form() -> None:
 def test_a_name_is_mentioned_by_the_name_it_derives_from() -> None:
     page = "The main CRAN site is at the Vienna University of Economics in Austria."
     assert check_terms("Is the main CRAN site Austrian?", [page], FakeStats([page])).missing == ()
-
-
-@pytest.mark.parametrize(
-    "question", ["Does the full install need 600 MB of disk?", "CTeX 套装的 Full 版是不是要 600 多 MB 的硬盘空间？"]
-)
-def test_a_unit_is_part_of_its_number_not_a_name(question: str) -> None:
-    """ "MB" after a number is its unit: a page that writes "六百多兆" answers the question, and a number is no term."""
-    assert "MB" not in [t.text for t in specific_terms(question)]
-    assert "MB" in [t.text for t in specific_terms("Is MB a unit of memory?")], "alone, an acronym is a name"
