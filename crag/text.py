@@ -164,7 +164,8 @@ def warm_up() -> None:
     """Load the dictionaries that a question's first words would otherwise load (about 2 s): jieba's, and wordfreq's
     word lists with the jieba dictionary of its own it segments Chinese with."""
     jieba.initialize()
-    general_frequency("the"), general_frequency("文档")
+    for word in ("the", "文档"):
+        general_frequency(word)
 
 
 @functools.cache
