@@ -14,14 +14,16 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from crag import ingest
 from crag.config import Settings
 from crag.errors import BuildCancelled, CragError, IndexNotWritable
-from crag.models import Embedder
 from crag.store import BuildInProgress, open_store
 from crag.types import Progress
+
+if TYPE_CHECKING:  # the parsers and models load with the first build, not with the runner (the app's first page)
+    from crag import ingest
+    from crag.models import Embedder
 
 log = logging.getLogger("crag.jobs")
 
@@ -140,6 +142,8 @@ class Builds:
                 self._cancel.pop(job_id, None)
 
     def _run(self, job_id: str, rebuild: bool) -> None:
+        from crag import ingest
+
         cancelled = self._cancel[job_id]
 
         def on_progress(p: Progress) -> None:
