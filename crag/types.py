@@ -75,6 +75,12 @@ class Action(StrEnum):
     AMBIGUOUS = "ambiguous"
     INCORRECT = "incorrect"
 
+    @property
+    def verdict(self) -> str:
+        """What the action says of the passages retrieved from the documents, in words no reader takes for a
+        verdict on the answer: the retrieval evaluator grades the passages, never what is written from them."""
+        return {"correct": "relevant", "ambiguous": "partly relevant", "incorrect": "not relevant"}[self.value]
+
 
 @dataclass(frozen=True)
 class WebResult:

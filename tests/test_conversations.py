@@ -6,7 +6,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from crag.conversations import Conversations, answer_markdown, title_of
+from crag.conversations import Conversations, title_of
 from crag.types import Action, Answer, AnswerKind, ScoredChunk, Source, TermCheck, Trace
 from tests.fakes import chunk
 
@@ -86,21 +86,6 @@ def test_writers_in_several_threads_lose_nothing(tmp_path: Path) -> None:
     for t in threads:
         t.join()
     assert len(store.messages(conversation.id)) == 80
-
-
-def test_an_answer_exports_as_markdown_with_its_sources() -> None:
-    text = answer_markdown("How many cores?", answer())
-    assert text.startswith("## How many cores?\n\n“The widget needs two cores.” [1]")
-    assert "### Sources" in text and "[1] manual.pdf, page 1: “The widget needs two cores.”" in text
-    assert "*CRAG action: correct · quoted from the sources: no model wrote this*" in text
-    assert "SmolLM2" not in text, "the embedded model wrote none of it"
-    quotes = answer_markdown("How many cores?", answer("From your documents:\n“Two cores.” [1]\n“Or three.” [1]"))
-    assert "From your documents:\n\n“Two cores.” [1]\n\n“Or three.” [1]\n" in quotes, "a paragraph each"
-    uncited = answer_markdown("How many cores?", Answer("Two.", "ollama", "qwen3", answer().sources))
-    assert "### Given to the model, not cited" in uncited
-    trace = Trace("How many cores?", "How many cores?", unsupported=("TURBO_MODE",))
-    invented = answer_markdown("How many cores?", Answer("Use TURBO_MODE [1].", "ollama", "qwen3", (), trace))
-    assert "Use TURBO_MODE [1].\n\n> Not in the sources given to the model: “TURBO_MODE”." in invented
 
 
 def test_titles_are_short() -> None:
