@@ -309,6 +309,17 @@ def test_a_web_address_in_a_quote_links_to_that_address_without_the_closing_punc
     )
 
 
+def test_a_web_address_a_pdf_split_in_two_is_no_link_to_its_first_half() -> None:
+    """A line break inside "http://www.r-project.org" leaves "http://www." then "r-project.org": no link to
+    "http://www", which leads nowhere; whole addresses, IP addresses included, are still links."""
+    from ui.text import evidence_markdown
+
+    split = "From your documents:\n“R is at http://www. r-project.org/ and https://192.168.1.2:8000/doc.” [1]"
+    assert evidence_markdown(split).split("\n\n")[1] == (
+        "> “R is at http\\://www\\. r\\-project\\.org/ and <https://192.168.1.2:8000/doc>\\.” \\[1\\]"
+    )
+
+
 def test_a_command_in_our_message_is_code_and_the_rest_stays_literal() -> None:
     """The empty knowledge base's answer shows its command as code, never the backticks around it."""
     from ui.text import md_coded
@@ -378,3 +389,4 @@ def test_an_exported_answer_is_named_after_its_question() -> None:
     assert export_name("How do I run R in batch mode?", 30) == "answer-how-do-i-run-r-in-batch-mode.md"
     assert export_name("怎么用 tlmgr 更新所有宏包？", 31) == "answer-怎么用-tlmgr-更新所有宏包.md"
     assert export_name("？", 32) == "answer-32.md"
+    assert export_name("Widget cores", "0a1b", "chat") == "chat-widget-cores.md"

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from crag.conversations import Conversation
-from crag.evidence import LINE
 from crag.text import language
-from crag.types import Action, Progress, TermCheck
+from crag.types import Action, FileResult, Progress, TermCheck
 
 # Every ASCII punctuation character may be backslash-escaped in CommonMark, and Streamlit's extra
 # syntax (:red[...], :material/icon:, $math$) is made of them too.
@@ -34,9 +33,24 @@ def md_escape(text: str) -> str:
 URL = re.compile(r"https?://[^\s<>“”\"'‘’]*[^\s<>“”\"'‘’.,;:!?)\]]")
 
 
+# A host that is a whole name: labels joined by dots, ending in a top-level name ("www.r-project.org"), or an IP
+# address. A PDF's line break can split an address ("http://www." then "r-project.org"): "http://www" is no host.
+HOST = re.compile(r"(?:[^\W_](?:[\w-]*[^\W_])?\.)+[^\W\d_]{2,}|\d{1,3}(?:\.\d{1,3}){3}|\[[0-9a-fA-F:.]+\]")
+
+
+def linkable(url: str) -> bool:
+    """Whether an address found in a quote is whole enough to link: its host is a full name, not a fragment."""
+    host = URL_HOST.match(url)
+    return host is not None and HOST.fullmatch(host["host"]) is not None
+
+
+URL_HOST = re.compile(r"https?://(?:[^@/?#\s]*@)?(?P<host>\[[^\]]*\]|[^:/?#\s]*)")
+
+
 def md_linked(text: str) -> str:
-    """``md_escape``, with each web address a link to exactly that address."""
-    return _escaped_but(URL, text, lambda found: f"<{found}>")
+    """``md_escape``, with each web address a link to exactly that address. An address cut short (a host that is
+    no full name) stays text: a link to it would lead nowhere."""
+    return _escaped_but(URL, text, lambda found: f"<{found}>" if linkable(found) else md_escape(found))
 
 
 # A command in one of crag's own messages ("`python -m crag index`"): code, which Markdown shows literally anyway.
@@ -80,10 +94,29 @@ def stopped(question: str) -> str:
     return STOPPED[language(question)]
 
 
+USER_STOPPED = {  # (language, whether the answer had said anything)
+    ("en", True): "You stopped this answer: the text above is what it had said. Ask again for the whole answer.",
+    ("en", False): "You stopped this answer before it began. Ask again for an answer.",
+    ("zh", True): "你停止了这个回答：上面是它停止前说的内容。再问一次可以得到完整的回答。",
+    ("zh", False): "你在这个回答开始前停止了它。再问一次可以得到回答。",
+}
+
+
+def user_stopped(question: str, said: bool) -> str:
+    """What an answer stopped with its Stop button says, in the question's language."""
+    return USER_STOPPED[language(question), said]
+
+
+def stopped_by_user(error: str) -> bool:
+    return error in USER_STOPPED.values()
+
+
 def evidence_markdown(text: str) -> str:
     """An evidence answer as Markdown: lead lines in bold, each quoted passage a block quote, the document's
     question it answers (a FAQ) in italics before it. The quotes are document text, so every character is
     escaped: they show exactly as the document has them."""
+    from crag.evidence import LINE  # with its word lists: loaded with the first answer shown, not the first page
+
     out = []
     for line in (line for line in text.splitlines() if line.strip()):
         if found := LINE.match(line.strip()):
@@ -138,30 +171,44 @@ def safe_stream(deltas: Iterable[str]) -> Iterator[str]:
 
 @dataclass(frozen=True)
 class ActionStyle:
+    action: Action
     label: str
     color: str
     icon: str
     effect: str  # what the action did to the knowledge the answer was made from
 
     @property
+    def badge(self) -> str:
+        """What the badge says: what was judged, then the action. It reads as a verdict on the passages the
+        documents gave, not on the answer: a written answer may still state what they do not."""
+        return f"Your documents: {self.action.verdict} (CRAG: {self.label})"
+
+    @property
     def help(self) -> str:
-        return f"CRAG action: {self.label}. {self.effect}"
+        return (
+            f"CRAG's retrieval evaluator judged the passages found in your documents {self.action.verdict} to the "
+            f"question: action {self.label}. {self.effect} It does not check the answer itself: check it against "
+            "its sources."
+        )
 
 
 ACTIONS = {
     Action.CORRECT: ActionStyle(
+        Action.CORRECT,
         "Correct",
         "green",
         ":material/check_circle:",
         "The answer uses your documents, refined to the sentences that matter.",
     ),
     Action.AMBIGUOUS: ActionStyle(
+        Action.AMBIGUOUS,
         "Ambiguous",
         "orange",
         ":material/help:",
         "The documents were not convincing: the answer uses what matched best in them, and the web when search is on.",
     ),
     Action.INCORRECT: ActionStyle(
+        Action.INCORRECT,
         "Incorrect",
         "red",
         ":material/cancel:",
@@ -176,6 +223,7 @@ STAGES = {
     "refining": "Refining the knowledge",
     "searching the web": "Searching the web",
     "generating": "Generating the answer",
+    "waiting for the models": "Waiting for the models to load",
 }
 
 
@@ -241,6 +289,49 @@ FILE_STATUS = {
     "new": "🆕 not indexed yet",
     "missing": "⚠️ no longer in the folder",
 }
+# A file's status while a build runs: the file being read, one this build has read, one it will read.
+READING = "⏳ being read"
+READ = "✅ read: in use when the build ends"
+QUEUED = "🕒 waiting to be read"
+WARNINGS_SHOWN = 2  # of a file's warnings ("page 7: no text found"), listed under it; the rest are counted
+
+
+def file_status(f: FileResult, progress: Progress | None, finished: dict[str, FileResult]) -> tuple[str, FileResult]:
+    """A file's status in the Files list, and the record to describe it by. ``progress`` and ``finished``: the
+    running build's step and the files it has finished (None and empty when no build runs)."""
+    if f.file in finished:
+        done = finished[f.file]
+        return (READ if done.status == "indexed" else FILE_STATUS.get(done.status, done.status)), done
+    if progress is not None and progress.file == f.file and progress.stage in ("parsing", "ocr", "embedding"):
+        if progress.stage == "embedding":
+            return f"{READING} · embedding", f
+        page = f"page {progress.page}/{progress.page_count}" if progress.page_count else ""
+        return f"{READING}{' · OCR ' if progress.stage == 'ocr' else ' · '}{page}".rstrip(" ·"), f
+    if progress is not None and f.status == "new":
+        return QUEUED, f
+    return FILE_STATUS.get(f.status, f.status), f
+
+
+def file_details(f: FileResult) -> str:
+    """What the Files list says under a file's name, as Markdown: its pages (and how many were read with OCR), its
+    passages, and its warnings, whole, so that a narrow sidebar wraps them rather than cut them off."""
+    parts = []
+    if f.pages:
+        pages = f"{f.pages:,} page{'s' if f.pages != 1 else ''}"
+        if f.ocr_pages:
+            pages += " read with OCR" if f.ocr_pages == f.pages else f", {f.ocr_pages:,} read with OCR"
+        parts.append(pages)
+    if f.chunks:
+        parts.append(f"{f.chunks:,} passage{'s' if f.chunks != 1 else ''}")
+    if f.status == "skipped" and f.error:
+        parts.append(f.error)
+    warnings = list(f.warnings[:WARNINGS_SHOWN])
+    if len(f.warnings) > WARNINGS_SHOWN:
+        warnings.append(f"and {len(f.warnings) - WARNINGS_SHOWN} more")
+    text = md_escape(" · ".join(parts))
+    if warnings:
+        text += ("  \n" if text else "") + ":orange[" + md_escape("; ".join(warnings)) + "]"
+    return text
 
 
 def progress_text(p: Progress) -> str:
@@ -299,11 +390,12 @@ def chat_labels(chats: Sequence[Conversation]) -> list[str]:
     return out
 
 
-def export_name(question: str, key: int) -> str:
-    """The file name of an exported answer: its question's words ("answer-how-do-i-run-r.md"), any language."""
-    words = re.findall(r"\w+", question.lower())
+def export_name(title: str, key: int | str, kind: str = "answer") -> str:
+    """The file name of an exported answer or chat: its question's or title's words ("answer-how-do-i-run-r.md"),
+    any language."""
+    words = re.findall(r"\w+", title.lower())
     slug = "-".join(words)[:60].strip("-")
-    return f"answer-{slug or key}.md"
+    return f"{kind}-{slug or key}.md"
 
 
 def human_bytes(n: int) -> str:
