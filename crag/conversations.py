@@ -200,12 +200,21 @@ class Conversations:
             return int(cursor.lastrowid)
 
     def update(
-        self, message: int, content: str, answer: Answer | None = None, complete: bool = True, error: str = ""
+        self,
+        message: int,
+        content: str,
+        answer: Answer | None = None,
+        complete: bool = True,
+        error: str = "",
+        keep_error: bool = False,
     ) -> None:
+        """Rewrite a message. ``keep_error``: an error it has already (why it stopped, written by someone else, such
+        as the user's Stop in the app's next run) stays, in the same transaction; ``error`` applies only without one."""
         with self._connect() as db:
             db.execute(
-                "UPDATE messages SET content = ?, answer = ?, complete = ?, error = ? WHERE id = ?",
-                (content, _dump(answer), int(complete), error, message),
+                "UPDATE messages SET content = ?, answer = ?, complete = ?, "
+                "error = CASE WHEN ? AND error != '' THEN error ELSE ? END WHERE id = ?",
+                (content, _dump(answer), int(complete), int(keep_error), error, message),
             )
 
 

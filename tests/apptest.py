@@ -95,18 +95,20 @@ def badge_line(message) -> list[str]:
     return []
 
 
-def click_while_running(key: str) -> None:
-    """A click in the browser on the button ``key`` while the page's script runs, as Streamlit takes it: the running
-    script is asked to rerun with the click, and stops at its next call into Streamlit. Call it from the script."""
+def click_while_running(key: str | None) -> None:
+    """A click in the browser on the button ``key`` (None: anywhere) while the page's script runs, as Streamlit takes
+    it: the running script is asked to rerun with the click, and stops at its next call into Streamlit. Call it from
+    the script."""
     from streamlit.proto.WidgetStates_pb2 import WidgetState, WidgetStates
     from streamlit.runtime.scriptrunner import RerunData, get_script_run_ctx
 
     ctx = get_script_run_ctx()
-    button = next(w for w in ctx.shared.widget_ids_this_run.snapshot() if w.endswith(f"-{key}"))
     once = {"trigger_value", "json_trigger_value", "string_trigger_value", "chat_input_value"}  # sent with one run
     states = WidgetStates()
     states.widgets.extend(s for s in ctx.session_state.get_widget_states() if s.WhichOneof("value") not in once)
-    states.widgets.append(WidgetState(id=button, trigger_value=True))
+    if key is not None:
+        button = next(w for w in ctx.shared.widget_ids_this_run.snapshot() if w.endswith(f"-{key}"))
+        states.widgets.append(WidgetState(id=button, trigger_value=True))
     ctx.script_requests.request_rerun(RerunData(query_string=ctx.query_string, widget_states=states))
 
 

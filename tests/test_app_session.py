@@ -125,6 +125,34 @@ def test_stop_ends_a_written_answer_at_once_and_says_it_was_stopped(
     assert len(at.chat_message) == 4 and badges(at)
 
 
+def test_a_stop_the_next_run_takes_before_the_stopped_run_ends_is_kept(
+    monkeypatch: pytest.MonkeyPatch, files: Path
+) -> None:
+    """Streamlit starts the run a click causes at once, in another thread (fast reruns): the Stop's callback may mark
+    the answer before the stopped run, still streaming, saves it. Its mark stays, with the text said until then."""
+    import ui.chat
+    from ui.chat import mark_stopped
+
+    use_pipeline(monkeypatch, [0.9], answer="The widget needs two processor cores and a fan to keep it cool [1].")
+    streamed, store = ui.chat.saving, Conversations(files.parent / "chroma_db" / "conversations.sqlite3")
+
+    def stopped_meanwhile(stream, conversations, reply):
+        for n, delta in enumerate(streamed(stream, conversations, reply)):
+            yield delta
+            if n == 2 and not store.messages(store.list()[0].id)[1].error:
+                ui.chat.SAVE_EVERY = 0.0  # the stopped run saves its text once more, as it would a second later
+                mark_stopped(store, store.list()[0].id, reply, "How many cores does the widget need?")
+            elif n == 3:
+                click_while_running(None)  # the stopped run ends at its next call into Streamlit
+
+    monkeypatch.setattr(ui.chat, "saving", stopped_meanwhile)
+    monkeypatch.setattr(ui.chat, "SAVE_EVERY", 1.0)
+    ask(app())
+    [message] = [m for m in saved(files) if m.role == "assistant"]
+    assert message.error.startswith("You stopped this answer"), message.error
+    assert message.content.startswith("The widget needs") and not message.complete
+
+
 def test_a_stop_after_the_answer_ended_leaves_it_whole(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
     from ui.chat import mark_stopped
 

@@ -310,14 +310,16 @@ def test_a_web_address_in_a_quote_links_to_that_address_without_the_closing_punc
 
 
 def test_a_web_address_a_pdf_split_in_two_is_no_link_to_its_first_half() -> None:
-    """A line break inside "http://www.r-project.org" leaves "http://www." then "r-project.org": no link to
-    "http://www", which leads nowhere; whole addresses, IP addresses included, are still links."""
-    from ui.text import evidence_markdown
+    """A line break inside an address leaves its halves apart in the quote (R Data Import/Export has "https://CRAN.
+    R-project.org/" and "https://www.oracle. com"): no link to "https://CRAN" or "https://www.oracle", which lead
+    nowhere or elsewhere; whole addresses, IP addresses included, are still links."""
+    from ui.text import md_linked
 
-    split = "From your documents:\n“R is at http://www. r-project.org/ and https://192.168.1.2:8000/doc.” [1]"
-    assert evidence_markdown(split).split("\n\n")[1] == (
-        "> “R is at http\\://www\\. r\\-project\\.org/ and <https://192.168.1.2:8000/doc>\\.” \\[1\\]"
-    )
+    assert md_linked("see http://www. r-project.org/") == "see http\\://www\\. r\\-project\\.org/"
+    assert "<" not in md_linked("from https://CRAN. R-project.org/ or https://www.oracle. com, and")
+    assert "<" not in md_linked("at https://cran.r-project.org/web/ packages/foreign/ there")
+    assert md_linked("at https://192.168.1.2:8000/doc.") == "at <https://192.168.1.2:8000/doc>\\."
+    assert md_linked("see https://r-project.org/ for more. And") == "see <https://r-project.org/> for more\\. And"
 
 
 def test_a_command_in_our_message_is_code_and_the_rest_stays_literal() -> None:

@@ -122,3 +122,18 @@ def test_a_chat_stored_with_the_field_name_context_loads_whole(tmp_path: Path) -
     assert loaded.trace.retrieved[0].from_history is True, "the passage is still marked as found by the question before"
     store.update(message, loaded.text, loaded)
     assert store.messages(conversation.id)[1].answer == loaded, "saved again, it loads the same"
+
+
+def test_an_update_can_keep_the_error_a_message_has(tmp_path: Path) -> None:
+    """Why an answer stopped, written by one writer, is not overwritten by another that only saves its text."""
+    store = Conversations(tmp_path / "c.sqlite3")
+    conversation = store.create()
+    reply = store.add(conversation.id, "assistant", "", complete=False)
+    store.update(reply, "The wid", complete=False, keep_error=True)
+    assert store.messages(conversation.id)[0].error == "", "nothing to keep: none is written"
+    store.update(reply, "The wid", complete=False, error="You stopped this answer.")
+    store.update(reply, "The widget needs", complete=False, error="Interrupted.", keep_error=True)
+    [message] = store.messages(conversation.id)
+    assert (message.content, message.error) == ("The widget needs", "You stopped this answer.")
+    store.update(reply, "The widget needs two cores.", complete=True)  # without keep_error: rewritten whole
+    assert store.messages(conversation.id)[0].error == ""

@@ -162,7 +162,7 @@ class Turn:
                 stream.close()
             if not stored:
                 text = stream.text if stream is not None else ""
-                self.store.update(self.reply, text, None, complete=False, error=stopped(self.question))
+                self.store.update(self.reply, text, None, complete=False, error=stopped(self.question), keep_error=True)
 
     def models(self, loading: state.Loading) -> crag.pipeline.Pipeline | None:
         """The pipeline, once loaded (None when it failed); meanwhile the status says the question waits for it."""
@@ -184,12 +184,13 @@ class Turn:
 
 
 def mark_stopped(store: Conversations, chat: str, reply: int, question: str) -> None:
-    """The Stop button's click, run before the page's next run: the run it ends saves the answer as cut short; this
-    says the user stopped it. An answer that ended meanwhile (a click in the last instant) is left whole."""
+    """The Stop button's click, run before the page's next run: the answer says the user stopped it. The run it ends
+    may still be writing (Streamlit starts the next run at once, and the stopped one ends at its next call into
+    Streamlit): that run keeps this error, and adds what was said until then. An answer that ended meanwhile (a
+    click in the last instant) is left whole."""
     for message in store.messages(chat):
         if message.id == reply and not message.complete:
-            said = bool(message.content.strip())
-            store.update(reply, message.content, message.answer, complete=False, error=user_stopped(question, said))
+            store.update(reply, message.content, message.answer, complete=False, error=user_stopped(question))
 
 
 class Stages:
@@ -258,5 +259,5 @@ def saving(stream: crag.pipeline.AnswerStream, store: Conversations, reply: int)
     for delta in stream:
         yield delta
         if time.perf_counter() - last > SAVE_EVERY:
-            store.update(reply, stream.text, complete=False)
+            store.update(reply, stream.text, complete=False, keep_error=True)
             last = time.perf_counter()

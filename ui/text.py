@@ -34,23 +34,34 @@ URL = re.compile(r"https?://[^\s<>“”\"'‘’]*[^\s<>“”\"'‘’.,;:!?)\
 
 
 # A host that is a whole name: labels joined by dots, ending in a top-level name ("www.r-project.org"), or an IP
-# address. A PDF's line break can split an address ("http://www." then "r-project.org"): "http://www" is no host.
+# address. A line break in a PDF can cut an address in two ("https://CRAN." then "R-project.org/"): the first half
+# is no address to link to.
 HOST = re.compile(r"(?:[^\W_](?:[\w-]*[^\W_])?\.)+[^\W\d_]{2,}|\d{1,3}(?:\.\d{1,3}){3}|\[[0-9a-fA-F:.]+\]")
-
-
-def linkable(url: str) -> bool:
-    """Whether an address found in a quote is whole enough to link: its host is a full name, not a fragment."""
-    host = URL_HOST.match(url)
-    return host is not None and HOST.fullmatch(host["host"]) is not None
-
-
 URL_HOST = re.compile(r"https?://(?:[^@/?#\s]*@)?(?P<host>\[[^\]]*\]|[^:/?#\s]*)")
+# What follows an address that a line break cut: a period then a lower-case word ("https://www.oracle. com"), or,
+# after a slash or hyphen, more of a host or path ("https://cran.r-project.org/web/ packages/foo/").
+CUT_AFTER_DOT = re.compile(r"\.\s+[a-z0-9]")
+CUT_AFTER_SLASH = re.compile(r"\s+[\w-]+[./][\w./-]*")
+
+
+def linkable(url: str, after: str = "") -> bool:
+    """Whether an address found in a quote is whole enough to link: its host is a full name, and the text ``after``
+    it does not go on with the rest of it."""
+    host = URL_HOST.match(url)
+    if host is None or HOST.fullmatch(host["host"]) is None:
+        return False
+    return not (CUT_AFTER_DOT.match(after) or (url.endswith(("/", "-")) and CUT_AFTER_SLASH.match(after)))
 
 
 def md_linked(text: str) -> str:
-    """``md_escape``, with each web address a link to exactly that address. An address cut short (a host that is
-    no full name) stays text: a link to it would lead nowhere."""
-    return _escaped_but(URL, text, lambda found: f"<{found}>" if linkable(found) else md_escape(found))
+    """``md_escape``, with each web address a link to exactly that address. An address cut in two (by a line break
+    of the PDF it was quoted from) stays text: a link to its first half would lead elsewhere, or nowhere."""
+
+    def link(found: re.Match[str]) -> str:
+        address = found.group()
+        return f"<{address}>" if linkable(address, found.string[found.end() :]) else md_escape(address)
+
+    return _escaped_but(URL, text, link)
 
 
 # A command in one of crag's own messages ("`python -m crag index`"): code, which Markdown shows literally anyway.
@@ -61,14 +72,14 @@ CODE = re.compile(r"“[^”]*”|`[^`]+`")
 def md_coded(text: str) -> str:
     """``md_escape``, with each `command` shown as code: the rest of a message (a word of the user's question in
     it) stays literal."""
-    return _escaped_but(CODE, text, lambda found: found if found.startswith("`") else md_escape(found))
+    return _escaped_but(CODE, text, lambda found: found[0] if found[0].startswith("`") else md_escape(found[0]))
 
 
-def _escaped_but(pattern: re.Pattern[str], text: str, markdown: Callable[[str], str]) -> str:
+def _escaped_but(pattern: re.Pattern[str], text: str, markdown: Callable[[re.Match[str]], str]) -> str:
     """``md_escape``, with what ``pattern`` finds turned into ``markdown``."""
     text, out, last = " ".join(text.split()), [], 0
     for found in pattern.finditer(text):
-        out += [MD_SPECIAL.sub(r"\\\1", text[last : found.start()]), markdown(found.group())]
+        out += [MD_SPECIAL.sub(r"\\\1", text[last : found.start()]), markdown(found)]
         last = found.end()
     return "".join([*out, MD_SPECIAL.sub(r"\\\1", text[last:])])
 
@@ -94,17 +105,15 @@ def stopped(question: str) -> str:
     return STOPPED[language(question)]
 
 
-USER_STOPPED = {  # (language, whether the answer had said anything)
-    ("en", True): "You stopped this answer: the text above is what it had said. Ask again for the whole answer.",
-    ("en", False): "You stopped this answer before it began. Ask again for an answer.",
-    ("zh", True): "你停止了这个回答：上面是它停止前说的内容。再问一次可以得到完整的回答。",
-    ("zh", False): "你在这个回答开始前停止了它。再问一次可以得到回答。",
+USER_STOPPED = {
+    "en": "You stopped this answer. What it had said by then is kept; ask again for the whole answer.",
+    "zh": "你停止了这个回答。它此前说的内容已保留；再问一次可以得到完整的回答。",
 }
 
 
-def user_stopped(question: str, said: bool) -> str:
+def user_stopped(question: str) -> str:
     """What an answer stopped with its Stop button says, in the question's language."""
-    return USER_STOPPED[language(question), said]
+    return USER_STOPPED[language(question)]
 
 
 def stopped_by_user(error: str) -> bool:
