@@ -19,9 +19,7 @@ from pathlib import Path
 from pydantic import TypeAdapter
 
 from crag.errors import CragError
-from crag.messages import unsupported_message
-from crag.text import pages_label
-from crag.types import NOT_WRITTEN, Answer, AnswerKind
+from crag.types import Answer
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -202,12 +200,21 @@ class Conversations:
             return int(cursor.lastrowid)
 
     def update(
-        self, message: int, content: str, answer: Answer | None = None, complete: bool = True, error: str = ""
+        self,
+        message: int,
+        content: str,
+        answer: Answer | None = None,
+        complete: bool = True,
+        error: str = "",
+        keep_error: bool = False,
     ) -> None:
+        """Rewrite a message. ``keep_error``: an error it has already (why it stopped, written by someone else, such
+        as the user's Stop in the app's next run) stays, in the same transaction; ``error`` applies only without one."""
         with self._connect() as db:
             db.execute(
-                "UPDATE messages SET content = ?, answer = ?, complete = ?, error = ? WHERE id = ?",
-                (content, _dump(answer), int(complete), error, message),
+                "UPDATE messages SET content = ?, answer = ?, complete = ?, "
+                "error = CASE WHEN ? AND error != '' THEN error ELSE ? END WHERE id = ?",
+                (content, _dump(answer), int(complete), int(keep_error), error, message),
             )
 
 
@@ -220,27 +227,3 @@ def _not_writable(path: Path, why: str) -> str:
         f"The chat history cannot be stored in {path.parent} ({why}): fix the folder's permissions or set "
         "CRAG_CHROMA_DIR to a writable folder."
     )
-
-
-def answer_markdown(question: str, answer: Answer) -> str:
-    """One answer as Markdown, with its sources: to keep or to share."""
-    # An evidence answer is a lead line and quotes, a line each: one paragraph each, or Markdown runs them together.
-    text = "\n\n".join(answer.text.splitlines()) if answer.kind is AnswerKind.EVIDENCE else answer.text
-    lines = [f"## {question}", "", text, ""]
-    if answer.trace is not None and answer.trace.unsupported:
-        lines += [f"> {unsupported_message(question, answer.trace.unsupported)}", ""]
-    cited = answer.cited_sources or answer.sources
-    if cited:
-        lines += ["### Sources" if answer.cited_sources else "### Given to the model, not cited", ""]
-        for s in cited:
-            where = f"{s.file}, {pages_label(s.pages)}" if s.kind == "local" else f"{s.title or s.url} <{s.url}>"
-            where += f" ({s.section})" if s.section else ""
-            lines.append(f"[{s.n}] {where}: “{s.snippet}”")
-        lines.append("")
-    made = (
-        [NOT_WRITTEN[answer.kind]] if answer.kind in NOT_WRITTEN else [answer.kind.value, answer.backend, answer.model]
-    )
-    if answer.action is not None:
-        made.insert(0, f"CRAG action: {answer.action.value}")
-    lines.append(f"*{' · '.join(made)}*")
-    return "\n".join(lines) + "\n"

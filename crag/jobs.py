@@ -14,14 +14,16 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from crag import ingest
 from crag.config import Settings
 from crag.errors import BuildCancelled, CragError, IndexNotWritable
-from crag.models import Embedder
 from crag.store import BuildInProgress, open_store
-from crag.types import Progress
+from crag.types import FileResult, Progress
+
+if TYPE_CHECKING:  # the parsers and models load with the first build, not with the runner (the app's first page)
+    from crag import ingest
+    from crag.models import Embedder
 
 log = logging.getLogger("crag.jobs")
 
@@ -39,6 +41,7 @@ class Job:
     progress: Progress = Progress("starting")
     finished_at: str | None = None
     report: ingest.SyncReport | None = None  # per-file results, once done
+    files: tuple[FileResult, ...] = ()  # the files this build has finished, while it goes on with the others
     error: str = ""
     detail: str = ""  # the exception behind an unexpected failure: for a local user, never sent over HTTP
 
@@ -140,12 +143,18 @@ class Builds:
                 self._cancel.pop(job_id, None)
 
     def _run(self, job_id: str, rebuild: bool) -> None:
+        from crag import ingest
+
         cancelled = self._cancel[job_id]
 
         def on_progress(p: Progress) -> None:
             if cancelled.is_set():
                 raise BuildCancelled("The build was cancelled: the previous knowledge base still answers.")
-            self._update(job_id, progress=p)
+            if p.result is not None:
+                done = self.get(job_id).files  # written by this thread only
+                self._update(job_id, progress=p, files=(*done, p.result))
+            else:
+                self._update(job_id, progress=p)
 
         try:
             embedder = self.embedder_for(rebuild)

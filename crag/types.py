@@ -36,6 +36,7 @@ class ParsedPDF:
     parser: str  # "pymupdf" | "mineru"
     parser_version: str
     warnings: tuple[str, ...] = ()
+    ocr_pages: int = 0  # pages read with OCR (scans), their text recognised from the page's image
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,12 @@ class Action(StrEnum):
     CORRECT = "correct"
     AMBIGUOUS = "ambiguous"
     INCORRECT = "incorrect"
+
+    @property
+    def verdict(self) -> str:
+        """What the action says of the passages retrieved from the documents, in words no reader takes for a
+        verdict on the answer: the retrieval evaluator grades the passages, never what is written from them."""
+        return {"correct": "relevant", "ambiguous": "partly relevant", "incorrect": "not relevant"}[self.value]
 
 
 @dataclass(frozen=True)
@@ -235,14 +242,16 @@ PARSE_SHARE = 0.8  # of a file's slot on a progress bar; embedding takes the res
 @dataclass(frozen=True)
 class Progress:
     """Where a build is, for progress bars: stage, file i/N, page j/M (chunk j/M while embedding).
-    Stage "ocr" is parsing too: page j of M is being read with OCR."""
+    Stage "ocr" is parsing too: page j of M is being read with OCR. Stage "finished": file i is done, and
+    ``result`` says how (indexed, or failed and why), while the build goes on with the next."""
 
-    stage: str  # "scanning" | "parsing" | "ocr" | "embedding" | "writing" | "done"
+    stage: str  # "scanning" | "parsing" | "ocr" | "embedding" | "finished" | "writing" | "done"
     file: str = ""
     file_index: int = 0
     file_count: int = 0
     page: int = 0
     page_count: int = 0
+    result: FileResult | None = None  # with stage "finished"
 
     @property
     def fraction(self) -> float:
@@ -260,9 +269,11 @@ class Progress:
             done = PARSE_SHARE * (self.page - 1) / self.page_count if self.page_count else 0.0
         elif self.stage == "embedding":
             done = PARSE_SHARE + (1 - PARSE_SHARE) * within
+        elif self.stage == "finished":
+            done = 1.0
         else:
             done = 0.0
-        return min(1.0, (max(self.file_index - 1, 0) + done) / self.file_count)
+        return min(0.99, (max(self.file_index - 1, 0) + done) / self.file_count)  # 1.0 is for "done"
 
 
 OnProgress = Callable[[Progress], None]
@@ -286,6 +297,7 @@ class FileResult:
     # read again. 0 when not known (older manifests, a file changed just before the build): it is hashed.
     size: int = 0
     mtime_ns: int = 0
+    ocr_pages: int = 0  # of ``pages``, those read with OCR (a scan); 0 in manifests of older builds
 
     @classmethod
     def from_json(cls, data: dict) -> FileResult:

@@ -7,6 +7,7 @@ The page reaches crag through module attributes, so each test swaps exactly the 
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -43,7 +44,23 @@ def use_pipeline(monkeypatch: pytest.MonkeyPatch, scores: list[float], answer: s
 
 
 def app() -> AppTest:
-    return AppTest.from_file(APP, default_timeout=60).run()
+    """A page as a new session gets it, once the models it loads in the background are loaded."""
+    return loaded(AppTest.from_file(APP, default_timeout=60).run())
+
+
+LOADING = "Loading the models"  # what the sidebar says while they load
+
+
+def loaded(at: AppTest, timeout: float = 60.0) -> AppTest:
+    """Rerun the page until it no longer says the models are loading: they load in a thread of the process, and
+    the browser's look (a fragment every half second) is a rerun here."""
+    deadline = time.monotonic() + timeout
+    while LOADING in texts(at.sidebar.markdown):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the models still load after {timeout} s")
+        time.sleep(0.05)
+        at.run()
+    return at
 
 
 def ask(at: AppTest, question: str = "How many cores does the widget need?") -> AppTest:
@@ -61,6 +78,38 @@ def plain(markdown: str) -> str:
 
 def badges(at: AppTest) -> list[str]:
     return [m.value for m in at.markdown if "-badge[" in m.value]
+
+
+def file_statuses(at: AppTest) -> dict[str, str]:
+    """The sidebar's Files list: each file's status, by file name."""
+    lines = (re.fullmatch(r"(.+) · \*\*(.+)\*\*", m.value) for m in at.sidebar.markdown)
+    return {plain(found[2]): found[1] for found in lines if found}
+
+
+def badge_line(message) -> list[str]:
+    """What the line under an answer holds, in order: its badges, then its caption."""
+    for node in message.children.values():
+        children = list(getattr(node, "children", {}).values())
+        if any("-badge[" in str(getattr(child, "value", "")) for child in children):
+            return [str(child.value) for child in children]
+    return []
+
+
+def click_while_running(key: str | None) -> None:
+    """A click in the browser on the button ``key`` (None: anywhere) while the page's script runs, as Streamlit takes
+    it: the running script is asked to rerun with the click, and stops at its next call into Streamlit. Call it from
+    the script."""
+    from streamlit.proto.WidgetStates_pb2 import WidgetState, WidgetStates
+    from streamlit.runtime.scriptrunner import RerunData, get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    once = {"trigger_value", "json_trigger_value", "string_trigger_value", "chat_input_value"}  # sent with one run
+    states = WidgetStates()
+    states.widgets.extend(s for s in ctx.session_state.get_widget_states() if s.WhichOneof("value") not in once)
+    if key is not None:
+        button = next(w for w in ctx.shared.widget_ids_this_run.snapshot() if w.endswith(f"-{key}"))
+        states.widgets.append(WidgetState(id=button, trigger_value=True))
+    ctx.script_requests.request_rerun(RerunData(query_string=ctx.query_string, widget_states=states))
 
 
 def settle(at: AppTest, timeout: float = 60.0) -> AppTest:

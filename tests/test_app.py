@@ -22,7 +22,9 @@ from tests.apptest import (
     CHUNKS,
     app,
     ask,
+    badge_line,
     badges,
+    loaded,
     plain,
     saved,
     texts,
@@ -47,7 +49,7 @@ def test_ask_streams_the_answer_with_its_badge_trace_and_sources(monkeypatch: py
     for stage in ("Retrieving passages", "Grading the passages", "Refining the knowledge", "Generating the answer"):
         assert any(line.startswith(stage) for line in stages)
     assert all(re.fullmatch(r".+ · \d+\.\d s", line) for line in stages), stages  # how long each stage took
-    assert badges(at) == [":green-badge[:material/check_circle: Correct]"]
+    assert badges(at) == [":green-badge[:material/check_circle: Your documents: relevant (CRAG: Correct)]"]
     assert "1 LLM call" in texts(assistant.caption)
     assert not assistant.warning, "it states only what its source says"
 
@@ -98,9 +100,9 @@ def test_each_stage_says_how_long_it_took_not_when_it_began(monkeypatch: pytest.
 @pytest.mark.parametrize(
     ("scores", "badge"),
     [
-        ([0.9, -0.9], ":green-badge[:material/check_circle: Correct]"),
-        ([0.2, -0.1], ":orange-badge[:material/help: Ambiguous]"),
-        ([-0.9, -0.95], ":red-badge[:material/cancel: Incorrect]"),
+        ([0.9, -0.9], ":green-badge[:material/check_circle: Your documents: relevant (CRAG: Correct)]"),
+        ([0.2, -0.1], ":orange-badge[:material/help: Your documents: partly relevant (CRAG: Ambiguous)]"),
+        ([-0.9, -0.95], ":red-badge[:material/cancel: Your documents: not relevant (CRAG: Incorrect)]"),
     ],
 )
 def test_each_action_has_its_badge(monkeypatch: pytest.MonkeyPatch, files: Path, scores: list, badge: str) -> None:
@@ -138,17 +140,21 @@ def test_a_question_in_the_other_language_than_the_documents_is_told_to_ask_in_t
     assert "Tip:" not in texts(at.chat_message[3].caption) and "提示" not in texts(at.chat_message[3].caption)
 
 
-def test_what_a_written_answer_invents_is_flagged_under_it_and_in_its_export(
+def test_what_a_written_answer_invents_is_flagged_on_its_badge_line(
     monkeypatch: pytest.MonkeyPatch, files: Path
 ) -> None:
     use_pipeline(monkeypatch, [0.9], answer="Enable TURBO_MODE to run it on 16 cores [1].")
     at = ask(app())
     assert not at.exception
-    warning = plain(texts(at.chat_message[1].warning))
-    assert "Not in the sources given to the model: “TURBO_MODE”, “16”" in warning
-    assert "check the sources" in warning
+    # One line: what CRAG judged (the passages, not the answer), what the answer states that they do not, who wrote it.
+    judged, flagged, caption = badge_line(at.chat_message[1])
+    assert judged == ":green-badge[:material/check_circle: Your documents: relevant (CRAG: Correct)]"
+    assert flagged.startswith(":orange-background[:material/report: Not in the sources given to the model")
+    assert "“TURBO_MODE”, “16”" in plain(flagged) and "check the sources" in plain(flagged)
+    assert "written by ollama" in caption
+    assert not at.chat_message[1].warning, "the warning is on the badge line, not a box below it"
     at = ask(at, "小部件需要几个核？")  # in the question's language
-    assert "提供给模型的资料里没有“TURBO_MODE”、“16”" in plain(texts(at.chat_message[3].warning))
+    assert "提供给模型的资料里没有“TURBO_MODE”、“16”" in plain(badge_line(at.chat_message[3])[1])
 
 
 @pytest.mark.parametrize(("label", "weak"), [(PACKAGED_LABEL, True), ("qwen2.5-0.5b-instruct.gguf", False)])
@@ -189,7 +195,7 @@ def test_history_survives_reruns_reloads_and_restarts(monkeypatch: pytest.Monkey
     st.cache_resource.clear()  # a restart: nothing of the process is left, the store is
     reloaded = AppTest.from_file(APP, default_timeout=60)
     reloaded.query_params["chat"] = chat  # a reload: the URL keeps the open conversation
-    reloaded.run()
+    loaded(reloaded.run())
     assert [m.name for m in reloaded.chat_message] == ["user", "assistant"] * 2
     assert len(badges(reloaded)) == 2, "the trace came back with the answer"
     assert "How many cores does the widget need?" in [b.label for b in reloaded.sidebar.button]
@@ -212,9 +218,16 @@ def test_a_chat_can_be_renamed_deleted_and_exported(monkeypatch: pytest.MonkeyPa
     assert "Widget cores" in [b.label for b in at.sidebar.button]
     export = at.chat_message[1].get("download_button")[0]
     assert export.proto.label == "Export as Markdown"
-    assert at.button(key=f"delete-{chat}").disabled, "one click deletes nothing: it must be confirmed"
-    at.checkbox(key=f"sure-{chat}").check().run()
+    whole = at.sidebar.get("download_button")[0]
+    assert whole.proto.label == "Export the whole chat as Markdown"
+    # Delete asks once, in a dialog that names the chat; "Keep it" keeps it.
     at.button(key=f"delete-{chat}").click().run()
+    assert saved(files), "one click deletes nothing: it must be confirmed"
+    assert "Widget cores" in plain(texts(at.markdown)) and "cannot be undone" in texts(at.markdown)
+    at.button(key=f"keep-{chat}").click().run()
+    assert saved(files) and not [b for b in at.button if b.key == f"confirm-delete-{chat}"]
+    at.button(key=f"delete-{chat}").click().run()
+    at.button(key=f"confirm-delete-{chat}").click().run()
     assert len(at.chat_message) == 0 and saved(files) == []
     assert not at.toast, "the chat deleted here is no stale link"
 
@@ -244,7 +257,8 @@ def test_a_new_chat_is_listed_as_soon_as_it_is_asked(monkeypatch: pytest.MonkeyP
         "How many cores does the widget need?",
         "How much memory does the widget need?",
     ]
-    assert [b.proto.type for b in listed if b.label.startswith("How much memory")] == ["secondary"]
+    # The open chat is the primary button; the others are buttons too, not bare labels.
+    assert {b.label[:8]: b.proto.type for b in listed} == {"How much": "primary", "How many": "secondary"}
 
 
 def test_a_bad_question_is_refused_and_leaves_no_dangling_turn(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
@@ -264,7 +278,9 @@ def test_answer_settings_reach_the_pipeline(monkeypatch: pytest.MonkeyPatch, fil
     at.toggle(key="set_web").set_value(False).run()
     at.selectbox(key="set_evaluator").set_value("similarity").run()
     at = ask(at)
-    assert badges(at) == [":green-badge[:material/check_circle: Correct]"]  # 0.3 >= the new upper 0.25
+    assert badges(at) == [
+        ":green-badge[:material/check_circle: Your documents: relevant (CRAG: Correct)]"
+    ]  # 0.3 >= the new upper 0.25
     trace = saved(files)[-1].answer.trace
     assert len(trace.retrieved) == 1
     assert len(built) == 1, "answer settings are options of a question: the pipeline is not rebuilt"
@@ -319,7 +335,7 @@ def test_ollama_down_shows_the_fix_disables_the_chat_and_keeps_history(
     # Now the user insists on Ollama, which is down: the real from_settings refuses with the fix.
     monkeypatch.setattr(Pipeline, "from_settings", real)
     monkeypatch.setenv("CRAG_LLM_BACKEND", "ollama")
-    at.run()
+    loaded(at.run())
     assert not at.exception
     assert "ollama serve" in at.main.error[0].value
     assert "ollama serve" in texts(at.sidebar.error)
@@ -359,7 +375,7 @@ def test_a_missing_model_can_be_pulled_from_the_sidebar(
     assert at.chat_input[0].disabled
     assert "`qwen3:4b` (chat) is not in Ollama" in texts(at.sidebar.error)
 
-    at.button(key="pull-chat").click().run()
+    loaded(at.button(key="pull-chat").click().run())
     assert not at.exception
     assert any("pulling 1a2b3c" in text and "1000 B" in text for _, text in progress_spy)
     assert "Pulled `qwen3:4b`" in texts(at.sidebar.success)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from streamlit.proto.ChatInput_pb2 import ChatInput as ChatInputProto
 
 import crag.ingest
 import crag.models
@@ -22,6 +22,8 @@ from tests.apptest import (
     app,
     ask,
     badges,
+    file_statuses,
+    loaded,
     plain,
     saved,
     settle,
@@ -52,7 +54,7 @@ def test_files_waiting_to_be_indexed_get_a_build_button(monkeypatch: pytest.Monk
     monkeypatch.setattr(crag.ingest, "sync", lambda s, e, rebuild, on_progress: calls.append(rebuild) or SyncReport())
     at = app()
     assert "1 file waiting to be indexed" in texts(at.main.caption)
-    assert "not indexed yet" in at.sidebar.dataframe[0].value.to_string()
+    assert file_statuses(at) == {"dropped by hand.pdf": "🆕 not indexed yet"}
     settle(at.button(key="build_now_main").click().run())
     assert not at.exception
     assert calls == [False]  # the same incremental build as the sidebar's button
@@ -63,9 +65,10 @@ def test_files_waiting_to_be_indexed_get_a_build_button(monkeypatch: pytest.Monk
 
 
 class Gate:
-    """A sync that stops at its n-th progress step until the test lets it go: a build caught running."""
+    """A sync that stops at its n-th progress step (or the first that ``pause_at`` accepts) until the test lets it
+    go: a build caught running."""
 
-    def __init__(self, sync, pause_at: int) -> None:
+    def __init__(self, sync, pause_at: int | Callable[[Progress], bool]) -> None:
         self.sync, self.pause_at = sync, pause_at
         self.paused, self.go = threading.Event(), threading.Event()
 
@@ -75,7 +78,8 @@ class Gate:
         def report(p: Progress) -> None:
             steps.append(p)
             on_progress(p)
-            if len(steps) == self.pause_at:
+            here = self.pause_at(p) if callable(self.pause_at) else len(steps) == self.pause_at
+            if here and not self.paused.is_set():
                 self.paused.set()
                 assert self.go.wait(30)
 
@@ -134,9 +138,6 @@ def test_a_rebuild_runs_in_the_background_with_live_progress_while_questions_are
     assert "waiting to be indexed" not in texts(at.main.caption)
     assert not [b for b in at.button if b.key == "build_now_main"]
     assert "new file" not in texts(at.sidebar.info)
-    # While the progress fragment reruns every second, Streamlit keeps a "stop" chat input disabled in Chromium
-    # from a question until the build ends: during a build the input is a plain "submit" one.
-    assert at.chat_input[0].proto.submit_mode == ChatInputProto.SubmitMode.SUBMIT_MODE_SUBMIT
 
     at = ask(at)  # the current knowledge base keeps answering
     assert [m.name for m in at.chat_message] == ["user", "assistant"] and badges(at)
@@ -144,9 +145,40 @@ def test_a_rebuild_runs_in_the_background_with_live_progress_while_questions_are
     gate.go.set()
     at = settle(at)
     assert "1 indexed · 1 failed · 4 passages" in texts(at.sidebar.warning)
-    assert at.chat_input[0].proto.submit_mode == ChatInputProto.SubmitMode.SUBMIT_MODE_STOP
     failed = texts(at.sidebar.error)
     assert "bad\\.pdf" in failed and "not a PDF" in failed
+
+
+def test_the_files_list_follows_a_build_and_says_which_pages_were_read_with_ocr(
+    monkeypatch: pytest.MonkeyPatch, files: Path
+) -> None:
+    """The real sync (PyMuPDF, OCR with a fake engine, chunking, Chroma, BM25), caught reading the second file."""
+    from tests.test_ocr import FakeEngine, scans, use_engine
+
+    use_pipeline(monkeypatch, [0.9])
+    use_engine(monkeypatch, FakeEngine(fail=[2]))  # page 2 of the scan cannot be read
+    scans(files / "a scan.pdf", pages=3)
+    manual_pdf(files / "b manual.pdf", pages=3)
+    gate = Gate(crag.ingest.sync, pause_at=lambda p: (p.file, p.stage, p.page) == ("b manual.pdf", "parsing", 2))
+    monkeypatch.setattr(crag.ingest, "sync", gate)
+    at = app()
+    assert file_statuses(at) == {"a scan.pdf": "🆕 not indexed yet", "b manual.pdf": "🆕 not indexed yet"}
+    assert "None" not in texts(at.sidebar.caption) + texts(at.sidebar.markdown)
+    at.button(key="rebuild").click().run()
+    assert gate.paused.wait(60)
+    at.run()  # the list's own look, every second in the browser
+    assert file_statuses(at) == {
+        "a scan.pdf": "✅ read: in use when the build ends",  # done, while the build goes on
+        "b manual.pdf": "⏳ being read · page 2/3",
+    }
+    gate.go.set()
+    at = settle(at)
+    assert file_statuses(at) == {"a scan.pdf": "✅ indexed", "b manual.pdf": "✅ indexed"}
+    details = plain(texts(at.sidebar.caption))
+    # Whole, under the file's name: what was read with OCR, and the page that could not be, in a narrow sidebar too.
+    assert "3 pages, 2 read with OCR · " in details
+    assert "page 2: OCR failed (onnxruntime: bad allocation); skipped" in details
+    assert "3 pages · " in details and "None" not in details
 
 
 def test_a_build_can_be_cancelled_and_the_old_index_stays(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
@@ -235,10 +267,7 @@ def test_a_real_build_lists_a_failed_file_with_its_reason(monkeypatch: pytest.Mo
     status = plain(texts(at.sidebar.caption))
     assert "fake:hash" in status and "pymupdf" in status  # embeddings and parser of the new index
     assert [m.value for m in at.sidebar.metric] == ["1", str(at.sidebar.metric[1].value)]
-    table = at.sidebar.dataframe[0].value.set_index("file")
-    assert table.loc["manual.pdf", "status"] == "✅ indexed"
-    assert table.loc["broken.pdf", "status"] == "❌ failed"
-    assert "not a PDF" in table.loc["broken.pdf", "problem"]
+    assert file_statuses(at) == {"broken.pdf": "❌ failed", "manual.pdf": "✅ indexed"}
     assert any("broken\\.pdf" in e.value and "not a PDF" in e.value for e in at.sidebar.error)
     assert "Your knowledge base is empty" not in texts(at.main.markdown)
     assert "no longer in the folder" not in texts(at.sidebar.warning)
@@ -247,7 +276,7 @@ def test_a_real_build_lists_a_failed_file_with_its_reason(monkeypatch: pytest.Mo
     # A PDF deleted from Files/ is counted and quoted until a rebuild: the sidebar says so at once.
     (files / "manual.pdf").unlink()
     at = app()
-    assert at.sidebar.dataframe[0].value.set_index("file").loc["manual.pdf", "status"] == "⚠️ no longer in the folder"
+    assert file_statuses(at)["manual.pdf"] == "⚠️ no longer in the folder"
     assert "1 indexed file is no longer in the folder: answers may still quote it until you rebuild." in texts(
         at.sidebar.warning
     )
@@ -266,13 +295,11 @@ def test_a_file_removed_in_the_app_is_moved_aside_and_the_next_build_drops_it(
     assert not at.exception
     assert (files / ".removed" / "manual.pdf").is_file() and not (files / "manual.pdf").exists()  # not deleted
     assert "Moved **manual\\.pdf**" in texts(at.sidebar.success)
-    table = at.sidebar.dataframe[0].value.set_index("file")
-    assert table.loc["manual.pdf", "status"] == "⚠️ no longer in the folder"
+    assert file_statuses(at)["manual.pdf"] == "⚠️ no longer in the folder"
     assert "answers may still quote it until you rebuild" in texts(at.sidebar.warning)
     assert at.selectbox(key="remove_file").options == ["other.pdf"]
     at = settle(at.button(key="rebuild").click().run())
-    table = at.sidebar.dataframe[0].value.set_index("file")
-    assert list(table.index) == ["other.pdf"] and table.loc["other.pdf", "status"] == "✅ indexed"
+    assert file_statuses(at) == {"other.pdf": "✅ indexed"}
     assert "Moved" not in texts(at.sidebar.success)
     assert "no longer in the folder" not in texts(at.sidebar.warning)
 
@@ -311,7 +338,7 @@ def test_ollama_health_is_asked_once_per_interval(monkeypatch: pytest.MonkeyPatc
     at = app()
     at.run()
     assert len(asked) == 1
-    at.button(key="check_models").click().run()
+    loaded(at.button(key="check_models").click().run())
     assert len(asked) == 2
 
 
@@ -340,7 +367,7 @@ def test_an_interrupted_answer_keeps_what_was_said(monkeypatch: pytest.MonkeyPat
 
 def test_the_highlight_follows_the_chunks_that_were_used() -> None:
     from crag.types import ScoredChunk, Source, Strip, Trace
-    from ui.answer import passage_boxes
+    from ui.sources import passage_boxes
 
     used = fakes.chunk("The widget needs two cores.\n\nIt also needs a fan.", n=0)
     other = fakes.chunk("Unrelated text on the same page.", n=1)

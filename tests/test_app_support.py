@@ -309,6 +309,19 @@ def test_a_web_address_in_a_quote_links_to_that_address_without_the_closing_punc
     )
 
 
+def test_a_web_address_a_pdf_split_in_two_is_no_link_to_its_first_half() -> None:
+    """A line break inside an address leaves its halves apart in the quote (R Data Import/Export has "https://CRAN.
+    R-project.org/" and "https://www.oracle. com"): no link to "https://CRAN" or "https://www.oracle", which lead
+    nowhere or elsewhere; whole addresses, IP addresses included, are still links."""
+    from ui.text import md_linked
+
+    assert md_linked("see http://www. r-project.org/") == "see http\\://www\\. r\\-project\\.org/"
+    assert "<" not in md_linked("from https://CRAN. R-project.org/ or https://www.oracle. com, and")
+    assert "<" not in md_linked("at https://cran.r-project.org/web/ packages/foreign/ there")
+    assert md_linked("at https://192.168.1.2:8000/doc.") == "at <https://192.168.1.2:8000/doc>\\."
+    assert md_linked("see https://r-project.org/ for more. And") == "see <https://r-project.org/> for more\\. And"
+
+
 def test_a_command_in_our_message_is_code_and_the_rest_stays_literal() -> None:
     """The empty knowledge base's answer shows its command as code, never the backticks around it."""
     from ui.text import md_coded
@@ -378,3 +391,4 @@ def test_an_exported_answer_is_named_after_its_question() -> None:
     assert export_name("How do I run R in batch mode?", 30) == "answer-how-do-i-run-r-in-batch-mode.md"
     assert export_name("怎么用 tlmgr 更新所有宏包？", 31) == "answer-怎么用-tlmgr-更新所有宏包.md"
     assert export_name("？", 32) == "answer-32.md"
+    assert export_name("Widget cores", "0a1b", "chat") == "chat-widget-cores.md"

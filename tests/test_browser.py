@@ -1,12 +1,14 @@
 """One real-browser check: `streamlit run app.py` on loopback, driven by Debian's Chromium.
 
-It walks the product's path once, for real: upload an English and a Chinese PDF, rebuild the knowledge
-base, ask in English and in Chinese on the embedded backend (no Ollama: it points at a closed port; no web
-search), check that each answer quotes the document's sentence with its citation, open "How this answer
-was made" and the sources; then rebuild from scratch while asking (the answer comes from the current
-index and the rebuild completes), reload (the conversation is still there), and ask a question over the
-length limit (refused with the reason, its text given back); last, a written answer from the opt-in 135M model
-(labelled weak, and the chat box usable after it). Screenshots go to test-output/.
+It walks the product's path once, for real: the first page, drawn while the models load (the sidebar and a
+chat box that takes a question); upload an English and a Chinese PDF, rebuild the knowledge base, ask in English
+and in Chinese on the embedded backend (no Ollama: it points at a closed port; no web search), check that each
+answer quotes the document's sentence with its citation, open "How this answer was made" and the sources; then
+rebuild from scratch while asking (the answer comes from the current index and the rebuild completes), reload
+(the conversation is still there), and ask a question over the length limit (refused with the reason, its text
+given back); then a written answer from the opt-in 135M model (labelled weak, and the chat box usable after it),
+another stopped with its Stop button (it says so at once, and the chat box takes the next question); last, the
+chat deleted in one trip (its popover, then the dialog that confirms). Screenshots go to test-output/.
 """
 
 from __future__ import annotations
@@ -71,6 +73,13 @@ def test_upload_rebuild_ask_and_inspect_in_a_real_browser(streamlit_url: str, tm
         main = page.get_by_test_id("stMainBlockContainer")
         sidebar = page.get_by_test_id("stSidebar")
 
+        # The first page does not wait for the models: the sidebar and the chat box come first, while they load.
+        chat = page.get_by_test_id("stChatInputTextArea")
+        expect(chat).to_be_enabled(timeout=120_000)
+        expect(sidebar).to_contain_text("Loading the models")
+        expect(sidebar.get_by_role("button", name="Rebuild knowledge base")).to_be_visible()
+        page.screenshot(path=str(OUTPUT / "browser-first-page.png"))
+
         # The empty knowledge base says what to do, and the model status says which backend runs.
         expect(main).to_contain_text("Your knowledge base is empty", timeout=120_000)
         expect(sidebar).to_contain_text("embedded", timeout=60_000)
@@ -91,7 +100,6 @@ def test_upload_rebuild_ask_and_inspect_in_a_real_browser(streamlit_url: str, tm
         page.screenshot(path=str(OUTPUT / "browser-built.png"))
 
         # Ask in English: the answer quotes the document's sentence with its citation; no model wrote it.
-        chat = page.get_by_test_id("stChatInputTextArea")
         chat.fill("How many processor cores does the widget need?")
         chat.press("Enter")
         messages = page.get_by_test_id("stChatMessage")
@@ -188,4 +196,29 @@ def test_upload_rebuild_ask_and_inspect_in_a_real_browser(streamlit_url: str, tm
         expect(messages.nth(1)).to_contain_text("a weak model that may invent facts", timeout=300_000)
         expect(chat).to_be_enabled(timeout=15_000)
         page.screenshot(path=str(OUTPUT / "browser-written.png"), full_page=True)
+
+        # Stop: a written answer stopped as it streams says so at once, and the chat box takes the next question.
+        chat.fill("Describe the widget manual in as much detail as you can, chapter by chapter.")
+        chat.press("Enter")
+        expect(messages).to_have_count(4, timeout=60_000)
+        stopping = messages.nth(3)
+        expect(stopping).to_contain_text("Generating the answer", timeout=300_000)
+        page.wait_for_timeout(1500)  # a few words in: said or not, the answer says it was stopped
+        stopping.get_by_role("button", name="Stop").click()
+        expect(stopping).to_contain_text("You stopped this answer", timeout=30_000)
+        expect(chat).to_be_enabled()
+        page.screenshot(path=str(OUTPUT / "browser-stopped.png"), full_page=True)
+        chat.fill("How many processor cores does the widget need?")
+        chat.press("Enter")
+        expect(messages).to_have_count(6, timeout=60_000)
+
+        # Deleting the chat takes one trip: its popover, then the dialog that names it and confirms.
+        sidebar.get_by_text("Rename, export or delete this chat").click()
+        page.get_by_test_id("stPopoverBody").get_by_role("button", name="Delete this chat…").click()
+        dialog = page.get_by_role("dialog", name="Delete this chat?")
+        expect(dialog).to_contain_text("cannot be undone", timeout=30_000)
+        page.screenshot(path=str(OUTPUT / "browser-delete.png"))
+        dialog.get_by_role("button", name="Delete", exact=True).click()
+        expect(messages).to_have_count(0, timeout=30_000)
+        expect(sidebar.get_by_role("button", name=re.compile("^Explain in detail"))).to_have_count(0)
         browser.close()

@@ -6,7 +6,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from crag.conversations import Conversations, answer_markdown, title_of
+from crag.conversations import Conversations, title_of
 from crag.types import Action, Answer, AnswerKind, ScoredChunk, Source, TermCheck, Trace
 from tests.fakes import chunk
 
@@ -88,21 +88,6 @@ def test_writers_in_several_threads_lose_nothing(tmp_path: Path) -> None:
     assert len(store.messages(conversation.id)) == 80
 
 
-def test_an_answer_exports_as_markdown_with_its_sources() -> None:
-    text = answer_markdown("How many cores?", answer())
-    assert text.startswith("## How many cores?\n\n“The widget needs two cores.” [1]")
-    assert "### Sources" in text and "[1] manual.pdf, page 1: “The widget needs two cores.”" in text
-    assert "*CRAG action: correct · quoted from the sources: no model wrote this*" in text
-    assert "SmolLM2" not in text, "the embedded model wrote none of it"
-    quotes = answer_markdown("How many cores?", answer("From your documents:\n“Two cores.” [1]\n“Or three.” [1]"))
-    assert "From your documents:\n\n“Two cores.” [1]\n\n“Or three.” [1]\n" in quotes, "a paragraph each"
-    uncited = answer_markdown("How many cores?", Answer("Two.", "ollama", "qwen3", answer().sources))
-    assert "### Given to the model, not cited" in uncited
-    trace = Trace("How many cores?", "How many cores?", unsupported=("TURBO_MODE",))
-    invented = answer_markdown("How many cores?", Answer("Use TURBO_MODE [1].", "ollama", "qwen3", (), trace))
-    assert "Use TURBO_MODE [1].\n\n> Not in the sources given to the model: “TURBO_MODE”." in invented
-
-
 def test_titles_are_short() -> None:
     assert title_of("  How   many\ncores? ") == "How many cores?"
     assert len(title_of("x" * 500)) == 60 and title_of("x" * 500).endswith("…")
@@ -137,3 +122,18 @@ def test_a_chat_stored_with_the_field_name_context_loads_whole(tmp_path: Path) -
     assert loaded.trace.retrieved[0].from_history is True, "the passage is still marked as found by the question before"
     store.update(message, loaded.text, loaded)
     assert store.messages(conversation.id)[1].answer == loaded, "saved again, it loads the same"
+
+
+def test_an_update_can_keep_the_error_a_message_has(tmp_path: Path) -> None:
+    """Why an answer stopped, written by one writer, is not overwritten by another that only saves its text."""
+    store = Conversations(tmp_path / "c.sqlite3")
+    conversation = store.create()
+    reply = store.add(conversation.id, "assistant", "", complete=False)
+    store.update(reply, "The wid", complete=False, keep_error=True)
+    assert store.messages(conversation.id)[0].error == "", "nothing to keep: none is written"
+    store.update(reply, "The wid", complete=False, error="You stopped this answer.")
+    store.update(reply, "The widget needs", complete=False, error="Interrupted.", keep_error=True)
+    [message] = store.messages(conversation.id)
+    assert (message.content, message.error) == ("The widget needs", "You stopped this answer.")
+    store.update(reply, "The widget needs two cores.", complete=True)  # without keep_error: rewritten whole
+    assert store.messages(conversation.id)[0].error == ""

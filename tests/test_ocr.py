@@ -139,6 +139,8 @@ def test_a_page_ocr_cannot_read_is_a_warning_and_the_rest_indexes(
     (result,) = sync(kb, HashEmbedder(), on_progress=events.append).files
     assert result.status == "indexed" and result.pages == 3, result
     assert result.warnings == ("page 2: OCR failed (onnxruntime: bad allocation); skipped",)
+    assert result.ocr_pages == 2, "pages 1 and 3 were read with OCR"
+    assert Store(kb.chroma_dir).manifest()[0].ocr_pages == 2, "the index's manifest keeps it, for the Files list"
     chunks = Store(kb.chroma_dir).reader().chunks
     assert {page for c in chunks for page in c.pages} == {1, 3} and len(engine.sizes) == 3
     assert max(engine.sizes[0]) == 2339  # A4 at CRAG_OCR_DPI=200
@@ -366,7 +368,7 @@ def test_retrieval_finds_the_scanned_page(corpus_scans: dict) -> None:
 def test_a_mixed_file_indexes_text_pages_and_scanned_pages(kb: Settings) -> None:
     path = mixed_scan_pdf(kb.files_dir / "mixed.pdf")
     (result,) = sync(kb, HashEmbedder()).files
-    assert (result.status, result.pages, result.warnings) == ("indexed", 5, ()), result
+    assert (result.status, result.pages, result.warnings, result.ocr_pages) == ("indexed", 5, (), 3), result
     chunks = Store(kb.chroma_dir).reader().chunks
     text_pages = [c for c in chunks if set(c.pages) <= {1, 2}]
     assert any("table" in c.block_types for c in text_pages), "text pages keep their layout blocks"

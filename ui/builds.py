@@ -24,9 +24,9 @@ REFRESH_IDLE = 5.0  # between two looks for a build another session started
 def rebuild(settings: Settings) -> Callable[[], None]:
     """The Rebuild button (off while a build runs), and the build's status under it.
 
-    Returns what to call once the page is drawn. A fragment that reruns while the page's own run answers a
-    question leaves the chat box disabled afterwards (Streamlit 1.67's "stop" input, seen in Chromium after any
-    answer longer than the 5 s look): so without a build, the status is drawn now and watched from the end."""
+    Returns what to call once the page is drawn. A fragment's timed look does not interrupt the page's own run (an
+    answer being made), it waits for it: so without a build, the status is drawn now and watched from the page's
+    end, once any answer of the run is done."""
     ss = st.session_state
     runner = state.builds(settings)
     running = runner.running is not None

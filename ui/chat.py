@@ -2,62 +2,72 @@
 
 Each turn is saved as it happens: the question at once, the answer when it starts (incomplete) and
 again as it streams and when it ends. A reload, a restart or a crash loses nothing that was shown.
+
+The chat box is drawn before the conversation, and takes a question while the models load: the question waits
+for them, its answer's status says so. While an answer is made, its Stop button ends it: a click reruns the page,
+which ends this run inside the stream, and the answer is kept as far as it went, marked as stopped by the user.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-import crag.pipeline
 from crag.config import Settings
 from crag.conversations import Conversations, Message, title_of
 from crag.errors import CragError
 from crag.text import clean_question
 from crag.types import Answer, AnswerKind
-from ui import answer as answer_ui
 from ui import state
-from ui.text import md_escape, safe_stream, stage_label, stopped
+from ui.text import md_escape, safe_stream, stage_label, stopped, stopped_by_user, user_stopped
+
+if TYPE_CHECKING:
+    import crag.pipeline
 
 SAVE_EVERY = 1.0  # seconds between two saves of an answer that is streaming
+WAIT_LOOK = 0.5  # seconds between two looks at the models' loading, while a question waits for it
 
 
 def render(
     settings: Settings,
-    pipeline: crag.pipeline.Pipeline | None,
+    loading: state.Loading,
     options: dict[str, Any],
     store: Conversations,
     chat: str | None,
     relist: Callable[[str], None],
 ) -> None:
-    messages = store.messages(chat) if chat else []
-    question = ""
-    for message in messages:
-        replay(message, question, settings)
-        question = message.content if message.role == "user" else question
     placeholder = (
-        "Ask a question about your documents"
-        if pipeline is not None
-        else "The chat is off until the model works: see the message above"
+        "The chat is off until the model works: see the message above"
+        if loading.error
+        else "Ask a question about your documents"
     )
-    # "stop": while an answer streams, the send button becomes a stop button. Not while a build runs: the
-    # build's progress fragment reruns every second, and Streamlit 1.67 then keeps a "stop" input disabled
-    # from the question's run until the next full run, which may be the build's end (seen in Chromium).
-    mode = "submit" if state.builds(settings).running else "stop"
-    if refused := st.session_state.pop("refused", None):
-        text, why = refused
-        st.error(why, icon=":material/error:")
-        st.session_state["question"] = text  # back in the box, to shorten or fix: nothing typed is lost
-    prompt = st.chat_input(placeholder, disabled=pipeline is None, key="question", submit_mode=mode)
-    if prompt and pipeline is not None:
-        ask(prompt, settings, pipeline, options, store, chat, messages, relist)
+    refused = st.session_state.pop("refused", None)
+    if refused:
+        st.session_state["question"] = refused[0]  # back in the box, to shorten or fix: nothing typed is lost
+    prompt = st.chat_input(placeholder, disabled=bool(loading.error), key="question")
+    loading.start()  # the page is usable: the models load while the conversation is drawn and read
+    messages = store.messages(chat) if chat else []
+    previous = question = ""
+    for message in messages:
+        if message.role == "user":
+            previous, question = question, message.content
+        replay(message, question, previous, settings)
+    if refused:
+        st.error(refused[1], icon=":material/error:")
+    if prompt and loading.error:  # typed before the box was turned off: given back, with why
+        st.session_state["refused"] = (prompt, loading.error)
+        st.rerun()
+    if prompt:
+        ask(prompt, settings, loading, options, store, chat, messages, relist)
 
 
-def replay(message: Message, question: str, settings: Settings) -> None:
+def replay(message: Message, question: str, previous: str, settings: Settings) -> None:
+    from ui import answer as answer_ui  # charts and tables: loaded with the first answer shown, not the first page
+
     with st.chat_message(message.role):
         if message.role == "user":
             st.text(message.content)
@@ -65,7 +75,9 @@ def replay(message: Message, question: str, settings: Settings) -> None:
         if message.content:
             answer_ui.text(message.content, message.answer.kind if message.answer else AnswerKind.GENERATED)
         if message.answer is not None:
-            answer_ui.render(message.answer, question, settings.files_dir, key=message.id)
+            answer_ui.render(message.answer, question, settings.files_dir, key=message.id, previous=previous)
+        elif not message.complete and stopped_by_user(message.error):
+            st.info(message.error, icon=":material/stop_circle:")
         elif not message.complete:
             st.error(message.error or stopped(question))
 
@@ -73,7 +85,7 @@ def replay(message: Message, question: str, settings: Settings) -> None:
 def ask(
     question: str,
     settings: Settings,
-    pipeline: crag.pipeline.Pipeline,
+    loading: state.Loading,
     options: dict[str, Any],
     store: Conversations,
     chat: str | None,
@@ -91,32 +103,94 @@ def ask(
         state.open_chat(chat)
         relist(chat)  # the sidebar was drawn before this chat existed
     history = [(m.role, m.content) for m in previous if m.content and m.complete]
+    asked_before = next((m.content for m in reversed(previous) if m.role == "user"), "")
     store.add(chat, "user", question)
     with st.chat_message("user"):
         st.text(question)
-
     with st.chat_message("assistant"):
         reply = store.add(chat, "assistant", "", complete=False)
-        stages = Stages()
-        stream = pipeline.stream(question, history=history, on_step=stages.on_step, **options)
-        stored = False
+        Turn(store, chat, reply, question).answer(settings, loading, options, history, asked_before)
+
+
+class Turn:
+    """One answer being made, in its chat message: the stages, the streamed text, a Stop button under them while it
+    runs, then what sits under the answer. Saved as it goes; an answer that does not end is saved as stopped."""
+
+    def __init__(self, store: Conversations, chat: str, reply: int, question: str) -> None:
+        self.store, self.chat, self.reply, self.question = store, chat, reply, question
+        self.stages = Stages()
+        self.body = st.empty()  # the streamed text, above the Stop button
+        self.stop = st.empty()
+        self.stop.button(
+            "Stop",
+            icon=":material/stop_circle:",
+            key=f"stop-{reply}",
+            on_click=mark_stopped,
+            args=(store, chat, reply, question),
+            help="Stop this answer: what it said so far is kept.",
+        )
+
+    def answer(
+        self,
+        settings: Settings,
+        loading: state.Loading,
+        options: dict[str, Any],
+        history: list[tuple[str, str]],
+        asked_before: str,
+    ) -> None:
+        stream, stored = None, False
         try:
-            error = show(stream, pipeline, options.get("answer_mode"), store, reply)
+            pipeline = self.models(loading)
+            if pipeline is None:
+                self.end(None, loading.error)
+                stored = True
+                return
+            stream = pipeline.stream(self.question, history=history, on_step=self.stages.on_step, **options)
+            with self.body.container():
+                error = show(stream, pipeline, options.get("answer_mode"), self.store, self.reply)
             answer = stream.answer if not error else None
-            stages.done(answer, error)
-            if answer is None:
-                store.update(reply, stream.text, None, complete=False, error=error)
-            else:
-                store.update(reply, answer.text, answer, complete=answer.complete, error=answer.error)
+            self.end(answer, error, stream.text)
             stored = True
             if answer is not None:
-                answer_ui.render(answer, question, settings.files_dir, key=reply)
+                from ui import answer as answer_ui
+
+                answer_ui.render(answer, self.question, settings.files_dir, key=self.reply, previous=asked_before)
         finally:
-            # The stop button, or a click elsewhere, ends this run inside the stream (Streamlit raises a
+            # The Stop button, or a click elsewhere, ends this run inside the stream (Streamlit raises a
             # BaseException): the model's stream ends now, and what was said so far is kept, marked incomplete.
-            stream.close()
+            if stream is not None:
+                stream.close()
             if not stored:
-                store.update(reply, stream.text, None, complete=False, error=stopped(question))
+                text = stream.text if stream is not None else ""
+                self.store.update(self.reply, text, None, complete=False, error=stopped(self.question), keep_error=True)
+
+    def models(self, loading: state.Loading) -> crag.pipeline.Pipeline | None:
+        """The pipeline, once loaded (None when it failed); meanwhile the status says the question waits for it."""
+        if not loading.done.is_set():
+            self.stages.on_step("waiting for the models")
+            while not loading.wait(WAIT_LOOK):
+                # Each look redraws the status: a click on Stop is taken here, not only once the models are in.
+                self.stages.status.update(label=f"Waiting for the models to load… {loading.seconds:.0f} s")
+        return loading.pipeline
+
+    def end(self, answer: Answer | None, error: str, text: str = "") -> None:
+        """The answer ended (whole, cut short, or failed): saved, the Stop button gone, the status says how."""
+        self.stop.empty()
+        self.stages.done(answer, error)
+        if answer is None:
+            self.store.update(self.reply, text, None, complete=False, error=error)
+        else:
+            self.store.update(self.reply, answer.text, answer, complete=answer.complete, error=answer.error)
+
+
+def mark_stopped(store: Conversations, chat: str, reply: int, question: str) -> None:
+    """The Stop button's click, run before the page's next run: the answer says the user stopped it. The run it ends
+    may still be writing (Streamlit starts the next run at once, and the stopped one ends at its next call into
+    Streamlit): that run keeps this error, and adds what was said until then. An answer that ended meanwhile (a
+    click in the last instant) is left whole."""
+    for message in store.messages(chat):
+        if message.id == reply and not message.complete:
+            store.update(reply, message.content, message.answer, complete=False, error=user_stopped(question))
 
 
 class Stages:
@@ -160,6 +234,8 @@ def show(
     reply: int,
 ) -> str:
     """The answer on the page as it is made, saved as it goes; what stopped it, or "" when nothing did."""
+    from ui import answer as answer_ui
+
     try:
         if pipeline.answer_kind(answer_mode) is AnswerKind.EVIDENCE:
             for _ in saving(stream, store, reply):  # quotes come whole, at once: set them as quotes
@@ -183,5 +259,5 @@ def saving(stream: crag.pipeline.AnswerStream, store: Conversations, reply: int)
     for delta in stream:
         yield delta
         if time.perf_counter() - last > SAVE_EVERY:
-            store.update(reply, stream.text, complete=False)
+            store.update(reply, stream.text, complete=False, keep_error=True)
             last = time.perf_counter()

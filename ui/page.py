@@ -10,6 +10,7 @@ from crag.config import Settings
 from crag.errors import CragError
 from ui import chat as talk
 from ui import conversations, sidebar, state
+from ui import settings as answer_settings
 from ui.text import md_escape
 
 TITLE = "Chat with your PDFs"
@@ -30,7 +31,7 @@ def main() -> None:
         st.error(str(exc))  # nothing can work without settings; the message names the variable to fix
         return
     try:
-        run(base, state.options(base))
+        run(base, answer_settings.options(base))
     except Exception as exc:  # noqa: BLE001 - the last line of defence: the page and the history stay
         st.error(
             f"Something went wrong ({type(exc).__name__}: {md_escape(str(exc))}). Your conversation is kept; "
@@ -39,15 +40,16 @@ def main() -> None:
 
 
 def run(settings: Settings, options: dict[str, Any]) -> None:
-    pipeline, pipeline_error = state.pipeline(settings)
-    if state.reopen_if_rebuilt(settings, pipeline):  # a full rebuild moved the index to another embedder
-        pipeline, pipeline_error = state.pipeline(settings)
-    kb = state.knowledge_base(settings)
+    loading = state.models(settings)
+    if state.reopen_if_rebuilt(settings, loading.pipeline):  # a full rebuild moved the index to another embedder
+        loading = state.models(settings)
+    # The index is opened (and checked) by the pipeline's loading: the first page lists it without opening it.
+    kb = state.knowledge_base(settings, verify=loading.pipeline is not None)
     with st.sidebar:
         store, chat, relist = conversations.render(settings)
-    watch = sidebar.render(settings, pipeline, pipeline_error, kb)
-    if pipeline_error:
-        st.error(pipeline_error)
+    watch = sidebar.render(settings, loading, kb)
+    if loading.error:
+        st.error(loading.error)
     if kb.empty and not kb.error:
         empty_state(settings, kb, options["web"])
     elif kb.generation is not None and chat is None and not st.session_state.get("question"):
@@ -58,7 +60,7 @@ def run(settings: Settings, options: dict[str, Any]) -> None:
             icon=":material/forum:",
         )
     try:
-        talk.render(settings, pipeline, options, store, chat, relist)
+        talk.render(settings, loading, options, store, chat, relist)
     finally:
         watch()  # the build's status, watched only now that any answer of this run is done (or failed)
 

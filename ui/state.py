@@ -1,11 +1,15 @@
-"""Session state, the settings the sidebar changes, and the calls into ``crag`` that the page makes.
+"""Session state, what the process shares, and the calls into ``crag`` that the page makes.
 
 ``crag`` is reached through module attributes (``crag.ingest.sync``, ``Pipeline.from_settings``,
 ``crag.models.ollama_health``) at call time, so tests can swap any piece for a fake.
 
-What outlives a session lives in the process: the build job runner (a build goes on through reruns,
-reloads and other sessions, which all see it) and the conversation store (SQLite beside the index).
-The open conversation is in the page's URL (``?chat=``), so a reload reopens it.
+What outlives a session lives in the process: the pipeline, loaded in a background thread (``Loading``), the
+build job runner (a build goes on through reruns, reloads and other sessions, which all see it) and the
+conversation store (SQLite beside the index). The open conversation is in the page's URL (``?chat=``), so a reload
+reopens it.
+
+The modules that take seconds to import (pydantic-ai, Chroma, torch, PyMuPDF) are imported where they are used,
+not here: the first page after the server starts is drawn without them, while the pipeline loads.
 """
 
 from __future__ import annotations
@@ -13,16 +17,15 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import threading
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import streamlit as st
 
-import crag.ingest
-import crag.models
-import crag.pipeline
-import crag.retriever
+import crag.files
 import crag.store
 from crag.config import Settings, load_settings
 from crag.conversations import Conversations
@@ -31,8 +34,9 @@ from crag.jobs import Builds
 from crag.store import Generation
 from crag.types import FileResult
 
-# Widget keys of the answer settings: per-question options for this session, on top of the environment's.
-TOP_K, THRESHOLDS, WEB, EVALUATOR, ANSWER_MODE = "set_top_k", "set_thresholds", "set_web", "set_evaluator", "set_answer"
+if TYPE_CHECKING:
+    import crag.models
+    import crag.pipeline
 
 
 def init() -> None:
@@ -86,27 +90,6 @@ def new_chat() -> None:
 # Settings
 
 
-def options(base: Settings) -> dict[str, Any]:
-    """This session's answer settings, as ``Pipeline.stream`` options: changing one reloads nothing."""
-    ss = st.session_state
-    ss.setdefault(TOP_K, base.top_k)
-    ss.setdefault(THRESHOLDS, (base.lower_threshold, base.upper_threshold))
-    ss.setdefault(WEB, base.web_search)
-    if not base.web_search:  # off for the app (CRAG_WEB_SEARCH): no session can turn it on, and none shows it on
-        ss[WEB] = False
-    ss.setdefault(EVALUATOR, base.evaluator)
-    ss.setdefault(ANSWER_MODE, base.answer_mode)
-    lower, upper = sorted(float(v) for v in ss[THRESHOLDS])  # a range slider keeps them ordered; be sure
-    return {
-        "top_k": int(ss[TOP_K]),
-        "lower_threshold": lower,
-        "upper_threshold": upper,
-        "web": bool(ss[WEB]),
-        "evaluator": ss[EVALUATOR],
-        "answer_mode": ss[ANSWER_MODE],
-    }
-
-
 def load_base_settings() -> Settings:
     return load_settings()
 
@@ -118,12 +101,59 @@ def _key(settings: Settings) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# The pipeline (the model, the embedder, the retriever): built once per settings
+# The pipeline (the model, the embedder, the retriever): loaded once per settings, in the background
 
 
-@st.cache_resource(show_spinner="Loading the model…", max_entries=4)
-def _pipeline(key: str, _settings: Settings) -> crag.pipeline.Pipeline:
-    return crag.pipeline.Pipeline.from_settings(_settings)
+class Loading:
+    """``Pipeline.from_settings`` in a thread of the process. The page is drawn at once and says the models are
+    loading; a question asked meanwhile waits for them. ``start`` is called once the page's chat box is drawn, so
+    that drawing the first page does not share the CPU with the loading."""
+
+    def __init__(self, key: str, settings: Settings) -> None:
+        self.key, self.settings = key, settings
+        self.pipeline: crag.pipeline.Pipeline | None = None
+        self.error = ""  # why it failed: a message that says what to do
+        self.done = threading.Event()
+        self.began: float | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        with self._lock:
+            if self.began is not None:
+                return
+            self.began = time.monotonic()
+        threading.Thread(target=self._load, name="crag-load-models", daemon=True).start()
+
+    def wait(self, seconds: float) -> bool:
+        """Whether it is done (loaded or failed), after waiting at most ``seconds``."""
+        self.start()
+        return self.done.wait(seconds)
+
+    @property
+    def seconds(self) -> float:
+        """How long it has been loading."""
+        return time.monotonic() - self.began if self.began is not None else 0.0
+
+    def _load(self) -> None:
+        try:
+            import crag.pipeline  # pydantic-ai, Chroma and the models' libraries: seconds of imports, here
+
+            self.pipeline = crag.pipeline.Pipeline.from_settings(self.settings)
+            _loaded[self.key] = self.pipeline
+        except CragError as exc:
+            self.error = str(exc)
+        except Exception as exc:  # noqa: BLE001 - the page stays up whatever the model layer raises
+            self.error = (
+                f"The model could not be loaded ({type(exc).__name__}: {exc}). "
+                "Check the CRAG_* settings (environment or .env) and the model server, then reload the page."
+            )
+        finally:
+            self.done.set()
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _loading(key: str, _settings: Settings) -> Loading:
+    return Loading(key, _settings)
 
 
 # The pipelines this process has loaded: an incremental build embeds with the one that answers, rather
@@ -131,22 +161,20 @@ def _pipeline(key: str, _settings: Settings) -> crag.pipeline.Pipeline:
 _loaded: dict[str, crag.pipeline.Pipeline] = {}
 
 
-def pipeline(settings: Settings) -> tuple[crag.pipeline.Pipeline | None, str]:
-    """The pipeline, or None and a message that says what to do. A failure is not cached: the next run retries."""
-    try:
-        loaded = _pipeline(_key(settings), settings)
-        if loaded.retriever.missing and _embedder_back(settings, loaded.retriever.missing.embedder):
-            forget_pipeline()  # Ollama is back with the index's embedder: its dense half answers again
-            loaded = _pipeline(_key(settings), settings)
-        _loaded[_key(settings)] = loaded
-        return loaded, ""
-    except CragError as exc:
-        return None, str(exc)
-    except Exception as exc:  # noqa: BLE001 - the page stays up whatever the model layer raises
-        return None, (
-            f"The model could not be loaded ({type(exc).__name__}: {exc}). "
-            "Check the CRAG_* settings (environment or .env) and the model server, then reload the page."
-        )
+def models(settings: Settings) -> Loading:
+    """The pipeline's loading for these settings: done or not, loaded or failed. A load that failed is tried again
+    by a session's first run (a reload) and by "Check again" (``forget_pipeline``)."""
+    loading = _loading(_key(settings), settings)
+    first_run = not st.session_state.get("models_seen")
+    st.session_state.models_seen = True
+    if loading.done.is_set() and loading.error and first_run:
+        forget_pipeline()
+        return _loading(_key(settings), settings)
+    loaded = loading.pipeline
+    if loaded is not None and loaded.retriever.missing and _embedder_back(settings, loaded.retriever.missing.embedder):
+        forget_pipeline()  # Ollama is back with the index's embedder: its dense half answers again
+        return _loading(_key(settings), settings)
+    return loading
 
 
 def _embedder_back(settings: Settings, embedder: str) -> bool:
@@ -156,8 +184,8 @@ def _embedder_back(settings: Settings, embedder: str) -> bool:
 
 
 def forget_pipeline() -> None:
-    """Rebuild the pipeline on the next run: after a model pull, or an index built with another embedder."""
-    _pipeline.clear()
+    """Load the pipeline again: after a model pull, a failed load, or an index built with another embedder."""
+    _loading.clear()
     _loaded.clear()
 
 
@@ -184,6 +212,8 @@ def reopen_if_rebuilt(settings: Settings, pipeline: crag.pipeline.Pipeline | Non
 @st.cache_resource
 def _builds(key: str, _settings: Settings) -> Builds:
     def embedder_for(rebuild: bool) -> crag.models.Embedder:
+        import crag.retriever
+
         # An incremental build keeps the index's embedder, already loaded by the pipeline; a full rebuild
         # chooses afresh, which is how an index moves to Ollama's bge-m3 once it is pulled.
         # An index whose embedder is missing gets no other: the build fails, saying so (EmbedderUnavailable).
@@ -206,6 +236,8 @@ def builds(settings: Settings) -> Builds:
 
 @st.cache_data(ttl=15, show_spinner=False)
 def ollama_health(url: str) -> crag.models.OllamaHealth:
+    import crag.models
+
     return crag.models.ollama_health(url)
 
 
@@ -241,21 +273,23 @@ class KnowledgeBase:
         return sorted({f.parser for f in self.files if f.parser})
 
 
-def knowledge_base(settings: Settings) -> KnowledgeBase:
-    """What the index holds, per file, and which files of the folder it does not hold yet."""
+def knowledge_base(settings: Settings, verify: bool = True) -> KnowledgeBase:
+    """What the index holds, per file, and which files of the folder it does not hold yet. ``verify``: open the
+    index to check it (Chroma and BM25), which the first page leaves to the pipeline's loading."""
     kb = KnowledgeBase()
     try:
         store = crag.store.open_store(settings)
         kb.generation = store.active()
         manifest = store.manifest() if kb.generation else []
-        kb.error = store.verify()  # a damaged index is caught here, before any question hits it
+        if verify:  # a damaged index is caught here, before any question hits it
+            kb.error = store.verify() or ""
     except CragError as exc:
         kb.error, manifest = str(exc), []
     except (OSError, ValueError) as exc:
         kb.error = f"The index in {settings.chroma_dir} cannot be read ({exc}): run a full rebuild."
         manifest = []
     try:
-        on_disk = {p.relative_to(settings.files_dir).as_posix() for p in crag.ingest.scan(settings.files_dir)}
+        on_disk = {p.relative_to(settings.files_dir).as_posix() for p in crag.files.scan(settings.files_dir)}
     except OSError:
         on_disk = set()
     kb.files = [

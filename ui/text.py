@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from crag.conversations import Conversation
-from crag.evidence import LINE
 from crag.text import language
-from crag.types import Action, Progress, TermCheck
+from crag.types import Action, FileResult, Progress, TermCheck
 
 # Every ASCII punctuation character may be backslash-escaped in CommonMark, and Streamlit's extra
 # syntax (:red[...], :material/icon:, $math$) is made of them too.
@@ -34,9 +33,35 @@ def md_escape(text: str) -> str:
 URL = re.compile(r"https?://[^\s<>“”\"'‘’]*[^\s<>“”\"'‘’.,;:!?)\]]")
 
 
+# A host that is a whole name: labels joined by dots, ending in a top-level name ("www.r-project.org"), or an IP
+# address. A line break in a PDF can cut an address in two ("https://CRAN." then "R-project.org/"): the first half
+# is no address to link to.
+HOST = re.compile(r"(?:[^\W_](?:[\w-]*[^\W_])?\.)+[^\W\d_]{2,}|\d{1,3}(?:\.\d{1,3}){3}|\[[0-9a-fA-F:.]+\]")
+URL_HOST = re.compile(r"https?://(?:[^@/?#\s]*@)?(?P<host>\[[^\]]*\]|[^:/?#\s]*)")
+# What follows an address that a line break cut: a period then a lower-case word ("https://www.oracle. com"), or,
+# after a slash or hyphen, more of a host or path ("https://cran.r-project.org/web/ packages/foo/").
+CUT_AFTER_DOT = re.compile(r"\.\s+[a-z0-9]")
+CUT_AFTER_SLASH = re.compile(r"\s+[\w-]+[./][\w./-]*")
+
+
+def linkable(url: str, after: str = "") -> bool:
+    """Whether an address found in a quote is whole enough to link: its host is a full name, and the text ``after``
+    it does not go on with the rest of it."""
+    host = URL_HOST.match(url)
+    if host is None or HOST.fullmatch(host["host"]) is None:
+        return False
+    return not (CUT_AFTER_DOT.match(after) or (url.endswith(("/", "-")) and CUT_AFTER_SLASH.match(after)))
+
+
 def md_linked(text: str) -> str:
-    """``md_escape``, with each web address a link to exactly that address."""
-    return _escaped_but(URL, text, lambda found: f"<{found}>")
+    """``md_escape``, with each web address a link to exactly that address. An address cut in two (by a line break
+    of the PDF it was quoted from) stays text: a link to its first half would lead elsewhere, or nowhere."""
+
+    def link(found: re.Match[str]) -> str:
+        address = found.group()
+        return f"<{address}>" if linkable(address, found.string[found.end() :]) else md_escape(address)
+
+    return _escaped_but(URL, text, link)
 
 
 # A command in one of crag's own messages ("`python -m crag index`"): code, which Markdown shows literally anyway.
@@ -47,14 +72,14 @@ CODE = re.compile(r"“[^”]*”|`[^`]+`")
 def md_coded(text: str) -> str:
     """``md_escape``, with each `command` shown as code: the rest of a message (a word of the user's question in
     it) stays literal."""
-    return _escaped_but(CODE, text, lambda found: found if found.startswith("`") else md_escape(found))
+    return _escaped_but(CODE, text, lambda found: found[0] if found[0].startswith("`") else md_escape(found[0]))
 
 
-def _escaped_but(pattern: re.Pattern[str], text: str, markdown: Callable[[str], str]) -> str:
+def _escaped_but(pattern: re.Pattern[str], text: str, markdown: Callable[[re.Match[str]], str]) -> str:
     """``md_escape``, with what ``pattern`` finds turned into ``markdown``."""
     text, out, last = " ".join(text.split()), [], 0
     for found in pattern.finditer(text):
-        out += [MD_SPECIAL.sub(r"\\\1", text[last : found.start()]), markdown(found.group())]
+        out += [MD_SPECIAL.sub(r"\\\1", text[last : found.start()]), markdown(found)]
         last = found.end()
     return "".join([*out, MD_SPECIAL.sub(r"\\\1", text[last:])])
 
@@ -80,10 +105,27 @@ def stopped(question: str) -> str:
     return STOPPED[language(question)]
 
 
+USER_STOPPED = {
+    "en": "You stopped this answer. What it had said by then is kept; ask again for the whole answer.",
+    "zh": "你停止了这个回答。它此前说的内容已保留；再问一次可以得到完整的回答。",
+}
+
+
+def user_stopped(question: str) -> str:
+    """What an answer stopped with its Stop button says, in the question's language."""
+    return USER_STOPPED[language(question)]
+
+
+def stopped_by_user(error: str) -> bool:
+    return error in USER_STOPPED.values()
+
+
 def evidence_markdown(text: str) -> str:
     """An evidence answer as Markdown: lead lines in bold, each quoted passage a block quote, the document's
     question it answers (a FAQ) in italics before it. The quotes are document text, so every character is
     escaped: they show exactly as the document has them."""
+    from crag.evidence import LINE  # with its word lists: loaded with the first answer shown, not the first page
+
     out = []
     for line in (line for line in text.splitlines() if line.strip()):
         if found := LINE.match(line.strip()):
@@ -138,30 +180,44 @@ def safe_stream(deltas: Iterable[str]) -> Iterator[str]:
 
 @dataclass(frozen=True)
 class ActionStyle:
+    action: Action
     label: str
     color: str
     icon: str
     effect: str  # what the action did to the knowledge the answer was made from
 
     @property
+    def badge(self) -> str:
+        """What the badge says: what was judged, then the action. It reads as a verdict on the passages the
+        documents gave, not on the answer: a written answer may still state what they do not."""
+        return f"Your documents: {self.action.verdict} (CRAG: {self.label})"
+
+    @property
     def help(self) -> str:
-        return f"CRAG action: {self.label}. {self.effect}"
+        return (
+            f"CRAG's retrieval evaluator judged the passages found in your documents {self.action.verdict} to the "
+            f"question: action {self.label}. {self.effect} It does not check the answer itself: check it against "
+            "its sources."
+        )
 
 
 ACTIONS = {
     Action.CORRECT: ActionStyle(
+        Action.CORRECT,
         "Correct",
         "green",
         ":material/check_circle:",
         "The answer uses your documents, refined to the sentences that matter.",
     ),
     Action.AMBIGUOUS: ActionStyle(
+        Action.AMBIGUOUS,
         "Ambiguous",
         "orange",
         ":material/help:",
         "The documents were not convincing: the answer uses what matched best in them, and the web when search is on.",
     ),
     Action.INCORRECT: ActionStyle(
+        Action.INCORRECT,
         "Incorrect",
         "red",
         ":material/cancel:",
@@ -176,6 +232,7 @@ STAGES = {
     "refining": "Refining the knowledge",
     "searching the web": "Searching the web",
     "generating": "Generating the answer",
+    "waiting for the models": "Waiting for the models to load",
 }
 
 
@@ -241,6 +298,49 @@ FILE_STATUS = {
     "new": "🆕 not indexed yet",
     "missing": "⚠️ no longer in the folder",
 }
+# A file's status while a build runs: the file being read, one this build has read, one it will read.
+READING = "⏳ being read"
+READ = "✅ read: in use when the build ends"
+QUEUED = "🕒 waiting to be read"
+WARNINGS_SHOWN = 2  # of a file's warnings ("page 7: no text found"), listed under it; the rest are counted
+
+
+def file_status(f: FileResult, progress: Progress | None, finished: dict[str, FileResult]) -> tuple[str, FileResult]:
+    """A file's status in the Files list, and the record to describe it by. ``progress`` and ``finished``: the
+    running build's step and the files it has finished (None and empty when no build runs)."""
+    if f.file in finished:
+        done = finished[f.file]
+        return (READ if done.status == "indexed" else FILE_STATUS.get(done.status, done.status)), done
+    if progress is not None and progress.file == f.file and progress.stage in ("parsing", "ocr", "embedding"):
+        if progress.stage == "embedding":
+            return f"{READING} · embedding", f
+        page = f"page {progress.page}/{progress.page_count}" if progress.page_count else ""
+        return f"{READING}{' · OCR ' if progress.stage == 'ocr' else ' · '}{page}".rstrip(" ·"), f
+    if progress is not None and f.status == "new":
+        return QUEUED, f
+    return FILE_STATUS.get(f.status, f.status), f
+
+
+def file_details(f: FileResult) -> str:
+    """What the Files list says under a file's name, as Markdown: its pages (and how many were read with OCR), its
+    passages, and its warnings, whole, so that a narrow sidebar wraps them rather than cut them off."""
+    parts = []
+    if f.pages:
+        pages = f"{f.pages:,} page{'s' if f.pages != 1 else ''}"
+        if f.ocr_pages:
+            pages += " read with OCR" if f.ocr_pages == f.pages else f", {f.ocr_pages:,} read with OCR"
+        parts.append(pages)
+    if f.chunks:
+        parts.append(f"{f.chunks:,} passage{'s' if f.chunks != 1 else ''}")
+    if f.status == "skipped" and f.error:
+        parts.append(f.error)
+    warnings = list(f.warnings[:WARNINGS_SHOWN])
+    if len(f.warnings) > WARNINGS_SHOWN:
+        warnings.append(f"and {len(f.warnings) - WARNINGS_SHOWN} more")
+    text = md_escape(" · ".join(parts))
+    if warnings:
+        text += ("  \n" if text else "") + ":orange[" + md_escape("; ".join(warnings)) + "]"
+    return text
 
 
 def progress_text(p: Progress) -> str:
@@ -299,11 +399,12 @@ def chat_labels(chats: Sequence[Conversation]) -> list[str]:
     return out
 
 
-def export_name(question: str, key: int) -> str:
-    """The file name of an exported answer: its question's words ("answer-how-do-i-run-r.md"), any language."""
-    words = re.findall(r"\w+", question.lower())
+def export_name(title: str, key: int | str, kind: str = "answer") -> str:
+    """The file name of an exported answer or chat: its question's or title's words ("answer-how-do-i-run-r.md"),
+    any language."""
+    words = re.findall(r"\w+", title.lower())
     slug = "-".join(words)[:60].strip("-")
-    return f"answer-{slug or key}.md"
+    return f"{kind}-{slug or key}.md"
 
 
 def human_bytes(n: int) -> str:

@@ -53,6 +53,7 @@ def index_files(
     built = Built()
     for index, item in enumerate(plan, start=1):
         _index_file(item, index, len(plan), parser, embedder, add, settings, report, built)
+        report(Progress("finished", item.name, index, len(plan), result=built.results[-1]))
     return built
 
 
@@ -72,7 +73,9 @@ def _record(item: Planned, result: FileResult, parser_version: str) -> FileResul
 
 
 def _indexed(item: Planned, parsed: ParsedPDF, chunks: int, seconds: float) -> FileResult:
-    result = FileResult(item.name, "indexed", parsed.pages, chunks, seconds, warnings=parsed.warnings)
+    result = FileResult(
+        item.name, "indexed", parsed.pages, chunks, seconds, warnings=parsed.warnings, ocr_pages=parsed.ocr_pages
+    )
     return _record(item, replace(result, parser=parsed.parser), parsed.parser_version)
 
 

@@ -219,6 +219,7 @@ class MinerUParser(Parser):
         self.max_failures = max_failures
         self.gave_up = ""  # why MinerU is not asked for the rest of this build (its circuit breaker); "" while it is
         self._failures = 0  # pages MinerU failed on in a row
+        self._ocr_pages = 0  # pages of the file being parsed that the fallback read with OCR
         self._client: MinerUClient | None = None
 
     def _connect(self) -> MinerUClient:
@@ -259,6 +260,7 @@ class MinerUParser(Parser):
         blocks: list[Block] = []
         warnings: list[str] = []
         parsed_by: Parser = self
+        self._ocr_pages = 0
         for done, number in enumerate(wanted, start=1):
             if self.gave_up:  # in the middle of this file: its other pages go to the fallback
                 blocks += self._rest(path, wanted[done - 1 :], warnings, _shifted(on_page, done - 1))
@@ -285,7 +287,9 @@ class MinerUParser(Parser):
                 f"{path.name}: neither MinerU nor {label} found any text "
                 f"({'; '.join(warnings) or 'blank or image-only pages'}). Check that the file shows text when opened."
             )
-        return ParsedPDF(tuple(blocks), len(wanted), parsed_by.name, parsed_by.version, tuple(warnings))
+        return ParsedPDF(
+            tuple(blocks), len(wanted), parsed_by.name, parsed_by.version, tuple(warnings), self._ocr_pages
+        )
 
     def _rest(
         self,
@@ -305,6 +309,7 @@ class MinerUParser(Parser):
             warnings.append(f"pages {pages[0]}-{pages[-1]}: {label} found no text either ({_reason(exc)})")
             return []
         warnings.extend(rest.warnings)
+        self._ocr_pages += rest.ocr_pages
         return list(rest.blocks)
 
     def _failed(self, exc: BaseException) -> None:
@@ -338,6 +343,7 @@ class MinerUParser(Parser):
         if result is not None and any(b.text for b in result.blocks):
             warnings.append(f"page {number}: {failure}; parsed with {label}")
             warnings.extend(result.warnings)
+            self._ocr_pages += result.ocr_pages
             return list(result.blocks)
         if mineru_blocks is not None:  # no text for either parser: a blank or figures-only page
             return mineru_blocks

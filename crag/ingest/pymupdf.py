@@ -355,7 +355,7 @@ class PyMuPDFParser(Parser):
         with open_pdf(path, self.max_pages) as doc:
             page_count = doc.page_count
             wanted = list(pages) if pages is not None else list(range(1, page_count + 1))
-            blank = 0
+            blank = ocr_pages = 0
             for done, number in enumerate(wanted, start=1):
                 page = doc[number - 1]
                 why = self.ocr.reason(page) if self.ocr is not None else None
@@ -365,6 +365,7 @@ class PyMuPDFParser(Parser):
                     page_blocks, warning = self.ocr.read(page, number)
                     warnings += [warning] if warning else []
                     blank += not page_blocks
+                    ocr_pages += bool(page_blocks)
                 else:
                     page_blocks = self._layout_page(doc, number, warnings)
                     if page_blocks is None:  # unparseable: warned already, and not a page without text
@@ -377,7 +378,7 @@ class PyMuPDFParser(Parser):
                     on_page(done, len(wanted))
         if wanted and blank == len(wanted):
             raise PDFError(self._nothing_read(path, warnings))
-        return ParsedPDF(tuple(blocks), page_count, self.name, self.version, tuple(warnings))
+        return ParsedPDF(tuple(blocks), page_count, self.name, self.version, tuple(warnings), ocr_pages)
 
     def _layout_page(self, doc: pymupdf.Document, number: int, warnings: list[str]) -> list[Block] | None:
         """Layout blocks of one page from its text layer; None (and a warning) when it cannot be parsed."""

@@ -18,6 +18,7 @@ from typing import Any
 
 from crag.config import Settings
 from crag.errors import CragError
+from crag.files import scan
 from crag.ingest.base import Parser
 from crag.ingest.build import Planned, index_files
 from crag.ingest.chunking import CHUNKER_VERSION
@@ -101,17 +102,6 @@ def file_hash(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def scan(files_dir: Path) -> list[Path]:
-    """Every file under the folder, hidden files and folders excluded, in a stable order."""
-    if not files_dir.is_dir():
-        return []
-    return sorted(
-        p
-        for p in files_dir.rglob("*")
-        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(files_dir).parts)
-    )
 
 
 def sync(

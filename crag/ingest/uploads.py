@@ -22,12 +22,11 @@ import unicodedata
 from pathlib import Path
 
 from crag.errors import CragError
-from crag.ingest.sync import scan
+from crag.files import REMOVED, scan
 
 # The default upload limit (the app passes CRAG_MAX_UPLOAD_MB). Bigger PDFs can be copied into the folder by hand.
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024
 
-REMOVED = ".removed"  # where files removed in the app go: hidden, so builds skip them
 NO_HARD_LINKS = {errno.EPERM, errno.EXDEV, errno.EMLINK, errno.EOPNOTSUPP}  # the filesystem cannot link: rename
 
 # Bytes, not characters: Linux file names are limited to 255 bytes, and a CJK letter takes three.

@@ -1,32 +1,42 @@
-"""Chroma, embedded (``PersistentClient``) or a server (``HttpClient``). The one module that imports chromadb."""
+"""Chroma, embedded (``PersistentClient``) or a server (``HttpClient``). The one module that imports chromadb.
+
+chromadb is imported when a client is first needed, not with this module: importing it takes about a second,
+and the app's first page lists the knowledge base (its pointer and manifest files) without it.
+"""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import chromadb
 import httpx
-from chromadb.api.client import SharedSystemClient
-from chromadb.errors import AuthorizationError, ChromaAuthError, NotFoundError
+
+if TYPE_CHECKING:
+    import chromadb
 
 _servers: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
 _servers_lock = threading.Lock()
 
 
 def _settings() -> chromadb.Settings:
+    import chromadb
+
     return chromadb.Settings(anonymized_telemetry=False)
 
 
 def embedded_client(path: Path) -> Any:
+    import chromadb
+
     return chromadb.PersistentClient(path=str(path), settings=_settings())
 
 
 def forget_embedded() -> None:
     """chromadb keeps one embedded client per path per process; a discarded folder needs a new one."""
+    from chromadb.api.client import SharedSystemClient
+
     SharedSystemClient.clear_system_cache()
     # The cache holds the server clients' systems too: those clients are dead now.
     with _servers_lock:
@@ -35,6 +45,8 @@ def forget_embedded() -> None:
 
 def server_client(url: str, headers: Mapping[str, str]) -> Any:
     """One client per server and headers for the process: creating one costs requests (tenant, database)."""
+    import chromadb
+
     key = (url, tuple(sorted(headers.items())))
     with _servers_lock:
         client = _servers.get(key)
@@ -54,11 +66,15 @@ def server_client(url: str, headers: Mapping[str, str]) -> Any:
 
 def is_missing(exc: BaseException) -> bool:
     """A collection or record that is not there (deleted by a newer build, or never written)."""
+    from chromadb.errors import NotFoundError
+
     return isinstance(exc, NotFoundError)
 
 
 def unreachable(exc: BaseException) -> str | None:
     """Why the server cannot be used, when that is what ``exc`` says; None for any other failure."""
+    from chromadb.errors import AuthorizationError, ChromaAuthError
+
     if isinstance(exc, ChromaAuthError | AuthorizationError):
         return f"it refused the credentials ({exc})"
     if isinstance(exc, httpx.TransportError):

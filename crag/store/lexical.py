@@ -1,11 +1,14 @@
-"""The lexical half of the index: BM25 (bm25s) over jieba/English tokens. The one module that imports bm25s."""
+"""The lexical half of the index: BM25 (bm25s) over jieba/English tokens. The one module that imports bm25s,
+when an index is first built or loaded (not with this module: the app's first page does without it)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import bm25s
+if TYPE_CHECKING:
+    import bm25s
 
 
 class LexicalIndex:
@@ -17,6 +20,8 @@ class LexicalIndex:
 
     @classmethod
     def build(cls, documents: Sequence[Sequence[str]]) -> LexicalIndex:
+        import bm25s
+
         bm25 = bm25s.BM25()
         # bm25s refuses an empty document: a chunk without lexical tokens gets one that matches nothing.
         bm25.index([list(tokens) or [""] for tokens in documents], show_progress=False)
@@ -24,6 +29,8 @@ class LexicalIndex:
 
     @classmethod
     def load(cls, folder: Path, size: int) -> LexicalIndex:
+        import bm25s
+
         return cls(bm25s.BM25.load(str(folder), mmap=False), size)
 
     def save(self, folder: Path) -> None:

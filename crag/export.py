@@ -1,0 +1,81 @@
+"""Answers and conversations as Markdown, to keep or to share: what the app shows, in a file.
+
+An answer's export carries its question, the question it followed when it is a follow-up (and the question it
+was read as), its text, the warning a written answer gets for what its sources do not say, its sources with their
+pages as the app shows them ("page 39 (printed 33)") and how it was made. A conversation exports as one file:
+each question with its answer, in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from crag.conversations import Message
+from crag.messages import unsupported_message
+from crag.text import pages_label
+from crag.types import NOT_WRITTEN, Answer, AnswerKind, Source
+
+# The page numbers a local source's document prints there, when they differ from the PDF's ("33"), or "".
+Printed = Callable[[Source], str]
+
+
+def where(source: Source, printed: Printed | None = None) -> str:
+    """A source as the app names it: "manual.pdf, page 39 (printed 33) (2.1 Install)", or a web page and its URL."""
+    if source.kind != "local":
+        label = f"{source.title or source.url} <{source.url}>"
+    else:
+        label = f"{source.file}, {pages_label(source.pages)}"
+        if source.pages and printed is not None and (labels := printed(source)):
+            label += f" (printed {labels})"
+    return label + (f" ({source.section})" if source.section else "")
+
+
+def follows_up(answer: Answer) -> bool:
+    """Whether the question was read with the conversation before it: rewritten by the model, or read with the
+    words of the question it follows (the trace's standalone question is then another)."""
+    trace = answer.trace
+    return trace is not None and bool(trace.standalone_question) and trace.standalone_question != trace.question
+
+
+def answer_markdown(question: str, answer: Answer, *, previous: str = "", printed: Printed | None = None) -> str:
+    """One answer as Markdown, with its sources. ``previous``: the question before it in the conversation, named
+    when this one was read as its follow-up."""
+    # An evidence answer is a lead line and quotes, a line each: one paragraph each, or Markdown runs them together.
+    text = "\n\n".join(answer.text.splitlines()) if answer.kind is AnswerKind.EVIDENCE else answer.text
+    lines = [f"## {question}", ""]
+    if follows_up(answer):
+        lines += [f"*A follow-up to: {previous}*", ""] if previous else []
+        lines += [f"*Asked as: {answer.trace.standalone_question}*", ""]
+    lines += [text, ""]
+    if answer.trace is not None and answer.trace.unsupported:
+        lines += [f"> {unsupported_message(question, answer.trace.unsupported)}", ""]
+    if not answer.complete:
+        lines += [f"> {answer.error or 'The answer stopped before its end.'}", ""]
+    cited = answer.cited_sources or answer.sources
+    if cited:
+        lines += ["### Sources" if answer.cited_sources else "### Given to the model, not cited", ""]
+        lines += [f"[{s.n}] {where(s, printed)}: “{s.snippet}”" for s in cited]
+        lines.append("")
+    made = (
+        [NOT_WRITTEN[answer.kind]] if answer.kind in NOT_WRITTEN else [answer.kind.value, answer.backend, answer.model]
+    )
+    if answer.action is not None:
+        made.insert(0, f"your documents: {answer.action.verdict} (CRAG action: {answer.action.value})")
+    lines.append(f"*{' · '.join(made)}*")
+    return "\n".join(lines) + "\n"
+
+
+def conversation_markdown(title: str, messages: Sequence[Message], printed: Printed | None = None) -> str:
+    """A whole conversation as one Markdown file: its title, then every question with its answer and sources. An
+    answer that never came says so, with why."""
+    parts = [f"# {title}\n"]
+    question = previous = ""
+    for message in messages:
+        if message.role == "user":
+            previous, question = question, message.content
+        elif message.answer is not None:
+            parts.append(answer_markdown(question, message.answer, previous=previous, printed=printed))
+        else:
+            said = f"{message.content}\n\n" if message.content else ""
+            parts.append(f"## {question}\n\n{said}> {message.error or 'No answer was saved.'}\n")
+    return "\n".join(parts)

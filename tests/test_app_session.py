@@ -1,0 +1,206 @@
+"""The page as a session lives it: the first page while the models load, Stop, answer settings kept in the address."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from crag.conversations import Conversations
+from crag.errors import BackendUnavailable
+from crag.pipeline import Pipeline
+from tests import fakes
+from tests.apptest import (
+    APP,
+    CHUNKS,
+    LOADING,
+    app,
+    ask,
+    badges,
+    click_while_running,
+    file_statuses,
+    loaded,
+    saved,
+    texts,
+    use_pipeline,
+)
+from tests.pdfs import manual_pdf
+
+# ---------------------------------------------------------------------------------------------
+# The first page
+
+
+def load_once_a_question_waits(monkeypatch: pytest.MonkeyPatch, load) -> None:
+    """``Pipeline.from_settings`` does ``load(settings)`` once a question waits for the models: the page is caught
+    while they load, with no timing involved."""
+    import ui.chat
+
+    waiting = threading.Event()
+
+    def from_settings(cls, settings):
+        assert waiting.wait(10), "no question waited for the models"
+        return load(settings)
+
+    on_step = ui.chat.Stages.on_step
+
+    def step(self, stage: str) -> None:
+        on_step(self, stage)
+        if stage == "waiting for the models":
+            waiting.set()
+
+    monkeypatch.setattr(Pipeline, "from_settings", classmethod(from_settings))
+    monkeypatch.setattr(ui.chat.Stages, "on_step", step)
+
+
+def test_the_page_is_usable_while_the_models_load_and_a_question_waits_for_them(
+    monkeypatch: pytest.MonkeyPatch, files: Path
+) -> None:
+    manual_pdf(files / "manual.pdf")
+    load_once_a_question_waits(monkeypatch, lambda settings: fakes.pipeline(settings, CHUNKS, [0.9, -1.0]))
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    # Drawn at once, the models still loading: the sidebar with the files and the Rebuild button, the chat box.
+    assert LOADING in texts(at.sidebar.markdown)
+    assert file_statuses(at) == {"manual.pdf": "🆕 not indexed yet"} and at.button(key="rebuild")
+    assert not at.chat_input[0].disabled
+    # A question asked now waits for them, saying so, then is answered.
+    at = ask(at)
+    assert not at.exception
+    stages = [c.value for c in at.status[0].caption]
+    assert stages[0].startswith("Waiting for the models to load · "), stages
+    assert at.status[0].label.startswith("Answered in") and badges(at)
+    assert LOADING not in texts(loaded(at).sidebar.markdown)
+    assert "**ollama** · `fake`" in texts(at.sidebar.markdown)
+
+
+def test_models_that_fail_to_load_say_why_and_the_waiting_question_is_kept(
+    monkeypatch: pytest.MonkeyPatch, files: Path
+) -> None:
+    def down(settings):
+        raise BackendUnavailable("Ollama is not reachable at http://127.0.0.1:1: start it with `ollama serve`")
+
+    load_once_a_question_waits(monkeypatch, down)
+    at = ask(AppTest.from_file(APP, default_timeout=60).run())
+    assert not at.exception
+    assert "ollama serve" in at.chat_message[1].error[0].value
+    assert [m.role for m in saved(files)] == ["user", "assistant"] and not saved(files)[1].complete
+    at.run()  # the page's next run: the chat box is off, and says why
+    assert at.chat_input[0].disabled and "ollama serve" in at.main.error[0].value
+    assert [m.name for m in at.chat_message] == ["user", "assistant"], "the question and why it failed are kept"
+
+
+# ---------------------------------------------------------------------------------------------
+# Stop
+
+
+def test_stop_ends_a_written_answer_at_once_and_says_it_was_stopped(
+    monkeypatch: pytest.MonkeyPatch, files: Path
+) -> None:
+    import ui.chat
+
+    use_pipeline(monkeypatch, [0.9], answer="The widget needs two processor cores and a fan to keep it cool [1].")
+    streamed, clicks = ui.chat.saving, []
+
+    def clicked_stop(stream, store, reply):
+        for n, delta in enumerate(streamed(stream, store, reply)):
+            yield delta
+            if n == 2 and not clicks:  # a few words into the first answer, the user clicks its Stop button
+                clicks.append(reply)
+                click_while_running(f"stop-{reply}")
+
+    monkeypatch.setattr(ui.chat, "saving", clicked_stop)
+    at = ask(app())
+    assert not at.exception
+    # The click's own run shows the answer as far as it went, and says it was stopped: no second click needed.
+    assert [m.name for m in at.chat_message] == ["user", "assistant"]
+    answer = at.chat_message[1]
+    assert answer.markdown[0].value.startswith("The widget needs") and "keep it cool" not in answer.markdown[0].value
+    assert "You stopped this answer" in texts(answer.info)
+    assert not answer.get("status"), "no answer is being made any more"
+    [message] = [m for m in saved(files) if m.role == "assistant"]
+    assert not message.complete and message.error.startswith("You stopped this answer")
+    assert not at.chat_input[0].disabled
+    at = ask(at, "How much memory does the widget need?")  # the chat box takes the next question
+    assert len(at.chat_message) == 4 and badges(at)
+
+
+def test_a_stop_the_next_run_takes_before_the_stopped_run_ends_is_kept(
+    monkeypatch: pytest.MonkeyPatch, files: Path
+) -> None:
+    """Streamlit starts the run a click causes at once, in another thread (fast reruns): the Stop's callback may mark
+    the answer before the stopped run, still streaming, saves it. Its mark stays, with the text said until then."""
+    import ui.chat
+    from ui.chat import mark_stopped
+
+    use_pipeline(monkeypatch, [0.9], answer="The widget needs two processor cores and a fan to keep it cool [1].")
+    streamed, store = ui.chat.saving, Conversations(files.parent / "chroma_db" / "conversations.sqlite3")
+
+    def stopped_meanwhile(stream, conversations, reply):
+        for n, delta in enumerate(streamed(stream, conversations, reply)):
+            yield delta
+            if n == 2 and not store.messages(store.list()[0].id)[1].error:
+                ui.chat.SAVE_EVERY = 0.0  # the stopped run saves its text once more, as it would a second later
+                mark_stopped(store, store.list()[0].id, reply, "How many cores does the widget need?")
+            elif n == 3:
+                click_while_running(None)  # the stopped run ends at its next call into Streamlit
+
+    monkeypatch.setattr(ui.chat, "saving", stopped_meanwhile)
+    monkeypatch.setattr(ui.chat, "SAVE_EVERY", 1.0)
+    ask(app())
+    [message] = [m for m in saved(files) if m.role == "assistant"]
+    assert message.error.startswith("You stopped this answer"), message.error
+    assert message.content.startswith("The widget needs") and not message.complete
+
+
+def test_a_stop_after_the_answer_ended_leaves_it_whole(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
+    from ui.chat import mark_stopped
+
+    use_pipeline(monkeypatch, [0.9])
+    ask(app())
+    store = Conversations(files.parent / "chroma_db" / "conversations.sqlite3")
+    [chat] = store.list()
+    mark_stopped(store, chat.id, saved(files)[1].id, "How many cores does the widget need?")  # in the last instant
+    assert saved(files)[1].complete and not saved(files)[1].error
+
+
+# ---------------------------------------------------------------------------------------------
+# Answer settings
+
+
+def test_answer_settings_survive_a_reload_in_the_address(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
+    built = use_pipeline(monkeypatch, [0.9])
+    at = app()
+    assert not at.query_params.get("answer"), "defaults are not written into the address"
+    at.selectbox(key="set_answer").set_value("generated").run()
+    at.slider(key="set_top_k").set_value(1).run()
+    at.slider(key="set_thresholds").set_value((-0.5, 0.25)).run()
+    at.toggle(key="set_web").set_value(False).run()
+    params = {k: at.query_params[k] for k in ("answer", "top_k", "thresholds", "web")}
+    assert params == {"answer": "generated", "top_k": "1", "thresholds": "-0.5,0.25", "web": "off"}
+
+    reloaded = AppTest.from_file(APP, default_timeout=60)  # a reload: a new session, the same address
+    for name, value in at.query_params.items():
+        reloaded.query_params[name] = value
+    reloaded = ask(loaded(reloaded.run()))
+    assert reloaded.selectbox(key="set_answer").value == "generated"
+    assert reloaded.slider(key="set_top_k").value == 1 and reloaded.slider(key="set_thresholds").value == (-0.5, 0.25)
+    assert reloaded.toggle(key="set_web").value is False
+    assert len(saved(files)[-1].answer.trace.retrieved) == 1, "the next question is asked with them"
+    assert len(built) == 1
+
+    reloaded.selectbox(key="set_answer").set_value(built[0].answer_mode).run()  # back to the default
+    assert "answer" not in reloaded.query_params
+
+
+def test_an_address_with_settings_it_cannot_hold_falls_back_to_the_defaults(
+    monkeypatch: pytest.MonkeyPatch, files: Path
+) -> None:
+    use_pipeline(monkeypatch, [0.9])
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params.update({"answer": "poetry", "top_k": "999", "thresholds": "x", "evaluator": "llm"})
+    at = loaded(at.run())
+    assert not at.exception
+    assert at.selectbox(key="set_answer").value == "auto" and at.slider(key="set_top_k").value == 5
+    assert at.selectbox(key="set_evaluator").value == "llm", "a value it can hold is kept"
+    assert dict(at.query_params) == {"evaluator": "llm"}

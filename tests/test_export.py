@@ -1,0 +1,67 @@
+"""Answers and conversations as Markdown: what the app shows, in a file to keep or share."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from crag.conversations import Message
+from crag.export import answer_markdown, conversation_markdown
+from crag.types import Answer, Source, Trace
+from tests.test_conversations import answer
+
+
+def test_an_answer_exports_as_markdown_with_its_sources() -> None:
+    text = answer_markdown("How many cores?", answer())
+    assert text.startswith("## How many cores?\n\n“The widget needs two cores.” [1]")
+    assert "### Sources" in text and "[1] manual.pdf, page 1: “The widget needs two cores.”" in text
+    assert "*your documents: relevant (CRAG action: correct) · quoted from the sources: no model wrote this*" in text
+    assert "SmolLM2" not in text, "the embedded model wrote none of it"
+    quotes = answer_markdown("How many cores?", answer("From your documents:\n“Two cores.” [1]\n“Or three.” [1]"))
+    assert "From your documents:\n\n“Two cores.” [1]\n\n“Or three.” [1]\n" in quotes, "a paragraph each"
+    uncited = answer_markdown("How many cores?", Answer("Two.", "ollama", "qwen3", answer().sources))
+    assert "### Given to the model, not cited" in uncited
+    trace = Trace("How many cores?", "How many cores?", unsupported=("TURBO_MODE",))
+    invented = answer_markdown("How many cores?", Answer("Use TURBO_MODE [1].", "ollama", "qwen3", (), trace))
+    assert "Use TURBO_MODE [1].\n\n> Not in the sources given to the model: “TURBO_MODE”." in invented
+
+
+def test_a_source_exports_with_the_page_number_its_document_prints() -> None:
+    printed = {"manual.pdf": "33"}
+    text = answer_markdown("How many cores?", answer(), printed=lambda s: printed.get(s.file, ""))
+    assert "[1] manual.pdf, page 1 (printed 33): “The widget needs two cores.”" in text
+    web = Source(2, "web", "Two cores.", url="https://example.com/faq", title="Widget FAQ")
+    both = replace(answer("“Two cores.” [1] “Two.” [2]"), sources=(*answer().sources, web))
+    assert "[2] Widget FAQ <https://example.com/faq>: “Two cores.”" in answer_markdown("q", both, printed=lambda s: "")
+
+
+def follow_up(question: str, read_as: str) -> Answer:
+    base = answer()
+    return replace(base, trace=replace(base.trace, question=question, standalone_question=read_as))
+
+
+def test_a_follow_up_exports_with_the_question_it_followed() -> None:
+    followed = follow_up("And on Windows?", "And on Windows? How many cores?")
+    text = answer_markdown("And on Windows?", followed, previous="How many cores?")
+    assert text.startswith("## And on Windows?\n\n*A follow-up to: How many cores?*\n\n")
+    assert "*Asked as: And on Windows? How many cores?*" in text
+    # A question read on its own is no follow-up, whatever came before it.
+    alone = answer_markdown("How much memory?", follow_up("How much memory?", "How much memory?"), previous="Cores?")
+    assert "follow-up" not in alone and "Asked as" not in alone
+
+
+def test_a_conversation_exports_as_one_file_with_every_answer_and_its_sources() -> None:
+    stopped = "You stopped this answer: the text above is what it said before. Ask again for the whole answer."
+    messages = [
+        Message(1, "user", "How many cores?"),
+        Message(2, "assistant", answer().text, answer()),
+        Message(3, "user", "And on Windows?"),
+        Message(4, "assistant", "", follow_up("And on Windows?", "And on Windows? How many cores?")),
+        Message(5, "user", "Explain everything."),
+        Message(6, "assistant", "It is", None, complete=False, error=stopped),
+    ]
+    text = conversation_markdown("Widget cores", messages, printed=lambda s: "ix")
+    assert text.startswith("# Widget cores\n\n## How many cores?\n")
+    assert text.count("### Sources") == 2 and text.count("[1] manual.pdf, page 1 (printed ix)") == 2
+    assert "## And on Windows?\n\n*A follow-up to: How many cores?*" in text
+    assert "## Explain everything.\n\nIt is\n\n> You stopped this answer" in text
+    assert text.count("no model wrote this") == 2, "every answer says how it was made"
