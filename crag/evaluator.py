@@ -148,6 +148,8 @@ def cap_near_miss(grades: Sequence[Grade], check: TermCheck, upper: float) -> li
 MIDPOINT = 0.38
 SLOPE = 12.0
 DENSE_WEIGHT = 0.7  # of the raw score, when the embedder understands the question's language
+
+
 def calibrate(raw: float) -> float:
     return round(2.0 / (1.0 + math.exp(-SLOPE * (raw - MIDPOINT))) - 1.0, 4)
 
