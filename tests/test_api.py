@@ -323,6 +323,7 @@ def test_openapi_docs(client: TestClient) -> None:
         "/index/{job}",
         "/health",
         "/files",
+        "/scopes",
         "/v1/models",
         "/v1/models/{model}",
         "/v1/chat/completions",
