@@ -17,7 +17,7 @@ from crag.pipeline import Pipeline
 from crag.retriever import Retriever
 from crag.scope import TOP_LEVEL, EmptyScope, Scope, UnknownScope, knowledge_bases, resolve
 from crag.store import IndexReader, open_store
-from crag.types import Action, FileResult, TermCheck
+from crag.types import Action, Chunk, FileResult, TermCheck
 from tests.chroma_server import chroma_server
 from tests.pdfs import folders_of_pdfs
 
@@ -110,13 +110,51 @@ def test_the_lexical_half_keeps_the_index_scores_in_a_scope(reader: IndexReader)
     assert everywhere and [(h.chunk.id, h.score) for h in reader.lexical(WIDGET, 100, scope)] == everywhere
 
 
-def test_the_dense_half_is_exact_in_a_scope(reader: IndexReader, embedder: LocalEmbedder) -> None:
-    scope = Scope.of(["projects", "courses/部件.pdf"])
+@pytest.mark.parametrize(
+    "paths",
+    [["projects/alpha", "courses/部件.pdf"], ["projects", "courses/部件.pdf"]],  # a third of the index, two thirds
+    ids=["narrow", "wide"],
+)
+def test_the_dense_half_ranks_the_scope_as_the_whole_index_would(
+    reader: IndexReader, embedder: LocalEmbedder, paths: list[str]
+) -> None:
+    scope = Scope.of(paths)
     vector = embedder.embed([WIDGET])[0]
     everywhere = [h for h in reader.dense(vector, reader.n_docs) if scope.holds(h.chunk.file)]
     scoped = reader.dense(vector, 100, scope)
     assert [h.chunk.id for h in scoped] == [h.chunk.id for h in everywhere]
     assert all(math.isclose(a.score, b.score, abs_tol=1e-4) for a, b in zip(scoped, everywhere, strict=True))
+
+
+def test_a_wide_scope_the_graph_misses_is_searched_exactly(
+    reader: IndexReader, embedder: LocalEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scope, vector = Scope.of(["projects", "courses"]), embedder.embed([WIDGET])[0]
+    expected = [h.chunk.id for h in reader.dense(vector, 3, scope)]
+    monkeypatch.setattr(reader, "_nearest", lambda vector, n: [])  # the graph's nearest hold none of the scope's
+    assert [h.chunk.id for h in reader.dense(vector, 3, scope)] == expected
+
+
+@pytest.mark.parametrize("rows", [[0, 1, 2, 7, 8, 20], list(range(0, 300, 2))], ids=["runs", "scattered"])
+def test_the_exact_search_reads_the_rows_of_the_scope(rows: list[int]) -> None:
+    import numpy as np
+
+    from crag.store.scoped import ScopeView, VectorCache
+
+    chunks = [Chunk(id=f"c{n}", text="", file=f"f{n}.pdf", pages=(1,)) for n in range(300)]
+    matrix = np.random.default_rng(7).standard_normal((300, 8)).astype(np.float32)
+    fetched: list[str] = []
+
+    def fetch(ids):
+        fetched.extend(ids)
+        return [matrix[int(i[1:])] for i in ids]
+
+    view = ScopeView(Scope.of(["x"]), frozenset(), np.array(rows), chunks, None, VectorCache(chunks, fetch))
+    query = matrix[rows[-1]]
+    unit = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+    expected = sorted(rows, key=lambda r: -float(unit[r] @ (query / np.linalg.norm(query))))[:5]
+    assert [row for row, _ in view.dense(query, 5)] == expected
+    assert [row for row, _ in view.dense(query, 5)] == expected and len(fetched) == len(rows), "fetched once"
 
 
 def test_a_scope_of_every_document_searches_as_no_scope(retriever: Retriever, reader: IndexReader) -> None:

@@ -83,15 +83,7 @@ def openai_router(service: Service) -> APIRouter:
         "/models", summary="The knowledge base and each folder of it, as OpenAI models", response_model=ModelList
     )
     def models() -> dict[str, Any]:
-        try:
-            kbs = service.knowledge_bases()
-        except (ApiError, CragError):  # an index that cannot be read: its folders are not models until rebuilt
-            kbs = []
-        if [kb.name for kb in kbs] == [TOP_LEVEL]:  # no folders: the top level is every document, as `crag-kb`
-            kbs = []
-        cards = [_card(name, created) for name in MODELS]
-        cards += [_card(f"{name}/{kb.name}", created, kb) for name in MODELS for kb in kbs]
-        return {"object": "list", "data": cards}
+        return {"object": "list", "data": model_cards(service, created)}
 
     # "4XX" rather than 404 alone, or FastAPI would document a 422 that a string path parameter never gets.
     @router.get(
@@ -135,6 +127,18 @@ def openai_router(service: Service) -> APIRouter:
         return completion(answer, service.pipeline().backend, asked)
 
     return router
+
+
+def model_cards(service: Service, created: int) -> list[dict[str, Any]]:
+    """`crag-kb` and `crag-kb-noweb`, then each of them per knowledge base, once the files folder has folders."""
+    try:
+        kbs = service.knowledge_bases()
+    except (ApiError, CragError):  # an index that cannot be read: its folders are not models until rebuilt
+        kbs = []
+    if [kb.name for kb in kbs] == [TOP_LEVEL]:  # no folders: the top level is every document, as `crag-kb`
+        kbs = []
+    cards = [_card(name, created) for name in MODELS]
+    return cards + [_card(f"{name}/{kb.name}", created, kb) for name in MODELS for kb in kbs]
 
 
 def _card(name: str, created: int, kb: KnowledgeBase | None = None) -> dict[str, Any]:

@@ -19,13 +19,13 @@ import numpy as np
 from crag.scope import EVERYTHING, Scope, resolve
 from crag.store.common import Generation, Mode, RebuildNeeded, fuse, index_text, new_generation_id
 from crag.store.lexical import LexicalIndex
-from crag.store.scoped import ScopeView
+from crag.store.scoped import ScopeView, VectorCache
 from crag.terms import TermStats, Vocabulary
 from crag.text import document_language, lexical_tokens
 from crag.types import Chunk, FileResult, ScoredChunk
 
 WRITE_BATCH = 1000  # records per Chroma request; a server refuses batches over ~5000
-SCOPES_KEPT = 16  # resolved scopes a reader keeps, with their vectors, at most
+SCOPES_KEPT = 64  # resolved scopes a reader keeps (their rows and masks; the vectors are shared), at most
 
 
 @dataclass(frozen=True)
@@ -150,6 +150,7 @@ class IndexReader:
         # Resolved scopes, the last asked last; None for a scope that holds every chunk (searched as unscoped).
         self._views: OrderedDict[tuple[str, ...], ScopeView | None] = OrderedDict()
         self._views_lock = threading.Lock()
+        self._vectors = VectorCache(self.chunks, self.vectors)
 
     def scoped(self, scope: Scope, files_dir: Path | None = None) -> ScopeView | None:
         """The scope resolved against this generation (``crag.scope.resolve`` raises for one it does not hold);
@@ -163,11 +164,12 @@ class IndexReader:
                 return self._views[scope.paths]
         files = resolve(scope, self.manifest, files_dir)
         rows = np.flatnonzero([chunk.file in files for chunk in self.chunks])
-        view = ScopeView(scope, files, rows, self.chunks, self._bm25, self.vectors) if len(rows) < self.n_docs else None
+        view = (
+            ScopeView(scope, files, rows, self.chunks, self._bm25, self._vectors) if len(rows) < self.n_docs else None
+        )
         with self._views_lock:
             self._views[scope.paths] = view
-            # Kept while they hold no more rows than the index: their vectors cost at most one copy of its own.
-            while len(self._views) > SCOPES_KEPT or sum(len(v.rows) for v in self._views.values() if v) > self.n_docs:
+            if len(self._views) > SCOPES_KEPT:
                 self._views.popitem(last=False)
         return view
 
@@ -215,8 +217,21 @@ class IndexReader:
             )
 
     def dense(self, vector: Sequence[float], n: int, scope: Scope = EVERYTHING) -> list[ScoredChunk]:
-        if view := self.scoped(scope):
+        """The ``n`` chunks of the scope closest to ``vector`` (``crag.store.scoped`` says how a scope is searched)."""
+        view = self.scoped(scope)
+        if view is not None and view.n_docs * 2 >= self.n_docs:  # most of the index: its graph, asked deeper
+            wanted = min(n, view.n_docs)
+            inside = [
+                h for h in self._nearest(vector, n + n * self.n_docs // view.n_docs) if h.chunk.file in view.files
+            ]
+            if len(inside) >= wanted:
+                return inside[:wanted]
+        if view is not None:
             return [ScoredChunk(self.chunks[row], score) for row, score in view.dense(vector, n)]
+        return self._nearest(vector, n)
+
+    def _nearest(self, vector: Sequence[float], n: int) -> list[ScoredChunk]:
+        """The HNSW graph's ``n`` nearest chunks, in Chroma."""
         if not self.chunks:
             return []
         got = self.collection.query(

@@ -1,4 +1,4 @@
-"""One scope of an opened generation: its rows, its own term statistics, and exact dense search over its vectors.
+"""One scope of an opened generation: its rows, its own term statistics, and dense search in it.
 
 Both halves of the index filter before the top k, so k passages come from the scope:
 
@@ -7,11 +7,13 @@ Both halves of the index filter before the top k, so k passages come from the sc
   that holds it), and serves any union of folders and files. One BM25 index per folder would search a small folder
   faster, but would hold every passage once per folder above it, give other scores (its own IDF), and need merging
   for a scope of several folders or of single files (docs/benchmarks.md has the figures);
-- dense: the cosine of the question with each of the scope's vectors, in memory, exact. Chroma's own filter
-  (``where``) runs its HNSW graph with an allow-list: the fewer passages a scope holds, the more of the graph it
-  walks, and at 100,000 passages one folder took 90 to 350 ms a query where an unscoped query takes 2 ms
-  (``python -m crag.bench.scope --chroma-where`` measures it). The scope's vectors are fetched from Chroma once,
-  by id, on its first question.
+- dense: for a scope of less than half the index, the cosine of the question with each of the scope's vectors, in
+  memory, exact; each vector is fetched from Chroma once, by id, the first time a scope holds its passage
+  (``VectorCache``). Chroma's own filter (``where``) runs its HNSW graph with an allow-list, and the fewer
+  passages a scope holds, the more of the graph it walks: 17 to 40 times an unscoped query at 100,000 passages
+  (``python -m crag.bench.scope --alternatives``). A wider scope asks the HNSW graph for more passages than it
+  needs and keeps the scope's (``IndexReader.dense``), as approximate as an unscoped query and as fast; when too
+  few of them are the scope's, the exact search answers.
 
 The near-miss check reads the scope's statistics (``doc_frequency``, ``vocabulary``): "the documents in
 `projects/alpha` never mention X" is about those documents alone.
@@ -31,7 +33,41 @@ from crag.store.lexical import LexicalIndex
 from crag.terms import Vocabulary
 from crag.types import Chunk
 
-Vectors = Callable[[Sequence[str]], list[Any]]  # chunk ids -> their stored vectors, in order
+Fetch = Callable[[Sequence[str]], list[Any]]  # chunk ids -> their stored vectors, in order
+MAX_RUNS = 64  # ranges of consecutive rows read in place; a scope in more pieces has its rows gathered
+
+
+class VectorCache:
+    """A generation's vectors, unit length, fetched from the index by id as scopes first need them: each once, so
+    the cache holds at most one copy of the index's vectors, whichever scopes are asked."""
+
+    def __init__(self, chunks: Sequence[Chunk], fetch: Fetch) -> None:
+        self._chunks, self._fetch = chunks, fetch
+        self._matrix: np.ndarray | None = None  # rows not fetched yet are zeros (pages the OS has not given yet)
+        self._loaded = np.zeros(len(chunks), dtype=bool)
+        self._lock = threading.Lock()
+
+    def scores(self, rows: np.ndarray, runs: Sequence[tuple[int, int]], query: np.ndarray) -> np.ndarray:
+        """The cosine of a unit-length query with each of these rows; ``runs``: the rows as ranges of consecutive
+        rows (a folder's files are written one after the other), read in place rather than gathered."""
+        self._load(rows)
+        assert self._matrix is not None
+        if len(runs) <= MAX_RUNS:
+            return np.concatenate([self._matrix[start:stop] @ query for start, stop in runs])
+        return self._matrix[rows] @ query
+
+    def _load(self, rows: np.ndarray) -> None:
+        with self._lock:
+            missing = rows[~self._loaded[rows]]
+            if not len(missing):
+                return
+            got = np.asarray(self._fetch([self._chunks[row].id for row in missing]), dtype=np.float32)
+            got = got.reshape(len(missing), -1)
+            if self._matrix is None:
+                self._matrix = np.zeros((len(self._chunks), got.shape[1]), dtype=np.float32)
+            norms = np.linalg.norm(got, axis=1, keepdims=True)
+            self._matrix[missing] = got / np.where(norms > 0, norms, 1.0)
+            self._loaded[missing] = True
 
 
 class ScopeView:
@@ -45,7 +81,7 @@ class ScopeView:
         rows: np.ndarray,
         chunks: Sequence[Chunk],
         lexical: LexicalIndex | None,
-        vectors: Vectors,
+        vectors: VectorCache,
     ) -> None:
         self.scope = scope
         self.files = files
@@ -53,11 +89,14 @@ class ScopeView:
         self.n_docs = len(rows)
         self.mask = np.zeros(len(chunks), dtype=np.float32)
         self.mask[rows] = 1.0
-        self._chunks, self._lexical, self._fetch = chunks, lexical, vectors
+        breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+        starts, stops = np.concatenate(([0], breaks)), np.concatenate((breaks, [len(rows)]))
+        self.runs = (
+            [(int(rows[a]), int(rows[b - 1]) + 1) for a, b in zip(starts, stops, strict=True)] if len(rows) else []
+        )
+        self._chunks, self._lexical, self._vectors = chunks, lexical, vectors
         self._df: dict[str, int] = {}
         self._vocabulary: Vocabulary | None = None
-        self._matrix: np.ndarray | None = None
-        self._lock = threading.Lock()
 
     def doc_frequency(self, token: str) -> int:
         """In how many of the scope's chunks a lexical token occurs."""
@@ -75,23 +114,12 @@ class ScopeView:
 
     def dense(self, vector: Sequence[float], n: int) -> list[tuple[int, float]]:
         """(row, cosine) of the ``n`` chunks of the scope closest to ``vector``, best first: exact."""
-        matrix = self._vectors()
         query = np.asarray(vector, dtype=np.float32)
         norm = float(np.linalg.norm(query))
-        if not len(matrix) or not norm:
+        if not self.n_docs or not norm:
             return []
-        scores = matrix @ (query / norm)
+        scores = self._vectors.scores(self.rows, self.runs, query / norm)
         n = min(n, len(scores))
         best = np.argpartition(-scores, n - 1)[:n]
         best = best[np.argsort(-scores[best], kind="stable")]
         return [(int(self.rows[i]), float(scores[i])) for i in best]
-
-    def _vectors(self) -> np.ndarray:
-        """The scope's vectors, unit length, fetched from the index on first use (one fetch per scope)."""
-        with self._lock:
-            if self._matrix is None:
-                ids = [self._chunks[row].id for row in self.rows]
-                matrix = np.asarray(self._fetch(ids), dtype=np.float32).reshape(len(ids), -1)
-                norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-                self._matrix = matrix / np.where(norms > 0, norms, 1.0)
-            return self._matrix
