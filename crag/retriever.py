@@ -33,7 +33,8 @@ class Retriever:
         """The note for an answer found without the index's embedder ("" when it is at hand)."""
         return str(self.missing) if self.missing else ""
 
-    def _current(self) -> IndexReader | None:
+    def current(self) -> IndexReader | None:
+        """The generation that answers now, opened (None when nothing is built)."""
         # Asked on every query: on a Chroma server a recent answer is trusted, so a switch by a build
         # elsewhere is followed within POINTER_MAX_AGE seconds without a request per query.
         active = self.store.active(max_age=POINTER_MAX_AGE)
@@ -52,7 +53,7 @@ class Retriever:
         """Raise ``UnknownScope`` (listing the knowledge bases) unless the index holds passages in ``scope``."""
         if not scope:
             return
-        reader = self._current()
+        reader = self.current()
         if reader is None:
             raise UnknownScope(
                 "Nothing is indexed yet, so no folder can be asked: build the knowledge base (Rebuild knowledge base "
@@ -62,7 +63,7 @@ class Retriever:
 
     def anchor(self, question: str, hits: list[ScoredChunk], scope: Scope = EVERYTHING) -> list[ScoredChunk]:
         """``hits`` and, for each term of the question they miss, the best passage of the scope that mentions it."""
-        reader = self._current()
+        reader = self.current()
         if reader is None:
             return hits
         return anchor(question, hits, reader.stats(scope), lambda query, n: reader.lexical(query, n, scope))
@@ -70,7 +71,7 @@ class Retriever:
     def term_stats(self, scope: Scope = EVERYTHING) -> TermStats | None:
         """Document frequencies of the scope in the index that answers now (None when nothing is built)."""
         try:
-            reader = self._current()
+            reader = self.current()
         except RebuildNeeded:
             return None
         return reader.stats(scope) if reader else None
@@ -78,14 +79,14 @@ class Retriever:
     def file_languages(self, scope: Scope = EVERYTHING) -> dict[str, str]:
         """Each indexed file's language, of the scope's files (empty when nothing is built)."""
         try:
-            reader = self._current()
+            reader = self.current()
         except RebuildNeeded:
             return {}
         return reader.file_languages(scope) if reader else {}
 
     def retrieve(self, question: str, k: int, mode: Mode = "hybrid", scope: Scope = EVERYTHING) -> list[ScoredChunk]:
         """The top ``k`` chunks of the scope (every chunk by default), filtered before the top k."""
-        reader = self._current()
+        reader = self.current()
         if reader is None:
             self.check_scope(scope)  # a scope of an index that has nothing yet is refused, and says why
             return []
@@ -102,7 +103,7 @@ class Retriever:
             active = self.store.active()
             if active is None or active.id == reader.generation.id:
                 raise
-            reader = self._current()
+            reader = self.current()
             hits = reader.search(question, vector, k, mode, weight, scope)
         if hits and not self.missing:
             # Grading embeds what was indexed, and the index has those vectors already. Only a saving: a
