@@ -128,10 +128,9 @@ def resolve(scope: Scope, manifest: Sequence[FileResult], files_dir: Path | None
     knowledge base and no file of the index, listing the known ones, and ``EmptyScope`` when none of the scope's
     files has passages. ``files_dir`` tells a path that is in the files folder but not indexed yet."""
     entries = [m for m in manifest if m.status != "removed"]
-    names = {_nfc(m.file): m for m in entries}
     if gone := missing(scope, entries):
         raise unknown_scope(gone, knowledge_bases(entries), files_dir)
-    held = frozenset(m.file for name, m in names.items() if m.status in HELD and m.chunks > 0 and scope.holds(name))
+    held = frozenset(m.file for m in entries if m.status in HELD and m.chunks > 0 and scope.holds(m.file))
     if not held:
         shown = ", ".join(f"`{p}`" for p in scope.paths)
         raise EmptyScope(
@@ -153,15 +152,13 @@ def _names(entries: Sequence[FileResult]) -> list[str]:
     return [kb.name for kb in knowledge_bases(entries)]
 
 
-def unknown_scope(
-    missing: Sequence[str], known: Sequence[KnowledgeBase], files_dir: Path | None = None
-) -> UnknownScope:
+def unknown_scope(paths: Sequence[str], known: Sequence[KnowledgeBase], files_dir: Path | None = None) -> UnknownScope:
     """The error for scope paths that name nothing in the index: it lists the knowledge bases."""
-    return UnknownScope(_unknown_message(missing, known, files_dir), missing, [kb.name for kb in known])
+    return UnknownScope(_unknown_message(paths, known, files_dir), paths, [kb.name for kb in known])
 
 
-def _unknown_message(missing: Sequence[str], known: Sequence[KnowledgeBase], files_dir: Path | None) -> str:
-    shown = ", ".join(f"“{p[:200]}”" for p in missing)
+def _unknown_message(paths: Sequence[str], known: Sequence[KnowledgeBase], files_dir: Path | None) -> str:
+    shown = ", ".join(f"“{p[:200]}”" for p in paths)
     if not known:
         return (
             f"No folder or file {shown} in the knowledge base: nothing is indexed yet. Build it (Rebuild knowledge "
@@ -175,7 +172,7 @@ def _unknown_message(missing: Sequence[str], known: Sequence[KnowledgeBase], fil
         f"path relative to the files folder (`{TOP_LEVEL}` is the PDFs directly in it); leave the scope out to ask "
         "every document."
     )
-    waiting = [p for p in missing if files_dir is not None and p != TOP_LEVEL and (files_dir / p).exists()]
+    waiting = [p for p in paths if files_dir is not None and p != TOP_LEVEL and (files_dir / p).exists()]
     if waiting:
         message += (
             f" {', '.join(f'“{p}”' for p in waiting)} {'is' if len(waiting) == 1 else 'are'} in the files folder but "

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from contextlib import suppress
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -20,7 +19,7 @@ from crag.followups import History
 from crag.ingest.pymupdf import clean, open_pdf, printed_pages
 from crag.models import close_event_loop
 from crag.pipeline import Pipeline
-from crag.scope import EmptyScope, Scope, resolve
+from crag.scope import Scope, knowledge_bases, missing, unknown_scope
 from crag.store import Generation, open_store
 from crag.types import Answer, AnswerKind, FileResult
 
@@ -94,9 +93,8 @@ class Knowledge:
                 f"The index in {self.settings.chroma_dir} cannot be read ({type(exc).__name__}): rebuild the "
                 "knowledge base (Rebuild knowledge base in the app, or `python -m crag index --rebuild`)."
             ) from None
-        if wanted:
-            with suppress(EmptyScope):  # a folder whose files all failed is listed with their reasons
-                resolve(wanted, manifest, self.settings.files_dir)  # raises for a path it does not hold, listing them
+        if gone := missing(wanted, manifest):  # a folder whose files all failed is listed, with their reasons
+            raise unknown_scope(gone, knowledge_bases(manifest), self.settings.files_dir)
         return Documents(generation, tuple(f for f in manifest if f.status != "removed" and wanted.holds(f.file)))
 
     def path(self, file: str) -> Path:
