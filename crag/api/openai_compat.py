@@ -93,9 +93,9 @@ def openai_router(service: Service) -> APIRouter:
         responses={"4XX": {"model": OpenAIError, "description": "No such model (code model_not_found)."}},
     )
     def model(model: str) -> dict[str, Any]:
-        kbs = service.knowledge_bases()
-        _, scope = model_scope(model, lambda: kbs)
-        return _card(model, created, next((kb for kb in kbs if (kb.name,) == scope), None))
+        _, scope = model_scope(model, service.knowledge_bases)
+        kb = next((kb for kb in service.knowledge_bases() if (kb.name,) == scope), None) if scope else None
+        return _card(model, created, kb)
 
     @router.post(
         "/chat/completions",
@@ -144,7 +144,7 @@ def model_cards(service: Service, created: int) -> list[dict[str, Any]]:
 def _card(name: str, created: int, kb: KnowledgeBase | None = None) -> dict[str, Any]:
     description = MODEL_DESCRIPTIONS[name.partition("/")[0]]
     if kb is not None:
-        description = f"Only the {kb.files} documents in `{kb.name}`. " + description
+        description = f"Only the {kb.files} document{'' if kb.files == 1 else 's'} in `{kb.name}`. " + description
     return {"id": name, "object": "model", "created": created, "owned_by": "crag", "description": description}
 
 
