@@ -17,8 +17,9 @@ $(BIN)/python:
 # llama.cpp builds from source. A native build (the default) uses every instruction the build machine
 # reports, AMX and AVX-512 included, and those kernels crash on some virtual machines that report them
 # (seen here: a segfault on any prompt longer than one token). So it is built for any x86-64 CPU with
-# AVX2, and never taken from pip's wheel cache, where a native build may lie.
-LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+# AVX2, and never taken from pip's wheel cache, where a native build may lie. The multimodal library (mtmd,
+# LLAVA_BUILD) is left out: nothing here reads images with llama.cpp, and it is a third of the build.
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAVA_BUILD=OFF
 LLAMA := $(shell grep -E '^llama-cpp-python==' requirements.txt)
 
 $(VENV)/.installed: requirements.txt | $(BIN)/python

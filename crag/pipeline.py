@@ -38,7 +38,7 @@ from crag.steps import Condensed, Evaluation, Knowledge, Options, WebKnowledge, 
 from crag.store import Mode, fuse, index_text
 from crag.support import unsupported
 from crag.terms import check_terms
-from crag.text import clean_question, content_words, language
+from crag.text import clean_question, content_words, language, warm_up
 from crag.types import Action, Answer, AnswerKind, ScoredChunk, Source, Strip, Trace, WebResult, cited
 from crag.websearch import OFF_REASON, Searcher, WebSearchUnavailable, build_searcher, fetch_pages
 
@@ -79,6 +79,7 @@ class Pipeline:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Pipeline:
+        warm_up()  # at start, not on the first question
         backend = resolve_backend(settings)
         model = build_chat_model(settings, backend)
         retriever = open_retriever(settings)

@@ -8,6 +8,7 @@ mentioned when the text holds it in any of these forms:
   written in two or hyphenated ("re-compiled" for "recompiling");
 - a name's derived form: "Norwegian" on a page that writes "Norway";
 - a number or size written another way: "3x3", "3 × 3", "3 by 3", "three by three"; "10MB", "10 MB";
+- a name clipped before its number: "Win2000" where a page writes "Windows 2000";
 - the parts of a slashed or hyphenated compound, together in one passage: "ff/fl" where a page has "ff" and "fl";
 - an abbreviation for the question's full name, or the reverse: "JCP" for "Journal of Chemical Physics", when the
   initials match or the documents define one as the other ("Debian 自由软件指导方针（DFSG）");
@@ -69,6 +70,8 @@ _DIGITS_THEN_LETTERS = re.compile(r"(?<=[0-9])(?=[a-z])")  # "10mb" is also writ
 _COMPOUND = re.compile(r"[/-]")
 # A number, whole or with decimals or a version's dots ("14", "0.6", "4.2.2"): a page may answer without it.
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+# A name clipped before its number: "Win2000" for "Windows 2000", "Win7" for "Windows 7".
+_CLIPPED = re.compile(r"([A-Za-z]{3,})(\d+)")
 # Words that join a name's capitalised words without an initial of their own: "Journal of Chemical Physics".
 _CONNECTORS = frozenset("of and for the in on to de du la von van".split())
 _NAME_RUN = re.compile(r"[A-Z][A-Za-z]+(?:\s+(?:(?:of|and|for|the|in|on|to|de|du|la|von|van)\s+)?[A-Z][A-Za-z]+)+")
@@ -129,6 +132,15 @@ class Term:
         if not joined.isalpha() or len(joined) < 3 or (self.text.isupper() and self.kind == "identifier"):
             return ""
         return _STEMMER.stemWord(joined)
+
+    @cached_property
+    def clipped(self) -> re.Pattern[str] | None:
+        """A name clipped before its number ("Win2000") is written whole by a page: a word that starts with its letters,
+        then the number ("Windows 2000"), as a ``phrase``."""
+        found = _CLIPPED.fullmatch(self.text) if self.kind == "identifier" else None
+        if found is None:
+            return None
+        return re.compile(rf" {re.escape(found[1].lower())}[a-z]* ?{found[2]} ")
 
     @cached_property
     def letter(self) -> re.Pattern[str] | None:
@@ -283,6 +295,8 @@ def mentions(term: Term, where: Vocabulary) -> bool:
     if term.letter:
         return term.letter.search(where.folded) is not None
     if any(where.contains(form) for form in term.phrases) or spelled_out(term, where):
+        return True
+    if term.clipped and term.clipped.search(where.joined):
         return True
     if term.stem and term.stem in where.stems:
         return True

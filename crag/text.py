@@ -160,6 +160,14 @@ def content_words(text: str) -> list[str]:
     return list(dict.fromkeys(words))
 
 
+def warm_up() -> None:
+    """Load the dictionaries that a question's first words would otherwise load (about 2 s): jieba's, and wordfreq's
+    word lists with the jieba dictionary of its own it segments Chinese with."""
+    jieba.initialize()
+    for word in ("the", "文档"):
+        general_frequency(word)
+
+
 @functools.cache
 def general_frequency(word: str) -> float:
     """How common a word is in everyday language, on the Zipf scale (0: unknown, 3: rare, 5+: common).

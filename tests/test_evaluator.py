@@ -241,3 +241,29 @@ def test_what_a_written_answer_states_and_nothing_given_says_is_flagged(
     answer: str, given: list[str], stated: tuple
 ) -> None:
     assert unsupported(answer, given) == stated
+
+
+@pytest.mark.parametrize(
+    ("question", "doc", "term"),
+    [
+        (
+            "How do I unzip a .bz2 file?",
+            "Use bunzip2 file.bz2 to decompress a .bz2 file; the original is removed.",
+            "unzip",
+        ),
+        ("安装时有弹窗报错怎么办？", "安装时出现错误对话框，请以管理员身份运行 install-tl.bat 重新安装。", "弹窗"),
+    ],
+)
+def test_an_everyday_word_the_documents_never_use_is_evidence_not_a_veto(
+    settings, question: str, doc: str, term: str
+) -> None:
+    """A user's everyday word ("unzip" where the manual writes "decompress") that no passage uses caps the action at
+    Ambiguous: the passages are shown as the closest, with their [n], and no message says the documents never mention
+    what they say in other words."""
+    p = pipeline(settings, [chunk(doc)], [0.95], backend="embedded")
+    answer = p.ask(question, web=False)
+    assert answer.trace.terms.missing == (term,) and answer.trace.terms.unknown == ()
+    assert answer.action is Action.AMBIGUOUS
+    lead, quote = answer.text.splitlines()[:2]
+    assert lead in (LEADS[("en", "closest")], LEADS[("zh", "closest")]) and quote.endswith("” [1]")
+    assert "never mention" not in answer.text and "没有提到" not in answer.text

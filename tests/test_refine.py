@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 
 import pytest
 
+from crag import evidence
 from crag.evaluator import SimilarityEvaluator
 from crag.refine import decompose, injection_reason, local_strips, refine
 from crag.types import ScoredChunk
-from tests.fakes import HashEmbedder, chunk
+from tests.fakes import FakeStats, HashEmbedder, chunk
 
 # Facts from technical manuals that the first filter dropped as injections.
 FACTS = [
@@ -197,3 +199,49 @@ def test_a_footnote_stands_on_its_own_score_not_on_its_passage_grade() -> None:
         "Binary distributions are available for macOS.",
         "They run natively on arm64.",
     ]
+
+
+class BlindEmbedder(HashEmbedder):
+    """An English-only embedder on Chinese text: any two texts are half alike, whatever they say."""
+
+    multilingual = False
+
+    def _embed(self, texts):
+        axis = [int(hashlib.md5(text.encode()).hexdigest(), 16) % 63 for text in texts]
+        return [[0.5**0.5] + [0.5**0.5 if i == a else 0.0 for i in range(63)] for a in axis]
+
+
+LSHORT = [
+    (
+        "1 LaTeX 的基本概念 > 1.4.2 宏包",
+        "在使用 LaTeX 时，时常需要依赖一些扩展来增强或补充 LaTeX 的功能，"
+        "比如排版复杂的表格、插入图片、增加颜色甚至超链接等等。这些扩展称为宏包。",
+    ),
+    (
+        "3 LaTeX 中的文档元素 > 3.6 表格",
+        "在 LaTeX 中插入表格，最基本的是 tabular 环境：\\begin{tabular}{lcr} a & b & c \\end{tabular}。",
+    ),
+    (
+        "3 LaTeX 中的文档元素 > 3.7 图片",
+        "在 LaTeX 中插入图片，调用 graphicx 宏包以后，就可以使用 \\includegraphics 命令加载图片了。",
+    ),
+]
+
+
+@pytest.mark.parametrize(("question", "about"), [("如何在 LaTeX 中插入表格？", 1), ("如何在 LaTeX 中插入图片？", 2)])
+def test_a_chinese_how_to_question_puts_the_section_on_the_thing_above_a_passage_that_only_names_it(
+    question: str, about: int
+) -> None:
+    """ "如何在 LaTeX 中插入表格？" graded the passage on packages (which names tables and inserting among what packages
+    do) as high as the table section, and the answer quoted the package passage, not \\begin{tabular}. The section
+    whose heading is 表格 is about tables: its strip must outrank the others, and be quoted first."""
+    chunks = [replace(chunk(text, n=i), section=section) for i, (section, text) in enumerate(LSHORT)]
+    others = [f"第 {i} 节\n这一节讲 LaTeX 的排版和宏包的用法，以及常见问题的解决。" for i in range(20)]
+    stats = FakeStats([f"{c.section}\n{c.text}" for c in chunks] + others)
+    scorer = SimilarityEvaluator(BlindEmbedder(), lambda: stats)
+    grades = scorer.grade(question, [c.text for c in chunks]).grades
+    graded = [ScoredChunk(c, g.score) for c, g in zip(chunks, grades, strict=True)]
+    strips = refine(question, local_strips(graded), scorer, 8, -0.2)
+    score = {s.chunk_id: s.score for s in strips}
+    assert all(score[f"c{about}"] > score[f"c{i}"] + 0.02 for i in range(3) if i != about), score
+    assert f"c{about}" in [s.chunk_id for s in evidence.select(strips, question)]

@@ -138,6 +138,9 @@ def test_a_plain_word_is_not_expected_across_languages() -> None:
         ("怎么画 3x3 的网格？", "3x3", "用 grid 命令画 3×3 的网格。"),
         ("Does it accept a 10-digit serial?", "10-digit", "The serial is a ten-digit number."),
         ("Is 900kB the largest block?", "900kB", "The largest block is 900 kB."),
+        # a name clipped before its number
+        ("Does it still run on Win2000?", "Win2000", "It runs on Windows 2000 and later."),
+        ("在 Win2000 以后的系统上为什么报错？", "Win2000", "这是因为中文 Windows 2000 及以后的操作系统使用了新格式。"),
         # the full name for an abbreviation, and the reverse
         ("Which style does the Journal of Chemical Physics use?", "Physics", "The JCP style numbers citations."),
         ("Which style does JCP use?", "JCP", "The Journal of Chemical Physics style numbers citations."),
@@ -165,6 +168,7 @@ def test_a_term_in_another_form_is_mentioned(question: str, term: str, document:
         ("How do I draw a 3x3 grid?", "3x3", "Draw a grid of 3 by 4 squares."),
         ("Which style does JCP use?", "JCP", "The Journal of Physics style numbers citations."),
         ("Can I use devtools?", "devtools", "Developer tools are in the Rtools bundle."),
+        ("Does it still run on Win7?", "Win7", "It runs on Windows 2000 and later."),
     ],
 )
 def test_a_term_the_documents_lack_in_every_form_is_still_unknown(question: str, term: str, document: str) -> None:
