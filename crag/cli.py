@@ -11,8 +11,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from crag.config import is_loopback, load_settings
+from crag.config import Settings, is_loopback, load_settings
 from crag.errors import CragError
+
+SCOPE_HELP = (
+    "a folder or file to ask, relative to the files folder ('(top level)': the PDFs directly in it); repeat it for "
+    "several (default: every document)"
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -31,6 +36,7 @@ def _parser() -> argparse.ArgumentParser:
     retrieve.add_argument("-k", type=int, default=None, help="number of chunks (default: CRAG_TOP_K)")
     retrieve.add_argument("--db", type=Path, help="index folder (default: CRAG_CHROMA_DIR)")
     retrieve.add_argument("--mode", choices=["hybrid", "dense", "lexical"], help="default: CRAG_RETRIEVAL_MODE")
+    retrieve.add_argument("--scope", action="append", metavar="PATH", help=SCOPE_HELP)
     retrieve.add_argument("--json", action="store_true", help="print one JSON object")
 
     bench = commands.add_parser("bench", help="measure speed and quality; writes JSON, a report and plots")
@@ -42,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     ask.add_argument("question")
     ask.add_argument("--db", type=Path, help="index folder (default: CRAG_CHROMA_DIR)")
     ask.add_argument("--no-web", action="store_true", help="never search the web for this question")
+    ask.add_argument("--scope", action="append", metavar="PATH", help=SCOPE_HELP)
     ask.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
 
     serve = commands.add_parser("serve", help="serve the HTTP API (FastAPI; docs at /docs)")
@@ -63,6 +70,20 @@ def _settings(args: argparse.Namespace):
     if getattr(args, "parser", None):
         overrides["parser"] = args.parser
     return load_settings(**overrides)
+
+
+def _scope(args: argparse.Namespace, settings: Settings):
+    """The ``--scope`` paths as a ``Scope``. A path typed from the current folder into the files folder
+    (``Files/projects``, as a shell completes it) is taken relative to the files folder."""
+    from crag.scope import Scope
+
+    root = settings.files_dir.resolve()
+    paths = []
+    for given in args.scope or ():
+        here = Path(given).resolve()
+        inside = given.strip() and Path(given).exists() and here.is_relative_to(root) and here != root
+        paths.append(here.relative_to(root).as_posix() if inside else given)
+    return Scope.of(paths)
 
 
 def _index(args: argparse.Namespace) -> int:
@@ -101,7 +122,9 @@ def _retrieve(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     retriever = open_retriever(settings)
-    hits = retriever.retrieve(args.question, args.k or settings.top_k, args.mode or settings.retrieval_mode)
+    scope = _scope(args, settings)
+    retriever.check_scope(scope)
+    hits = retriever.retrieve(args.question, args.k or settings.top_k, args.mode or settings.retrieval_mode, scope)
     results = [
         {
             "file": h.chunk.file,
@@ -113,7 +136,7 @@ def _retrieve(args: argparse.Namespace) -> int:
         for h in hits
     ]
     if args.json:
-        print(json.dumps({"results": results}, ensure_ascii=False))
+        print(json.dumps({"scope": list(scope.paths), "results": results}, ensure_ascii=False))
     else:
         for n, r in enumerate(results, start=1):
             print(f"[{n}] {r['file']} p.{','.join(map(str, r['pages']))}  {r['score']:.4f}  {r['section']}")
@@ -138,7 +161,8 @@ def _ask(args: argparse.Namespace) -> int:
     settings = _settings(args)
     pipeline = Pipeline.from_settings(settings)
     stages: list[str] = []
-    with pipeline.stream(args.question, on_step=stages.append, web=False if args.no_web else None) as stream:
+    web = False if args.no_web else None
+    with pipeline.stream(args.question, on_step=stages.append, web=web, scope=_scope(args, settings)) as stream:
         if args.json:
             for _ in stream:
                 pass
@@ -151,7 +175,8 @@ def _ask(args: argparse.Namespace) -> int:
             print(delta, end="", flush=True)
         print()
     answer = stream.answer
-    print(f"\n[{answer.action.value}] " + "  ".join(_source_line(s) for s in answer.sources), file=sys.stderr)
+    where = f" in {', '.join(answer.trace.scope)}" if answer.trace and answer.trace.scope else ""
+    print(f"\n[{answer.action.value}{where}] " + "  ".join(_source_line(s) for s in answer.sources), file=sys.stderr)
     if answer.trace and answer.trace.unsupported:
         print(unsupported_message(args.question, answer.trace.unsupported), file=sys.stderr)
     if answer.trace and answer.trace.hint:

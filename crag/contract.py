@@ -61,6 +61,11 @@ class AnswerOut(_Strict):
         "chat model; no_answer: nothing usable was found, and the text says why."
     )
     action: Literal["correct", "ambiguous", "incorrect"] | None
+    scope: list[str] = Field(
+        [],
+        description="Where the question was asked: the folders (knowledge bases) and files it searched, relative to "
+        "the files folder; empty for every document.",
+    )
     backend: str
     model: str
     backend_reason: str
@@ -93,6 +98,7 @@ class AnswerOut(_Strict):
             answer=answer.text,
             kind=answer.kind.value,
             action=trace.action.value if trace and trace.action else None,
+            scope=list(trace.scope) if trace else [],
             backend=answer.backend,
             model=answer.model,
             backend_reason=backend.reason,

@@ -3,15 +3,17 @@
 Every answer is stored with its trace, so the action, how it was made and its sources show again after a
 restart. Each write is one transaction. An answer is written when it starts (marked incomplete) and
 again when it ends, so a crash mid-answer leaves the partial answer, marked incomplete, not a question
-without a reply.
+without a reply. Each conversation keeps its scope (the folders and files it asks; none: every document), and
+each answer the scope it was asked in (``Trace.scope``).
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +28,8 @@ CREATE TABLE IF NOT EXISTS conversations (
     id TEXT PRIMARY KEY,
     title TEXT NOT NULL,
     created REAL NOT NULL,
-    updated REAL NOT NULL
+    updated REAL NOT NULL,
+    scope TEXT NOT NULL DEFAULT '[]'
 );
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -42,6 +45,9 @@ CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages (conversation, i
 """
 TITLE_CHARS = 60
 _ANSWER = TypeAdapter(Answer)
+# A store written before conversations kept a scope gains the column; its chats ask every document, as they did.
+ADD_SCOPE = "ALTER TABLE conversations ADD COLUMN scope TEXT NOT NULL DEFAULT '[]'"
+COLUMNS = "id, title, created, updated, scope"
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,12 @@ class Conversation:
     title: str
     created: float
     updated: float
+    scope: tuple[str, ...] = ()  # folders and files under the files folder it asks; empty for every document
+
+    @classmethod
+    def from_row(cls, row: tuple) -> Conversation:
+        id_, title, created, updated, scope = row
+        return cls(id_, title, created, updated, tuple(json.loads(scope or "[]")))
 
 
 @dataclass(frozen=True)
@@ -104,6 +116,8 @@ class Conversations:
     def _create(self) -> None:
         with self._connect() as db:
             db.executescript(SCHEMA)
+            if "scope" not in {row[1] for row in db.execute("PRAGMA table_info(conversations)")}:
+                db.execute(ADD_SCOPE)
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -139,24 +153,34 @@ class Conversations:
             "failing, then reload the page. The file was left as it is."
         )
 
-    def create(self, title: str = "New chat") -> Conversation:
+    def create(self, title: str = "New chat", scope: Sequence[str] = ()) -> Conversation:
         now = time.time()
-        conversation = Conversation(uuid.uuid4().hex, title, now, now)
+        conversation = Conversation(uuid.uuid4().hex, title, now, now, tuple(scope))
         with self._connect() as db:
-            db.execute("INSERT INTO conversations VALUES (?, ?, ?, ?)", (conversation.id, title, now, now))
+            db.execute(
+                f"INSERT INTO conversations ({COLUMNS}) VALUES (?, ?, ?, ?, ?)",
+                (conversation.id, title, now, now, json.dumps(list(scope), ensure_ascii=False)),
+            )
         return conversation
 
     def list(self) -> list[Conversation]:
         """Most recently active first."""
         with self._connect() as db:
-            rows = db.execute("SELECT id, title, created, updated FROM conversations ORDER BY updated DESC").fetchall()
-        return [Conversation(*row) for row in rows]
+            rows = db.execute(f"SELECT {COLUMNS} FROM conversations ORDER BY updated DESC").fetchall()
+        return [Conversation.from_row(row) for row in rows]
 
     def get(self, conversation: str) -> Conversation | None:
         with self._connect() as db:
-            row = db.execute("SELECT id, title, created, updated FROM conversations WHERE id = ?", (conversation,))
-            found = row.fetchone()
-        return Conversation(*found) if found else None
+            found = db.execute(f"SELECT {COLUMNS} FROM conversations WHERE id = ?", (conversation,)).fetchone()
+        return Conversation.from_row(found) if found else None
+
+    def set_scope(self, conversation: str, scope: Sequence[str]) -> None:
+        """The folders and files the conversation asks from its next question on (empty: every document)."""
+        with self._connect() as db:
+            db.execute(
+                "UPDATE conversations SET scope = ? WHERE id = ?",
+                (json.dumps(list(scope), ensure_ascii=False), conversation),
+            )
 
     def rename(self, conversation: str, title: str) -> None:
         title = " ".join(title.split())[:200]

@@ -6,17 +6,41 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from crag.models import BackendInfo
+from crag.steps import Knowledge
 from crag.text import language
 from crag.types import Action, TermCheck
 
 HINT_FILES = 3  # files named in a hint; the rest are counted
 
 
+def documents(scope: Sequence[str], zh: bool, capital: bool = True) -> str:
+    """Whose documents a message speaks of: the user's, or those of the scope the question was asked in
+    ("The documents in `projects/alpha`")."""
+    if not scope:
+        return "你的文档" if zh else ("Your documents" if capital else "your documents")
+    places = "、".join(f"`{p}`" for p in scope) if zh else _listed([f"`{p}`" for p in scope])
+    if zh:
+        return f"{places} 里的文档"
+    return f"{'The' if capital else 'the'} documents in {places}"
+
+
+def _listed(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 def no_answer_message(
-    question: str, action: Action, terms: TermCheck, web_query: str, web_error: str, web_on: bool, indexed: bool = True
+    question: str,
+    action: Action,
+    terms: TermCheck,
+    web_query: str,
+    web_error: str,
+    web_on: bool,
+    indexed: bool = True,
+    scope: Sequence[str] = (),
 ) -> str:
     """Why there is no answer, truthfully, in the question's language. No model is asked to improvise.
-    ``indexed`` is False when nothing was retrieved at all: the knowledge base has nothing in it yet."""
+    ``indexed`` is False when nothing was retrieved at all: the knowledge base has nothing in it yet. ``scope``:
+    the folders and files the question was asked in (none: every document)."""
     zh = language(question) == "zh"
     if not indexed:
         local = (
@@ -27,14 +51,16 @@ def no_answer_message(
             "`python -m crag index`), or wait for the build in progress to finish."
         )
     elif terms.unknown:
-        local = never_mentioned(question, terms.unknown)
+        local = never_mentioned(question, terms.unknown, scope)
     elif action is Action.INCORRECT:
-        local = "你的文档中没有找到答案。" if zh else "I could not find this in your documents."
+        where = documents(scope, zh, capital=False)
+        local = f"{where}中没有找到答案。" if zh else f"I could not find this in {where}."
     else:
+        where = documents(scope, zh)
         local = (
-            "你的文档中有相关段落，但没有一句足够贴近这个问题。"
+            f"{where}中有相关段落，但没有一句足够贴近这个问题。"
             if zh
-            else "Your documents have passages on this topic, but no sentence in them answers the question closely."
+            else f"{where} have passages on this topic, but no sentence in them answers the question closely."
         )
     if not web_on:
         far = "网络搜索已关闭。" if zh else "Web search is off."
@@ -49,11 +75,28 @@ def no_answer_message(
     return f"{local} {far}" if not zh else local + far
 
 
-def never_mentioned(question: str, terms: Sequence[str]) -> str:
-    """The question's terms that no form of which any passage holds, in the question's language."""
+def never_mentioned(question: str, terms: Sequence[str], scope: Sequence[str] = ()) -> str:
+    """The question's terms that no form of which any passage (of the scope) holds, in the question's language."""
     if language(question) == "zh":
-        return f"你的文档中没有提到{_quoted(terms, '、')}。"
-    return f"Your documents never mention {_quoted(terms)}."
+        return f"{documents(scope, True)}中没有提到{_quoted(terms, '、')}。"
+    return f"{documents(scope, False)} never mention {_quoted(terms)}."
+
+
+def what_is_missing(question: str, knowledge: Knowledge, web_on: bool, scope: Sequence[str]) -> str:
+    """Before quotes that may not answer: why there is no answer (Incorrect), or the question's terms the
+    documents never mention (Ambiguous), as a paragraph of its own."""
+    if knowledge.action is Action.INCORRECT:
+        return no_answer(question, knowledge, web_on, scope) + "\n\n"
+    if knowledge.action is Action.AMBIGUOUS and knowledge.evaluation.terms.unknown:
+        return never_mentioned(question, knowledge.evaluation.terms.unknown, scope) + "\n\n"
+    return ""
+
+
+def no_answer(question: str, knowledge: Knowledge, web_on: bool, scope: Sequence[str]) -> str:
+    """``no_answer_message`` for what the steps found."""
+    evaluation, web = knowledge.evaluation, knowledge.web
+    found = bool(evaluation.graded)
+    return no_answer_message(question, knowledge.action, evaluation.terms, web.query, web.error, web_on, found, scope)
 
 
 def model_failure_message(backend: BackendInfo, exc: Exception) -> str:
@@ -71,13 +114,15 @@ def _quoted(terms: Sequence[str], separator: str = ", ") -> str:
     return separator.join(f"“{t}”" for t in terms)
 
 
-def near_miss_note(terms: TermCheck, searched_again: Sequence[str] = ()) -> str:
-    """``searched_again``: the missing terms that a passage was then found for (``retriever.anchor``)."""
+def near_miss_note(terms: TermCheck, searched_again: Sequence[str] = (), scope: Sequence[str] = ()) -> str:
+    """``searched_again``: the missing terms that a passage was then found for (``retriever.anchor``); ``scope``:
+    where the question was asked."""
+    where = documents(scope, False, capital=False) if scope else "the documents"
     if terms.decisive:
-        return f"the documents never mention {_quoted(terms.unknown)}: a near miss, so the action is Incorrect"
+        return f"{where} never mention {_quoted(terms.unknown)}: a near miss, so the action is Incorrect"
     if terms.unknown:
         return (
-            f"the documents never mention {_quoted(terms.unknown)}, in any form; the passages match the rest of the "
+            f"{where} never mention {_quoted(terms.unknown)}, in any form; the passages match the rest of the "
             "question, so they are shown as the closest, not as an answer (at most Ambiguous)"
         )
     names = _quoted(terms.missing)

@@ -29,10 +29,11 @@ from crag import evidence, prompts
 from crag.config import Settings
 from crag.evaluator import Evaluator, LLMEvaluator, SimilarityEvaluator, Usage, cap_near_miss, decisive
 from crag.followups import READ_ON, History, conversation_query, elliptical, reading, rewrite_problem
-from crag.messages import language_hint, model_failure_message, near_miss_note, never_mentioned, no_answer_message
+from crag.messages import language_hint, model_failure_message, near_miss_note, no_answer, what_is_missing
 from crag.models import COUNTED, BackendInfo, build_chat_model, resolve_backend, run_structured
 from crag.refine import keep_closest, local_strips, number_sources, refine, refine_closest, web_strips
 from crag.retriever import Retriever, open_retriever
+from crag.scope import EVERYTHING, Scope
 from crag.steps import Condensed, Evaluation, Knowledge, Options, WebKnowledge, decide_action
 from crag.store import Mode, fuse, index_text
 from crag.support import unsupported
@@ -87,14 +88,19 @@ class Pipeline:
         return cls(settings, model, backend, retriever, scorer, evaluators, build_searcher(settings))
 
     def options(self, **overrides: object) -> Options:
+        if "scope" in overrides:  # folders and files, as a Scope or as paths
+            overrides["scope"] = Scope.of(overrides["scope"])  # type: ignore[arg-type]
         return replace(Options.from_settings(self.settings), **overrides)
 
     def stream(
         self, question: str, history: History = (), on_step: OnStep | None = None, **overrides: object
     ) -> AnswerStream:
         """The answer as a stream of text. Raises ``BadQuestion`` at once for an empty, punctuation-only or
-        over-long question. ``overrides`` are ``Options`` fields for this question (``top_k=3``, ``web=False``...)."""
+        over-long question, and ``UnknownScope`` for a scope the index does not hold. ``overrides`` are ``Options``
+        fields for this question (``top_k=3``, ``web=False``, ``scope=["projects/alpha"]``...)."""
         options = self.options(**{k: v for k, v in overrides.items() if v is not None})
+        if options.scope:
+            self.retriever.check_scope(options.scope)
         return AnswerStream(self, clean_question(question), history, on_step or (lambda stage: None), options)
 
     def ask(self, question: str, history: History = (), **overrides: object) -> Answer:
@@ -147,26 +153,35 @@ class Pipeline:
             )
         return Condensed(question, (question, with_history), with_history, tuple(notes))
 
-    def retrieve(self, queries: Sequence[str], k: int, mode: Mode, asked: str) -> list[ScoredChunk]:
-        rankings = [self.retriever.retrieve(q, k, mode) for q in dict.fromkeys(queries)]
+    def retrieve(
+        self, queries: Sequence[str], k: int, mode: Mode, asked: str, scope: Scope = EVERYTHING
+    ) -> list[ScoredChunk]:
+        rankings = [self.retriever.retrieve(q, k, mode, scope=scope) for q in dict.fromkeys(queries)]
         if len(rankings) == 1:
-            return self.retriever.anchor(asked, rankings[0])
+            return self.retriever.anchor(asked, rankings[0], scope=scope)
         own = {h.chunk.id for h in rankings[0]}
         fused = [replace(h, from_history=h.chunk.id not in own) for h in fuse(rankings)[:k]]
-        return self.retriever.anchor(asked, fused)
+        return self.retriever.anchor(asked, fused, scope=scope)
 
     def evaluate(
-        self, question: str, asked: str, hits: Sequence[ScoredChunk], evaluator: Evaluator, upper: float, usage: Usage
+        self,
+        question: str,
+        asked: str,
+        hits: Sequence[ScoredChunk],
+        evaluator: Evaluator,
+        upper: float,
+        usage: Usage,
+        scope: Scope = EVERYTHING,
     ) -> Evaluation:
         """Grades in [-1, 1], capped for a near miss: a specific term of the question as asked that no passage
-        of the first search mentions (below ``upper``), or that the documents never mention (Incorrect)."""
+        of the first search mentions (below ``upper``), or that the scope's documents never mention (Incorrect)."""
         texts = [index_text(h.chunk) for h in hits]  # with their section headings, as they were indexed
         grading = evaluator.grade(question, texts, usage)
         # Found by a term alone, or only with the words of the question before: no say on whether the question's own
         # names are mentioned ("R 里怎么删除…" after a question on R is not answered by a tlmgr page that never says R).
         found = [(t, h.from_history) for t, h in zip(texts, hits, strict=True) if not h.anchor]
         first = [t for t, from_history in found if not from_history] or [t for t, _ in found]
-        stats = self.retriever.term_stats()
+        stats = self.retriever.term_stats(scope)
         terms = check_terms(asked, first, stats)
         terms = replace(terms, decisive=decisive(asked, terms, first, stats))
         grades = cap_near_miss(grading.grades, terms, upper)
@@ -280,16 +295,18 @@ class AnswerStream:
         self.notes += condensed.notes
         condense_calls = self.usage.requests
         with self._stage("retrieving", "retrieve"):
-            hits = p.retrieve(condensed.queries, o.top_k, o.retrieval_mode, self.question)
+            hits = p.retrieve(condensed.queries, o.top_k, o.retrieval_mode, self.question, o.scope)
         if p.retriever.lexical_only:  # the index's embedder is missing: its dense half could not be searched
             self.notes.append(p.retriever.lexical_only)
         with self._stage("grading", "grade"):
             evaluator = p.evaluator(o.evaluator)
-            evaluation = p.evaluate(condensed.question, self.question, hits, evaluator, o.upper_threshold, self.usage)
+            evaluation = p.evaluate(
+                condensed.question, self.question, hits, evaluator, o.upper_threshold, self.usage, o.scope
+            )
             action = self._decide_action(evaluation)
             question, evaluation, action = self._read_with_history(condensed, hits, evaluator, evaluation, action)
         if evaluation.terms.missing:
-            self.notes.append(near_miss_note(evaluation.terms, [h.anchor for h in hits if h.anchor]))
+            self.notes.append(near_miss_note(evaluation.terms, [h.anchor for h in hits if h.anchor], o.scope.paths))
         strips: list[Strip] = []
         if action in (Action.CORRECT, Action.AMBIGUOUS):
             with self._stage("refining", "refine"):
@@ -332,7 +349,7 @@ class AnswerStream:
         if with_history in ("", question) or (action is Action.CORRECT and not goes_on):
             return question, first, action
         o = self.options
-        again = self.p.evaluate(with_history, self.question, hits, evaluator, o.upper_threshold, self.usage)
+        again = self.p.evaluate(with_history, self.question, hits, evaluator, o.upper_threshold, self.usage, o.scope)
         if goes_on:  # graded on both: what it adds, and what it goes on from
             again = first.mean(again)
         graded = [(g.score, index_text(g.chunk)) for g in again.graded]
@@ -372,11 +389,13 @@ class AnswerStream:
         if kind is AnswerKind.EVIDENCE:
             quoted = evidence.evidence_answer(chosen, sources, language(self.question), knowledge.action)
             if quoted:
-                yield self._emit(self._what_is_missing(knowledge) + quoted)
+                yield self._emit(
+                    what_is_missing(self.question, knowledge, self.options.web, self.options.scope.paths) + quoted
+                )
                 return kind, ""
             kind = AnswerKind.NO_ANSWER
         if kind is AnswerKind.NO_ANSWER:
-            yield self._emit(self._no_answer(knowledge))
+            yield self._emit(no_answer(self.question, knowledge, self.options.web, self.options.scope.paths))
             return kind, ""
         try:
             for delta in self.p.generate(knowledge.question, sources, self.usage):
@@ -384,19 +403,6 @@ class AnswerStream:
         except Exception as exc:  # noqa: BLE001 - a dead model server must not lose the partial answer
             return kind, model_failure_message(self.p.backend, exc)
         return kind, ""
-
-    def _no_answer(self, knowledge: Knowledge) -> str:
-        terms, graded, web = knowledge.evaluation.terms, bool(knowledge.evaluation.graded), knowledge.web
-        return no_answer_message(self.question, knowledge.action, terms, web.query, web.error, self.options.web, graded)
-
-    def _what_is_missing(self, knowledge: Knowledge) -> str:
-        """Before quotes that may not answer: why there is no answer (Incorrect), or the question's terms the
-        documents never mention (Ambiguous), as a paragraph of its own."""
-        if knowledge.action is Action.INCORRECT:
-            return self._no_answer(knowledge) + "\n\n"
-        if knowledge.action is Action.AMBIGUOUS and knowledge.evaluation.terms.unknown:
-            return never_mentioned(self.question, knowledge.evaluation.terms.unknown) + "\n\n"
-        return ""
 
     def _answer(
         self, knowledge: Knowledge, sources: Sequence[Source], kind: AnswerKind, error: str, before_answer: int
@@ -429,8 +435,9 @@ class AnswerStream:
             web_results=knowledge.web.results,
             web_error=knowledge.web.error,
             notes=tuple(self.notes),
-            hint=language_hint(self.question, p.retriever.file_languages()) if crosses else "",
+            hint=language_hint(self.question, p.retriever.file_languages(o.scope)) if crosses else "",
             unsupported=stated,
+            scope=o.scope.paths,
             timings=dict(self.timings),
             llm_calls=self.usage.requests,
             llm_calls_before_answer=before_answer,

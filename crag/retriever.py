@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from crag.config import Settings
 from crag.models import Embedder, EmbedderUnavailable, build_embedder, embedder_named, local_embedder
+from crag.scope import EVERYTHING, Scope, UnknownScope
 from crag.store import POINTER_MAX_AGE, IndexReader, Mode, RebuildNeeded, index_text, open_store
 from crag.terms import TermStats, check_terms, mention_test
 from crag.text import cjk_share
@@ -32,7 +33,8 @@ class Retriever:
         """The note for an answer found without the index's embedder ("" when it is at hand)."""
         return str(self.missing) if self.missing else ""
 
-    def _current(self) -> IndexReader | None:
+    def current(self) -> IndexReader | None:
+        """The generation that answers now, opened (None when nothing is built)."""
         # Asked on every query: on a Chroma server a recent answer is trusted, so a switch by a build
         # elsewhere is followed within POINTER_MAX_AGE seconds without a request per query.
         active = self.store.active(max_age=POINTER_MAX_AGE)
@@ -47,26 +49,46 @@ class Retriever:
             self._reader = reader
         return self._reader
 
-    def anchor(self, question: str, hits: list[ScoredChunk]) -> list[ScoredChunk]:
-        """``hits`` and, for each term of the question they miss, the best passage that mentions it."""
-        reader = self._current()
-        return anchor(question, hits, reader, reader.lexical) if reader else hits
+    def check_scope(self, scope: Scope) -> None:
+        """Raise ``UnknownScope`` (listing the knowledge bases) unless the index holds passages in ``scope``."""
+        if not scope:
+            return
+        reader = self.current()
+        if reader is None:
+            raise UnknownScope(
+                "Nothing is indexed yet, so no folder can be asked: build the knowledge base (Rebuild knowledge base "
+                "in the app, or `python -m crag index`), or leave the scope out."
+            )
+        reader.scoped(scope, self.settings.files_dir)
 
-    def term_stats(self) -> IndexReader | None:
-        """Document frequencies of the index that answers now (None when nothing is built)."""
+    def anchor(self, question: str, hits: list[ScoredChunk], scope: Scope = EVERYTHING) -> list[ScoredChunk]:
+        """``hits`` and, for each term of the question they miss, the best passage of the scope that mentions it."""
+        reader = self.current()
+        if reader is None:
+            return hits
+        return anchor(question, hits, reader.stats(scope), lambda query, n: reader.lexical(query, n, scope))
+
+    def term_stats(self, scope: Scope = EVERYTHING) -> TermStats | None:
+        """Document frequencies of the scope in the index that answers now (None when nothing is built)."""
         try:
-            return self._current()
+            reader = self.current()
         except RebuildNeeded:
             return None
+        return reader.stats(scope) if reader else None
 
-    def file_languages(self) -> dict[str, str]:
-        """Each indexed file's language (empty when nothing is built)."""
-        reader = self.term_stats()
-        return reader.file_languages() if reader else {}
+    def file_languages(self, scope: Scope = EVERYTHING) -> dict[str, str]:
+        """Each indexed file's language, of the scope's files (empty when nothing is built)."""
+        try:
+            reader = self.current()
+        except RebuildNeeded:
+            return {}
+        return reader.file_languages(scope) if reader else {}
 
-    def retrieve(self, question: str, k: int, mode: Mode = "hybrid") -> list[ScoredChunk]:
-        reader = self._current()
+    def retrieve(self, question: str, k: int, mode: Mode = "hybrid", scope: Scope = EVERYTHING) -> list[ScoredChunk]:
+        """The top ``k`` chunks of the scope (every chunk by default), filtered before the top k."""
+        reader = self.current()
         if reader is None:
+            self.check_scope(scope)  # a scope of an index that has nothing yet is refused, and says why
             return []
         mode = "lexical" if self.missing else mode
         vector = self.embedder.embed([question])[0] if mode != "lexical" else None
@@ -74,15 +96,15 @@ class Retriever:
         # the non-Chinese part of the question (names, code, Latin terms).
         weight = 1.0 if self.embedder.multilingual else 1.0 - cjk_share(question)
         try:
-            hits = reader.search(question, vector, k, mode, dense_weight=weight)
+            hits = reader.search(question, vector, k, mode, weight, scope)
         except Exception:
             # A rebuild may swap generations and drop the old one between our check and our query:
             # then the new generation answers. Any other failure is real. The pointer is read afresh.
             active = self.store.active()
             if active is None or active.id == reader.generation.id:
                 raise
-            reader = self._current()
-            hits = reader.search(question, vector, k, mode, dense_weight=weight)
+            reader = self.current()
+            hits = reader.search(question, vector, k, mode, weight, scope)
         if hits and not self.missing:
             # Grading embeds what was indexed, and the index has those vectors already. Only a saving: a
             # generation swapped out meanwhile just means they are embedded again.

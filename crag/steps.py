@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from crag.config import Settings
+from crag.scope import EVERYTHING, Scope
 from crag.store import Mode
 from crag.types import Action, ScoredChunk, Strip, TermCheck, WebResult
 
@@ -74,6 +75,7 @@ class Options:
     evaluator: str  # auto | llm | similarity
     retrieval_mode: Mode
     answer_mode: str  # auto | evidence | generated
+    scope: Scope = EVERYTHING  # where the question is asked: folders or files under the files folder
 
     @classmethod
     def from_settings(cls, s: Settings) -> Options:

@@ -169,6 +169,8 @@ class Trace:
     hint: str = ""  # what the user could do for a better answer, shown under it
     # What a written answer states (names, identifiers, numbers) that neither its sources nor the question mention
     unsupported: tuple[str, ...] = ()
+    # Where the question was asked: folders and files relative to the files folder; empty for every document
+    scope: tuple[str, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
     llm_calls: int = 0
     llm_calls_before_answer: int = 0

@@ -57,6 +57,33 @@ def settings(tmp_path: Path, closed_port_url: str) -> Settings:
     )
 
 
+@pytest.fixture(scope="session")
+def scoped_kb(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """Real PDFs in folders (tests/pdfs.py ``folders_of_pdfs``), indexed with the packaged MiniLM; then a folder
+    ``pending`` added, not indexed. The embedded backend, web search off: answers are quoted evidence."""
+    from crag.ingest import sync
+    from crag.models import LocalEmbedder
+    from tests.pdfs import folders_of_pdfs, manual_pdf
+
+    root = tmp_path_factory.mktemp("scoped")
+    files = root / "Files"
+    files.mkdir()
+    folders_of_pdfs(files)
+    settings = load_settings(
+        files_dir=files,
+        chroma_dir=root / "db",
+        parser="pymupdf",
+        embed_backend="local",
+        llm_backend="embedded",
+        web_search=False,
+        ollama_url=f"http://127.0.0.1:{free_port()}",
+    )
+    sync(settings, LocalEmbedder())
+    (files / "pending").mkdir()
+    manual_pdf(files / "pending" / "later.pdf", topic="later")
+    return settings
+
+
 @pytest.fixture
 def files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, closed_port_url: str) -> Iterator[Path]:
     """The app's folders in tmp_path, Ollama on a closed port (auto falls back to the embedded backend),

@@ -17,9 +17,10 @@ from crag.evaluator import Evaluator, Grade, Grading, SimilarityEvaluator, Usage
 from crag.models import BackendInfo, Embedder, EmbedderUnavailable
 from crag.pipeline import Pipeline
 from crag.retriever import anchor
+from crag.scope import EVERYTHING, Scope, resolve
 from crag.terms import Vocabulary
 from crag.text import document_language, lexical_tokens
-from crag.types import Chunk, ScoredChunk, WebResult
+from crag.types import Chunk, FileResult, ScoredChunk, WebResult
 from crag.websearch import Searcher, WebSearchUnavailable
 
 
@@ -51,24 +52,33 @@ class FakeRetriever:
     missing: EmbedderUnavailable | None = None  # the index's embedder, when it cannot be had
     lexical_only: str = ""
 
-    def retrieve(self, question: str, k: int, mode: str = "hybrid") -> list[ScoredChunk]:
+    def retrieve(self, question: str, k: int, mode: str = "hybrid", scope: Scope = EVERYTHING) -> list[ScoredChunk]:
         self.asked.append(question)
-        return [ScoredChunk(c, 1.0 / (i + 1)) for i, c in enumerate(self.chunks[:k])]
+        return [ScoredChunk(c, 1.0 / (i + 1)) for i, c in enumerate(self.held(scope)[:k])]
 
-    def term_stats(self) -> FakeStats:
-        return FakeStats([c.text for c in self.chunks])
+    def held(self, scope: Scope = EVERYTHING) -> list[Chunk]:
+        return [c for c in self.chunks if scope.holds(c.file)]
 
-    def anchor(self, question: str, hits: list[ScoredChunk]) -> list[ScoredChunk]:
-        return anchor(question, hits, self.term_stats(), self.lexical)
+    def check_scope(self, scope: Scope) -> None:
+        """As the index checks a scope: against its files (here, the chunks' files)."""
+        if scope:
+            files = {c.file for c in self.chunks}
+            resolve(scope, [FileResult(f, "indexed", chunks=1) for f in sorted(files)])
 
-    def file_languages(self) -> dict[str, str]:
-        files = {c.file for c in self.chunks}
-        return {f: document_language([c.text for c in self.chunks if c.file == f]) for f in files}
+    def term_stats(self, scope: Scope = EVERYTHING) -> FakeStats:
+        return FakeStats([c.text for c in self.held(scope)])
 
-    def lexical(self, query: str, n: int) -> list[ScoredChunk]:
-        """Every chunk, those sharing most words with the query first."""
+    def anchor(self, question: str, hits: list[ScoredChunk], scope: Scope = EVERYTHING) -> list[ScoredChunk]:
+        return anchor(question, hits, self.term_stats(scope), lambda query, n: self.lexical(query, n, scope))
+
+    def file_languages(self, scope: Scope = EVERYTHING) -> dict[str, str]:
+        held = self.held(scope)
+        return {f: document_language([c.text for c in held if c.file == f]) for f in {c.file for c in held}}
+
+    def lexical(self, query: str, n: int, scope: Scope = EVERYTHING) -> list[ScoredChunk]:
+        """Every chunk of the scope, those sharing most words with the query first."""
         words = set(lexical_tokens(query))
-        ranked = sorted(self.chunks, key=lambda c: -len(words & set(lexical_tokens(c.text))))
+        ranked = sorted(self.held(scope), key=lambda c: -len(words & set(lexical_tokens(c.text))))
         return [ScoredChunk(c, 0.0) for c in ranked[:n]]
 
 

@@ -162,3 +162,20 @@ def mixed_scan_pdf(path: Path) -> Path:
     for temp in (text, source, scan, rotated, turned):
         temp.unlink()
     return path
+
+
+def folders_of_pdfs(files: Path) -> dict[str, str]:
+    """Real PDFs in folders, English and Chinese: two folders (one with two subfolders) and the top level. Each
+    manual is about its own topic, so a passage tells its file. Returns file -> topic."""
+    layout = {
+        "widget.pdf": ("widget", False),
+        "projects/gadget.pdf": ("gadget", False),
+        "projects/alpha/zorblax.pdf": ("Zorblax", False),
+        "projects/beta/sprocket.pdf": ("sprocket", False),
+        "courses/部件.pdf": ("部件", True),
+        "courses/齿轮.pdf": ("齿轮", True),
+    }
+    for name, (topic, chinese) in layout.items():
+        (files / name).parent.mkdir(parents=True, exist_ok=True)
+        manual_pdf(files / name, topic=topic, chinese=chinese)
+    return {name: topic for name, (topic, _) in layout.items()}

@@ -128,7 +128,7 @@ def test_backend_down_is_503_and_retried(settings: Settings, closed_port_url: st
 class RebuildRetriever:
     embedder = HashEmbedder()
 
-    def retrieve(self, question: str, k: int, mode: str = "hybrid"):
+    def retrieve(self, question: str, k: int, mode: str = "hybrid", scope=None):
         raise RebuildNeeded("The index was built with another embedder: rebuild the knowledge base.")
 
 
@@ -143,7 +143,7 @@ def test_index_needing_a_rebuild_is_409(settings: Settings) -> None:
 class BrokenRetriever:
     embedder = HashEmbedder()
 
-    def retrieve(self, question: str, k: int, mode: str = "hybrid"):
+    def retrieve(self, question: str, k: int, mode: str = "hybrid", scope=None):
         raise RuntimeError("boom at /home/alice/secret-path")
 
 
@@ -323,6 +323,7 @@ def test_openapi_docs(client: TestClient) -> None:
         "/index/{job}",
         "/health",
         "/files",
+        "/scopes",
         "/v1/models",
         "/v1/models/{model}",
         "/v1/chat/completions",

@@ -176,13 +176,14 @@ OPERATIONS = [
     ("GET", "/index/{job}"),
     ("GET", "/health"),
     ("GET", "/files"),
+    ("GET", "/scopes"),
     ("GET", "/v1/models"),
     ("GET", "/v1/models/{model}"),
     ("POST", "/v1/chat/completions"),
 ]
 POSITIVE, NEGATIVE = GenerationMode.POSITIVE, GenerationMode.NEGATIVE
 # Negative data needs a constraint to break: only the request bodies have one (a path parameter
-# is any string; /health, /files and /v1/models take nothing).
+# is any string; /health, /files, /scopes and /v1/models take nothing).
 BODIES = ["/ask", "/index", "/v1/chat/completions"]
 FUZZ = [(m, p, POSITIVE) for m, p in OPERATIONS] + [("POST", p, NEGATIVE) for p in BODIES]
 FUZZ_EXAMPLES = 25  # per operation and mode: bounded, so `make test` stays quick

@@ -421,7 +421,7 @@ def test_a_model_failure_mid_answer_keeps_the_page_and_the_partial_text(
 
 def test_an_error_before_the_answer_keeps_the_history(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
     class NeedsRebuild(fakes.FakeRetriever):
-        def retrieve(self, question, k, mode="hybrid"):
+        def retrieve(self, question, k, mode="hybrid", scope=None):
             raise RebuildNeeded("Rebuild needed: the index was built with other embeddings. Run a full rebuild.")
 
     def from_settings(cls, settings):

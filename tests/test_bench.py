@@ -41,3 +41,14 @@ def test_quick_bench_writes_results_report_and_plots(tmp_path: Path, real_models
     report = (out / "report.md").read_text()
     assert "seed-style" in report and "hit@5" in report and "Machine:" in report
     assert "time to first token" in summary(results)
+
+
+def test_the_scope_benchmark_files_passages_in_folders_of_known_shares() -> None:
+    from crag.bench.scope import DOC, SCOPES, folder
+
+    size = 10_000
+    folders = [folder(row, size) for row in range(size)]
+    assert folders.count("g0/s00") == size // 100 and sum(f.startswith("g0/") for f in folders) == size // 10
+    for start in range(0, size, DOC):  # a document's passages share one folder
+        assert len(set(folders[start : start + DOC])) == 1
+    assert SCOPES["100 %"] == sorted({f.split("/")[0] for f in folders})

@@ -13,11 +13,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("CRAG_") and k != "OLLAMA_HOST"}
     full_env |= {"PYTHONPATH": str(ROOT)} | env
     return subprocess.run(
-        [sys.executable, "-m", "crag", *args], capture_output=True, text=True, env=full_env, timeout=300
+        [sys.executable, "-m", "crag", *args], capture_output=True, text=True, env=full_env, timeout=300, cwd=cwd
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 from crag.conversations import Conversations, title_of
@@ -137,3 +138,31 @@ def test_an_update_can_keep_the_error_a_message_has(tmp_path: Path) -> None:
     assert (message.content, message.error) == ("The widget needs", "You stopped this answer.")
     store.update(reply, "The widget needs two cores.", complete=True)  # without keep_error: rewritten whole
     assert store.messages(conversation.id)[0].error == ""
+
+
+def test_a_conversation_keeps_its_scope_and_each_answer_where_it_was_asked(tmp_path: Path) -> None:
+    path = tmp_path / "conversations.sqlite3"
+    store = Conversations(path)
+    chat = store.create("Widget memory", scope=["projects/alpha"])
+    asked = replace(answer(), trace=replace(answer().trace, scope=("projects/alpha",)))
+    store.add(chat.id, "assistant", asked.text, asked)
+    store.set_scope(chat.id, ["projects", "手册/中文.pdf"])  # from the next question on
+
+    reopened = Conversations(path)
+    assert reopened.get(chat.id).scope == ("projects", "手册/中文.pdf")
+    assert [c.scope for c in reopened.list()] == [("projects", "手册/中文.pdf")]
+    assert reopened.messages(chat.id)[0].answer.trace.scope == ("projects/alpha",)
+    assert store.create("Everything").scope == () and Conversations(path).list()[0].scope == ()
+
+
+def test_a_store_without_scopes_gains_them_and_its_chats_ask_everything(tmp_path: Path) -> None:
+    path = tmp_path / "conversations.sqlite3"
+    with sqlite3.connect(path) as db:  # as a version before scopes wrote it
+        db.execute("CREATE TABLE conversations (id TEXT PRIMARY KEY, title TEXT NOT NULL, created REAL NOT NULL, "
+                   "updated REAL NOT NULL)")  # fmt: skip
+        db.execute("INSERT INTO conversations VALUES ('old', 'An old chat', 1.0, 2.0)")
+    db.close()
+    store = Conversations(path)
+    assert store.get("old").scope == () and store.get("old").title == "An old chat"
+    store.set_scope("old", ["courses"])
+    assert Conversations(path).get("old").scope == ("courses",)

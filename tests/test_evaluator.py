@@ -30,7 +30,7 @@ def settings(tmp_path):
 def test_a_term_elsewhere_in_the_documents_caps_below_correct(settings) -> None:
     pages = [chunk(GHOSTSCRIPT), chunk("Fonts are embedded with -dEmbedAllFonts=true.", n=1)]
     p = pipeline(settings, pages[:1], [0.9], backend="embedded")
-    p.retriever.term_stats = lambda: FakeStats([c.text for c in pages])  # the index knows both pages
+    p.retriever.term_stats = lambda scope=None: FakeStats([c.text for c in pages])  # the index knows both pages
     answer = p.ask("How do I use -dEmbedAllFonts=true with pdfwrite?", web=False)
     assert answer.trace.terms.missing == ("dEmbedAllFonts",) and answer.trace.terms.unknown == ()
     assert answer.action is Action.AMBIGUOUS

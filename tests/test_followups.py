@@ -255,7 +255,7 @@ def test_a_name_found_only_with_the_words_of_the_question_before_does_not_vouch_
     evaluator = PassageEvaluator({"rm(": -0.9, "备份": 0.9})
     p = pipeline(settings, [on_r, backups], [0.0, 0.0], evaluator=evaluator, backend="embedded")
     question = "R 里怎么删除所有的对象？"
-    p.retriever.retrieve = lambda q, k, mode="hybrid": (
+    p.retriever.retrieve = lambda q, k, mode="hybrid", scope=None: (
         [ScoredChunk(backups, 1.0)]
         if q == question
         else [

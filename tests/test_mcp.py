@@ -123,15 +123,23 @@ def test_a_web_source_is_cited_by_its_url(settings: Settings) -> None:
 # Errors: tool errors with the messages users see
 
 
-def test_a_scope_is_a_tool_error_until_folders_are_knowledge_bases(settings: Settings) -> None:
-    fake = pipeline(settings, [chunk(DOC)], [0.9])
-    for tool, arguments in (
-        ("search", {"question": QUESTION}),
-        ("ask", {"question": QUESTION}),
-        ("list_documents", {}),
-    ):
-        result = call(fake, settings, tool, scope=["projects/alpha"], **arguments)
-        assert result.is_error and "Scopes arrive with folders as knowledge bases" in result.content[0].text
+def test_a_scoped_call_searches_and_lists_only_the_scope(settings: Settings) -> None:
+    fake = pipeline(settings, [chunk(DOC, n=0), chunk(OTHER, "projects/alpha/gadget.pdf", n=1)], [0.9, 0.9])
+    found = call(fake, settings, "search", question=QUESTION, scope=["projects/alpha"])
+    assert not found.is_error and found.structured_content["scope"] == ["projects/alpha"]
+    assert [p["file"] for p in found.structured_content["passages"]] == ["projects/alpha/gadget.pdf"]
+    assert "CRAG action in `projects/alpha`:" in found.content[0].text
+    asked = call(fake, settings, "ask", question=QUESTION, scope=["projects/alpha"])
+    assert asked.structured_content["scope"] == ["projects/alpha"]
+    assert {s["file"] for s in asked.structured_content["sources"]} == {"projects/alpha/gadget.pdf"}
+
+
+def test_an_unknown_scope_is_a_tool_error_that_lists_the_folders(settings: Settings) -> None:
+    fake = pipeline(settings, [chunk(DOC, n=0), chunk(OTHER, "projects/alpha/gadget.pdf", n=1)], [0.9, 0.9])
+    for tool, arguments in (("search", {"question": QUESTION}), ("ask", {"question": QUESTION})):
+        result = call(fake, settings, tool, scope=["projects/beta"], **arguments)
+        assert result.is_error and "No folder or file “projects/beta”" in result.content[0].text
+        assert "`projects/alpha` (1 file)" in result.content[0].text
     assert fake.retriever.asked == []
 
 

@@ -77,6 +77,8 @@ async def every_tool(client: Client) -> dict[str, Any]:
     seen["ask"] = await client.call_tool("ask", {"question": QUESTION})
     seen["documents"] = await client.call_tool("list_documents", {})
     seen["scoped"] = await client.call_tool("search", {"question": QUESTION, "scope": ["projects"]})
+    seen["scoped_documents"] = await client.call_tool("list_documents", {"scope": ["projects"]})
+    seen["bad_scope"] = await client.call_tool("ask", {"question": QUESTION, "scope": ["projects/beta"]})
     cited = seen["ask"].structured_content["citations"][0]
     seen["page"] = await client.read_resource(cited["uri"])
     seen["resources"] = (await client.list_resources()).resources
@@ -118,8 +120,13 @@ def check(seen: dict[str, Any]) -> None:
     assert {f["folder"]: f["files"] for f in documents["folders"]} == {"": 1, "projects": 1}
     assert all(f["status"] == "indexed" and f["pages"] == 2 and f["chunks"] > 0 for f in documents["files"])
 
-    scoped = seen["scoped"]
-    assert scoped.is_error and "Scopes arrive with folders as knowledge bases" in scoped.content[0].text
+    scoped = seen["scoped"].structured_content
+    assert scoped["scope"] == ["projects"] and scoped["passages"]
+    assert {p["file"] for p in scoped["passages"]} == {"projects/gadget.pdf"}
+    assert [f["file"] for f in seen["scoped_documents"].structured_content["files"]] == ["projects/gadget.pdf"]
+    bad = seen["bad_scope"]
+    assert bad.is_error and "No folder or file “projects/beta”" in bad.content[0].text
+    assert "`projects` (1 file)" in bad.content[0].text
 
     [page] = seen["page"].contents
     assert page.text.startswith(f"## widget.pdf, page {cited['pages'][0]}") and "eight hundred megabytes" in page.text

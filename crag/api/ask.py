@@ -36,6 +36,7 @@ def ask_router(service: Service) -> APIRouter:
                 "`error` (this object with `complete: false` and `error`).",
                 "content": {"text/event-stream": {"schema": {"type": "string"}}},
             },
+            400: {"model": ErrorOut, "description": "The scope names no folder or file of the index (all listed)."},
             409: {"model": ErrorOut, "description": "The index must be rebuilt first."},
             **INVALID,
             503: {"model": ErrorOut, "description": "The chat backend is down or misconfigured."},
@@ -44,8 +45,9 @@ def ask_router(service: Service) -> APIRouter:
     def ask(req: AskRequest) -> Any:
         history = [(turn.role, turn.content) for turn in req.history]
         if req.stream:
-            return event_stream(_events(service.answering(req.question, history, req.web)))
-        return answer_json(service.answer(req.question, history, req.web), service.pipeline().backend)
+            return event_stream(_events(service.answering(req.question, history, req.web, req.scope or ())))
+        answer = service.answer(req.question, history, req.web, req.scope or ())
+        return answer_json(answer, service.pipeline().backend)
 
     return router
 

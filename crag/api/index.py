@@ -1,4 +1,5 @@
-"""``/index``: builds of the knowledge base, run as background jobs; ``/files``: what the index holds, per file."""
+"""``/index``: builds of the knowledge base, run as background jobs; ``/files``: what the index holds, per file;
+``/scopes``: its knowledge bases (folders), with their counts."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from crag.api.http import INVALID, ApiError, Json
-from crag.api.schemas import ErrorOut, FilesOut, IndexRequest, JobCreated, JobOut
+from crag.api.schemas import ErrorOut, FilesOut, IndexRequest, JobCreated, JobOut, ScopesOut
 from crag.api.service import Service
 
 
@@ -48,5 +49,14 @@ def index_router(service: Service) -> APIRouter:
     )
     def files() -> dict[str, Any]:
         return service.files()
+
+    @router.get(
+        "/scopes",
+        summary="The knowledge bases: folders of the files folder, with their counts",
+        response_model=ScopesOut,
+        responses={409: {"model": ErrorOut, "description": "The index is damaged: rebuild it."}},
+    )
+    def scopes() -> dict[str, Any]:
+        return service.scopes()
 
     return router

@@ -1,7 +1,9 @@
 """The OpenAI-compatible routes: ``GET /v1/models`` and ``POST /v1/chat/completions``, over the same pipeline.
 
 Any chat client that speaks OpenAI's API (Open WebUI, LibreChat, the ``openai`` SDK) can ask the knowledge base.
-The CRAG method is unchanged; only the envelope differs from ``POST /ask``:
+The models are ``crag-kb`` (every document) and ``crag-kb-noweb`` (never the web), and each of them with
+``/<folder>`` for one knowledge base: a client picks a knowledge base by picking a model. The CRAG method is
+unchanged; only the envelope differs from ``POST /ask``:
 
 - the last user message is the question, earlier user and assistant messages the history; system messages
   are not used (every client sends one, so they are noted in the trace rather than refused);
@@ -20,7 +22,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +45,7 @@ from crag.api.service import Answering, Service
 from crag.contract import AnswerOut, citations
 from crag.errors import CragError
 from crag.models import BackendInfo
+from crag.scope import TOP_LEVEL, KnowledgeBase, unknown_scope
 from crag.text import clean_question, pages_label, strip_invisible
 from crag.types import Answer, Source
 
@@ -65,6 +68,10 @@ class Asked:
     web: bool | None
     include_usage: bool
     notes: tuple[str, ...]  # what of the request was not used, for the trace
+    scope: tuple[str, ...] = ()  # the knowledge base a `crag-kb/<folder>` model asks
+
+
+Known = Callable[[], Sequence[KnowledgeBase]]  # the knowledge bases of the index that answers
 
 
 def openai_router(service: Service) -> APIRouter:
@@ -72,20 +79,23 @@ def openai_router(service: Service) -> APIRouter:
     router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])
     created = int(time.time())
 
-    @router.get("/models", summary="The knowledge base, as OpenAI models", response_model=ModelList)
+    @router.get(
+        "/models", summary="The knowledge base and each folder of it, as OpenAI models", response_model=ModelList
+    )
     def models() -> dict[str, Any]:
-        return {"object": "list", "data": [_card(name, created) for name in MODELS]}
+        return {"object": "list", "data": model_cards(service, created)}
 
     # "4XX" rather than 404 alone, or FastAPI would document a 422 that a string path parameter never gets.
     @router.get(
-        "/models/{model}",
+        "/models/{model:path}",
         summary="One model",
         response_model=ModelCard,
         responses={"4XX": {"model": OpenAIError, "description": "No such model (code model_not_found)."}},
     )
     def model(model: str) -> dict[str, Any]:
-        _check_model(model)
-        return _card(model, created)
+        _, scope = model_scope(model, service.knowledge_bases)
+        kb = next((kb for kb in service.knowledge_bases() if (kb.name,) == scope), None) if scope else None
+        return _card(model, created, kb)
 
     @router.post(
         "/chat/completions",
@@ -109,34 +119,57 @@ def openai_router(service: Service) -> APIRouter:
         },
     )
     def chat_completions(req: ChatRequest) -> Any:
-        asked = read_request(req)
+        asked = read_request(req, service.knowledge_bases)
         if req.stream:
-            return event_stream(_chunks(service.answering(asked.question, asked.history, asked.web), asked))
-        answer = service.answer(asked.question, asked.history, asked.web)
+            answering = service.answering(asked.question, asked.history, asked.web, asked.scope)
+            return event_stream(_chunks(answering, asked))
+        answer = service.answer(asked.question, asked.history, asked.web, asked.scope)
         return completion(answer, service.pipeline().backend, asked)
 
     return router
 
 
-def _card(name: str, created: int) -> dict[str, Any]:
-    return {
-        "id": name,
-        "object": "model",
-        "created": created,
-        "owned_by": "crag",
-        "description": MODEL_DESCRIPTIONS[name],
-    }
+def model_cards(service: Service, created: int) -> list[dict[str, Any]]:
+    """`crag-kb` and `crag-kb-noweb`, then each of them per knowledge base, once the files folder has folders."""
+    try:
+        kbs = service.knowledge_bases()
+    except (ApiError, CragError):  # an index that cannot be read: its folders are not models until rebuilt
+        kbs = []
+    if [kb.name for kb in kbs] == [TOP_LEVEL]:  # no folders: the top level is every document, as `crag-kb`
+        kbs = []
+    cards = [_card(name, created) for name in MODELS]
+    return cards + [_card(f"{name}/{kb.name}", created, kb) for name in MODELS for kb in kbs]
 
 
-def _check_model(name: str) -> None:
-    if name not in MODELS:
-        known = " or ".join(f"`{m}`" for m in MODELS)
+def _card(name: str, created: int, kb: KnowledgeBase | None = None) -> dict[str, Any]:
+    description = MODEL_DESCRIPTIONS[name.partition("/")[0]]
+    if kb is not None:
+        description = f"Only the {kb.files} document{'' if kb.files == 1 else 's'} in `{kb.name}`. " + description
+    return {"id": name, "object": "model", "created": created, "owned_by": "crag", "description": description}
+
+
+def model_scope(name: str, known: Known) -> tuple[bool | None, tuple[str, ...]]:
+    """The web-search override and the scope a model asks: `crag-kb` every document, `crag-kb/<folder>` one
+    knowledge base. Any other name is a 404 that lists what exists."""
+    if name in MODELS:
+        return MODELS[name], ()
+    base, _, folder = name.partition("/")
+    if base in MODELS and folder:
+        kbs = known()
+        if folder in {kb.name for kb in kbs}:
+            return MODELS[base], (folder,)
+        why = unknown_scope([folder], kbs)
         raise ApiError(
-            404,
-            f"The model `{name[:80]}` does not exist here: use {known} (GET /v1/models lists them).",
-            code="model_not_found",
-            param="model",
+            404, f"The model `{name[:200]}` does not exist here. {why}", code="model_not_found", param="model"
         )
+    models = " or ".join(f"`{m}`" for m in MODELS)
+    raise ApiError(
+        404,
+        f"The model `{name[:80]}` does not exist here: use {models}, or one of them with `/<folder>` for one "
+        "knowledge base (GET /v1/models lists them).",
+        code="model_not_found",
+        param="model",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,10 +233,11 @@ def _text(message: ChatMessage, param: str, strict: bool, notes: list[str]) -> s
     return "\n".join(texts)
 
 
-def read_request(req: ChatRequest) -> Asked:
+def read_request(req: ChatRequest, known: Known = list) -> Asked:
     """The question, the history and the options of a chat request; a 4xx with the reason for what cannot be
-    answered. Runs before any stream starts, so a bad request is an error status, not a broken stream."""
-    _check_model(req.model)
+    answered. Runs before any stream starts, so a bad request is an error status, not a broken stream. ``known``:
+    the knowledge bases, asked only for a `crag-kb/<folder>` model."""
+    web, scope = model_scope(req.model, known)
     _refuse_unsupported(req)
     notes: list[str] = []
     last = len(req.messages) - 1
@@ -250,7 +284,7 @@ def read_request(req: ChatRequest) -> Asked:
         shown = ", ".join(ignored[:10]) + (", ..." if len(ignored) > 10 else "")
         notes.append(f"ignored (the knowledge base answers with its own settings): {shown}")
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    return Asked(req.model, question, tuple(history), MODELS[req.model], include_usage, tuple(dict.fromkeys(notes)))
+    return Asked(req.model, question, tuple(history), web, include_usage, tuple(dict.fromkeys(notes)), scope)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -82,7 +82,8 @@ class ChatRequest(_Open):
     model: str = Field(
         max_length=256,
         json_schema_extra={"enum": list(MODELS)},
-        description="`crag-kb`, or `crag-kb-noweb` for documents only. GET /v1/models lists them.",
+        description="`crag-kb`, or `crag-kb-noweb` for documents only; `crag-kb/<folder>` and `crag-kb-noweb/<folder>` "
+        "ask one knowledge base (a folder of the files folder). GET /v1/models lists them.",
     )
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     stream: bool | None = Field(

@@ -11,6 +11,8 @@ from crag.text import MAX_QUESTION_CHARS, clean_question, strip_invisible
 
 MAX_TURN = 20_000  # characters of one history turn (an earlier answer can be long; the pipeline cuts it)
 MAX_TURNS = 50
+MAX_SCOPE_PATHS = 100
+MAX_SCOPE_PATH = 1_000  # characters of one folder or file path
 
 
 def _clean(text: str) -> str:
@@ -47,6 +49,7 @@ class AskRequest(BaseModel):
                     "web": False,
                     "stream": True,
                 },
+                {"question": "How much memory does the widget need?", "scope": ["projects/alpha"]},
             ]
         },
     )
@@ -62,6 +65,13 @@ class AskRequest(BaseModel):
     )
     web: bool | None = Field(
         None, description="Search the web when local knowledge falls short; unset: CRAG_WEB_SEARCH."
+    )
+    scope: list[Annotated[str, Field(max_length=MAX_SCOPE_PATH)]] | None = Field(
+        None,
+        max_length=MAX_SCOPE_PATHS,
+        description="Folders (knowledge bases) and files to ask, relative to the files folder: a folder holds its "
+        "subfolders, and `(top level)` is the PDFs directly in it. Unset or empty: every document. GET /scopes "
+        "lists the folders; an unknown one is a 400 that lists them too.",
     )
     stream: bool = Field(False, description="Answer with Server-Sent Events: stage, token, then done (or error).")
 
@@ -143,6 +153,20 @@ class ManifestEntry(BaseModel):
     hash: str = ""
     parser: str = ""
     parser_version: str = ""
+
+
+class ScopeOut(BaseModel):
+    name: str = Field(
+        description="The folder, relative to the files folder; `(top level)` for the PDFs directly in it."
+    )
+    files: int = Field(description="Documents the index holds passages of, its subfolders' included.")
+    chunks: int = Field(description="Their passages.")
+    other: int = Field(description="Documents the build failed on or skipped.")
+
+
+class ScopesOut(BaseModel):
+    generation: str | None = Field(description="The index generation that answers; null when none is built.")
+    scopes: list[ScopeOut] = Field(description="Every knowledge base, `(top level)` first, then by name.")
 
 
 class FilesOut(BaseModel):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import suppress
 from dataclasses import asdict, replace
 from typing import Any
@@ -19,8 +19,9 @@ from crag.followups import History
 from crag.jobs import Builds
 from crag.models import BackendInfo, Embedder, close_event_loop, embedded_gguf_path, ollama_health, resolve_backend
 from crag.pipeline import Pipeline
+from crag.scope import KnowledgeBase, knowledge_bases
 from crag.store import RebuildNeeded, open_store
-from crag.types import Answer, Trace
+from crag.types import Answer, FileResult, Trace
 
 log = logging.getLogger("crag.api")
 
@@ -38,10 +39,14 @@ class Answering:
     """An answer in the making. The question is checked here, before any response starts (a bad one is a 4xx, not
     a stream); the answer is made by a worker thread once ``events`` is iterated."""
 
-    def __init__(self, pipeline: Pipeline, question: str, history: History, web: bool | None) -> None:
+    def __init__(
+        self, pipeline: Pipeline, question: str, history: History, web: bool | None, scope: Sequence[str] = ()
+    ) -> None:
         self.backend = pipeline.backend
         self._put: Callable[[Event | None], None] = lambda item: None
-        self._stream = pipeline.stream(question, history, on_step=lambda stage: self._put(("stage", stage)), web=web)
+        self._stream = pipeline.stream(
+            question, history, on_step=lambda stage: self._put(("stage", stage)), web=web, scope=scope
+        )
 
     async def events(self) -> AsyncIterator[Event]:
         """Stages as they happen, tokens, then the end. Leaving it early (a client gone) ends the model's stream."""
@@ -72,7 +77,7 @@ class Answering:
                     put(("token", delta))
             put(("end", for_client(stream.answer)))
         except Exception as exc:  # noqa: BLE001 - reported to the client as the end of the answer
-            put(("end", partial(stream.question, stream.text, self.backend, exc)))
+            put(("end", partial(stream.question, stream.text, self.backend, exc, stream.options.scope.paths)))
         finally:
             put(None)
             close_event_loop()  # the loop this thread's model calls made: the thread ends here
@@ -115,13 +120,15 @@ class Service:
 
     # ---- /ask, /v1/chat/completions
 
-    def answer(self, question: str, history: History, web: bool | None) -> Answer:
-        """One answer, whole: what /ask and /v1/chat/completions send when they do not stream."""
-        return for_client(self.pipeline().ask(question, history, web=web))
+    def answer(self, question: str, history: History, web: bool | None, scope: Sequence[str] = ()) -> Answer:
+        """One answer, whole: what /ask and /v1/chat/completions send when they do not stream. ``scope``: folders
+        and files to ask (none: every document); an unknown one raises ``UnknownScope``, a 400."""
+        return for_client(self.pipeline().ask(question, history, web=web, scope=scope))
 
-    def answering(self, question: str, history: History, web: bool | None) -> Answering:
-        """One answer as events. The pipeline is loaded here, so a backend that is down is a 503, not a stream."""
-        return Answering(self.pipeline(), question, history, web)
+    def answering(self, question: str, history: History, web: bool | None, scope: Sequence[str] = ()) -> Answering:
+        """One answer as events. The pipeline is loaded and the scope checked here, so a backend that is down is a
+        503 and an unknown scope a 400, not a stream."""
+        return Answering(self.pipeline(), question, history, web, scope)
 
     # ---- /health, /files
 
@@ -175,13 +182,23 @@ class Service:
         ).model_dump()
 
     def files(self) -> dict[str, Any]:
+        generation, manifest = self.manifest()
+        return {"generation": generation, "files": [asdict(m) for m in manifest]}
+
+    def scopes(self) -> dict[str, Any]:
+        """The knowledge bases: every folder of the index's files, and the files at the top, with their counts."""
+        generation, manifest = self.manifest()
+        return {"generation": generation, "scopes": [asdict(kb) for kb in knowledge_bases(manifest)]}
+
+    def knowledge_bases(self) -> list[KnowledgeBase]:
+        return knowledge_bases(self.manifest()[1])
+
+    def manifest(self) -> tuple[str | None, list[FileResult]]:
+        """The generation that answers (None when nothing is built) and its manifest."""
         store = open_store(self.settings)
         try:
             gen = store.active()
-            return {
-                "generation": gen.id if gen else None,
-                "files": [asdict(m) for m in store.manifest()] if gen else [],
-            }
+            return (gen.id, store.manifest()) if gen else (None, [])
         except (OSError, ValueError) as exc:  # a manifest that is missing or not JSON
             raise ApiError(409, unreadable(self.settings, exc)) from None
 
@@ -202,12 +219,12 @@ def for_client(answer: Answer) -> Answer:
     return replace(answer, error=INCOMPLETE)
 
 
-def partial(question: str, text: str, backend: BackendInfo, exc: Exception) -> Answer:
+def partial(question: str, text: str, backend: BackendInfo, exc: Exception, scope: tuple[str, ...] = ()) -> Answer:
     """The answer so far, marked incomplete, with the error: what a stream ends with when the pipeline raised."""
     if isinstance(exc, CragError):
         message = str(exc)
     else:
         log.error("answer failed mid-stream", exc_info=exc)
         message = f"The answer stopped early ({type(exc).__name__}); see the server log, then ask again."
-    trace = Trace(question=question, standalone_question=question)
+    trace = Trace(question=question, standalone_question=question, scope=scope)
     return Answer(text.strip(), backend.name, backend.model, (), trace, complete=False, error=message)

@@ -1,8 +1,8 @@
 """What the MCP tools and resources ask of the core: graded evidence, answers, the documents and their pages.
 
-Every answer is one ``Pipeline.ask``, the call the CLI and the API make; the scope of a call is resolved in one
-place, ``scoped``. Failures meant for the user are ``CragError``s with the messages the app shows; the server turns
-them into tool errors.
+Every answer is one ``Pipeline.ask``, the call the CLI and the API make, with the tool's scope (folders or files of
+the files folder) checked by the core as for them. Failures meant for the user are ``CragError``s with the messages
+the app shows (an unknown scope lists the knowledge bases); the server turns them into tool errors.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from crag.followups import History
 from crag.ingest.pymupdf import clean, open_pdf, printed_pages
 from crag.models import close_event_loop
 from crag.pipeline import Pipeline
+from crag.scope import Scope, knowledge_bases, missing, unknown_scope
 from crag.store import Generation, open_store
 from crag.types import Answer, AnswerKind, FileResult
 
@@ -27,19 +28,6 @@ ForClient = Callable[[Answer], Answer]
 
 # Statuses of files the index holds passages of: their pages can be read as resources.
 HELD = ("indexed", "unchanged")
-
-
-class ScopeUnavailable(CragError):
-    """A scope was asked for where none can be resolved."""
-
-
-def scoped(scope: Sequence[str] | None) -> dict[str, object]:
-    """The pipeline options of a scope: the one place a tool's ``scope`` reaches the core."""
-    if scope:
-        raise ScopeUnavailable(
-            "Scopes arrive with folders as knowledge bases; until then leave `scope` out: every document is searched."
-        )
-    return {}
 
 
 @dataclass(frozen=True)
@@ -81,9 +69,8 @@ class Knowledge:
         return self._answer(question, scope, history)
 
     def _answer(self, question: str, scope: Sequence[str] | None, history: History, **options: object) -> Answer:
-        options |= scoped(scope)
         try:
-            answer = self.pipeline().ask(question, history, **options)
+            answer = self.pipeline().ask(question, history, scope=scope or (), **options)
         finally:
             close_event_loop()  # the loop this worker thread's model calls made, with what they left on it
         if answer.kind is AnswerKind.NO_ANSWER and answer.trace is not None and not answer.trace.retrieved:
@@ -95,7 +82,8 @@ class Knowledge:
     # ---- the documents and their pages
 
     def documents(self, scope: Sequence[str] | None) -> Documents:
-        scoped(scope)
+        """The files of the scope (every file without one); a scope the index does not hold is an error."""
+        wanted = Scope.of(scope)
         store = open_store(self.settings)
         try:
             generation = store.active()
@@ -105,7 +93,9 @@ class Knowledge:
                 f"The index in {self.settings.chroma_dir} cannot be read ({type(exc).__name__}): rebuild the "
                 "knowledge base (Rebuild knowledge base in the app, or `python -m crag index --rebuild`)."
             ) from None
-        return Documents(generation, tuple(f for f in manifest if f.status != "removed"))
+        if gone := missing(wanted, manifest):  # a folder whose files all failed is listed, with their reasons
+            raise unknown_scope(gone, knowledge_bases(manifest), self.settings.files_dir)
+        return Documents(generation, tuple(f for f in manifest if f.status != "removed" and wanted.holds(f.file)))
 
     def path(self, file: str) -> Path:
         """The PDF of an indexed document, or a ``CragError`` that says why it cannot be read."""

@@ -52,6 +52,7 @@ class SearchOut(BaseModel):
     """The graded evidence for a question. No model was called: the similarity evaluator grades."""
 
     question: str
+    scope: list[str] = Field(description="The folders and files searched; empty for every document.")
     action: str | None = Field(
         description="The CRAG action for the whole set: correct (a passage answers), ambiguous (some come "
         "close), incorrect (none does)."
@@ -83,13 +84,22 @@ def search_out(answer: Answer, printed: Printed) -> SearchOut:
     t = trace.terms
     terms = TermsOut(terms=list(t.terms), missing=list(t.missing), unknown=list(t.unknown))
     action = trace.action.value if trace.action else None
-    return SearchOut(question=trace.question, action=action, passages=passages, terms=terms, notes=list(trace.notes))
+    return SearchOut(
+        question=trace.question,
+        scope=list(trace.scope),
+        action=action,
+        passages=passages,
+        terms=terms,
+        notes=list(trace.notes),
+    )
 
 
 def search_text(out: SearchOut) -> str:
-    lines = [f"CRAG action: {out.action or 'none'} (graded without a model)."]
+    where = " in " + ", ".join(f"`{p}`" for p in out.scope) if out.scope else ""
+    lines = [f"CRAG action{where}: {out.action or 'none'} (graded without a model)."]
     if out.terms.unknown:
-        lines.append("Near miss: the documents never mention " + ", ".join(f"“{t}”" for t in out.terms.unknown) + ".")
+        unknown = ", ".join(f"“{t}”" for t in out.terms.unknown)
+        lines.append(f"Near miss: the documents{where} never mention {unknown}.")
     elif out.terms.missing:
         lines.append("Near miss: no passage found mentions " + ", ".join(f"“{t}”" for t in out.terms.missing) + ".")
     for p in out.passages:

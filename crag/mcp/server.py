@@ -55,7 +55,11 @@ Question = Annotated[
 ]
 Scope = Annotated[
     list[str] | None,
-    Field(description="Folders or files under the files folder to search in; leave it out for every document."),
+    Field(
+        description="Folders (knowledge bases) or files to search in, relative to the files folder: a folder holds its "
+        "subfolders, and `(top level)` is the PDFs directly in it. Leave it out for every document; "
+        "list_documents lists the folders."
+    ),
 ]
 
 

@@ -6,20 +6,26 @@ collection through its client, finishes a writer's ``commit`` and loads what a r
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
+from crag.scope import EVERYTHING, Scope, resolve
 from crag.store.common import Generation, Mode, RebuildNeeded, fuse, index_text, new_generation_id
 from crag.store.lexical import LexicalIndex
-from crag.terms import Vocabulary
+from crag.store.scoped import ScopeView, VectorCache
+from crag.terms import TermStats, Vocabulary
 from crag.text import document_language, lexical_tokens
 from crag.types import Chunk, FileResult, ScoredChunk
 
 WRITE_BATCH = 1000  # records per Chroma request; a server refuses batches over ~5000
+SCOPES_KEPT = 64  # resolved scopes a reader keeps (their rows and masks; the vectors are shared), at most
 
 
 @dataclass(frozen=True)
@@ -117,6 +123,7 @@ class IndexReader:
         self.generation = generation
         opened = store._open(generation)
         self.chunks, self.collection, self._bm25 = opened.chunks, opened.collection, opened.lexical
+        self.manifest = opened.manifest
         expected = {m.file: m.chunks for m in opened.manifest if m.status in ("indexed", "unchanged")}
         actual: dict[str, int] = {}
         for chunk in self.chunks:
@@ -140,6 +147,35 @@ class IndexReader:
         self._df: dict[str, int] | None = None
         self._vocabulary: Vocabulary | None = None
         self._languages: dict[str, str] | None = None
+        # Resolved scopes, the last asked last; None for a scope that holds every chunk (searched as unscoped).
+        self._views: OrderedDict[tuple[str, ...], ScopeView | None] = OrderedDict()
+        self._views_lock = threading.Lock()
+        self._vectors = VectorCache(self.chunks, self.vectors)
+
+    def scoped(self, scope: Scope, files_dir: Path | None = None) -> ScopeView | None:
+        """The scope resolved against this generation (``crag.scope.resolve`` raises for one it does not hold);
+        None for every document, or for a scope that holds every chunk. ``files_dir``: for the message of a folder
+        that is in the files folder but not indexed yet."""
+        if not scope:
+            return None
+        with self._views_lock:
+            if scope.paths in self._views:
+                self._views.move_to_end(scope.paths)
+                return self._views[scope.paths]
+        files = resolve(scope, self.manifest, files_dir)
+        rows = np.flatnonzero([chunk.file in files for chunk in self.chunks])
+        view = (
+            ScopeView(scope, files, rows, self.chunks, self._bm25, self._vectors) if len(rows) < self.n_docs else None
+        )
+        with self._views_lock:
+            self._views[scope.paths] = view
+            if len(self._views) > SCOPES_KEPT:
+                self._views.popitem(last=False)
+        return view
+
+    def stats(self, scope: Scope = EVERYTHING) -> TermStats:
+        """The term statistics of a scope: the near-miss check judges a question against its documents alone."""
+        return self.scoped(scope) or self
 
     def doc_frequency(self, token: str) -> int:
         """In how many chunks a lexical token occurs: the index's own IDF, read off the BM25 matrix."""
@@ -154,14 +190,15 @@ class IndexReader:
             self._vocabulary = Vocabulary([index_text(c) for c in self.chunks])
         return self._vocabulary
 
-    def file_languages(self) -> dict[str, str]:
-        """Each file's language: ``zh``, ``en`` or ``mixed``, judged passage by passage."""
+    def file_languages(self, scope: Scope = EVERYTHING) -> dict[str, str]:
+        """Each file's language (of the scope's files): ``zh``, ``en`` or ``mixed``, judged passage by passage."""
         if self._languages is None:
             passages: dict[str, list[str]] = {}
             for chunk in self.chunks:
                 passages.setdefault(chunk.file, []).append(chunk.text)
             self._languages = {file: document_language(texts) for file, texts in passages.items()}
-        return self._languages
+        view = self.scoped(scope)
+        return {f: lang for f, lang in self._languages.items() if f in view.files} if view else self._languages
 
     def vectors(self, ids: Sequence[str]) -> list[list[float]]:
         """The stored vectors of these chunks, in order."""
@@ -179,7 +216,22 @@ class IndexReader:
                 "'full rebuild', or `python -m crag index --rebuild`)."
             )
 
-    def dense(self, vector: Sequence[float], n: int) -> list[ScoredChunk]:
+    def dense(self, vector: Sequence[float], n: int, scope: Scope = EVERYTHING) -> list[ScoredChunk]:
+        """The ``n`` chunks of the scope closest to ``vector`` (``crag.store.scoped`` says how a scope is searched)."""
+        view = self.scoped(scope)
+        if view is not None and view.n_docs * 2 >= self.n_docs:  # most of the index: its graph, asked deeper
+            wanted = min(n, view.n_docs)
+            inside = [
+                h for h in self._nearest(vector, n + n * self.n_docs // view.n_docs) if h.chunk.file in view.files
+            ]
+            if len(inside) >= wanted:
+                return inside[:wanted]
+        if view is not None:
+            return [ScoredChunk(self.chunks[row], score) for row, score in view.dense(vector, n)]
+        return self._nearest(vector, n)
+
+    def _nearest(self, vector: Sequence[float], n: int) -> list[ScoredChunk]:
+        """The HNSW graph's ``n`` nearest chunks, in Chroma."""
         if not self.chunks:
             return []
         got = self.collection.query(
@@ -189,17 +241,29 @@ class IndexReader:
             ScoredChunk(self.by_id[i], 1.0 - float(d)) for i, d in zip(got["ids"][0], got["distances"][0], strict=True)
         ]
 
-    def lexical(self, query: str, n: int) -> list[ScoredChunk]:
+    def lexical(self, query: str, n: int, scope: Scope = EVERYTHING) -> list[ScoredChunk]:
         if self._bm25 is None:
             return []
-        return [ScoredChunk(self.chunks[row], score) for row, score in self._bm25.retrieve(lexical_tokens(query), n)]
+        view = self.scoped(scope)
+        mask = view.mask if view else None
+        return [
+            ScoredChunk(self.chunks[row], score) for row, score in self._bm25.retrieve(lexical_tokens(query), n, mask)
+        ]
 
     def search(
-        self, query: str, vector: Sequence[float] | None, k: int, mode: Mode = "hybrid", dense_weight: float = 1.0
+        self,
+        query: str,
+        vector: Sequence[float] | None,
+        k: int,
+        mode: Mode = "hybrid",
+        dense_weight: float = 1.0,
+        scope: Scope = EVERYTHING,
     ) -> list[ScoredChunk]:
+        """The top ``k`` chunks of the scope (every chunk by default): the scope filters both halves before their
+        top k (``crag.store.scoped``)."""
         if mode == "dense":
-            return self.dense(vector or [], k)
+            return self.dense(vector or [], k, scope)
         if mode == "lexical":
-            return self.lexical(query, k)
+            return self.lexical(query, k, scope)
         pool = max(4 * k, 20)
-        return fuse([self.dense(vector or [], pool), self.lexical(query, pool)], [dense_weight, 1.0])[:k]
+        return fuse([self.dense(vector or [], pool, scope), self.lexical(query, pool, scope)], [dense_weight, 1.0])[:k]

@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 if TYPE_CHECKING:
     import bm25s
 
@@ -36,12 +38,24 @@ class LexicalIndex:
     def save(self, folder: Path) -> None:
         self._bm25.save(str(folder), show_progress=False)
 
-    def retrieve(self, tokens: Sequence[str], n: int) -> list[tuple[int, float]]:
-        """(row, score) of the best ``n`` rows with a positive score, best first."""
+    def retrieve(self, tokens: Sequence[str], n: int, mask: np.ndarray | None = None) -> list[tuple[int, float]]:
+        """(row, score) of the best ``n`` rows with a positive score, best first. ``mask``: a weight per row, 1 in
+        a scope and 0 outside it; rows outside score 0 before the top ``n`` are chosen, and the rest keep the
+        scores (and the IDF) of the whole index."""
         if not tokens or not self.size:
             return []
-        docs, scores = self._bm25.retrieve([list(tokens)], k=min(n, self.size), show_progress=False, n_threads=1)
+        docs, scores = self._bm25.retrieve(
+            [list(tokens)], k=min(n, self.size), show_progress=False, n_threads=1, weight_mask=mask
+        )
         return [(int(d), float(s)) for d, s in zip(docs[0], scores[0], strict=True) if s > 0]
+
+    def rows_with(self, token: str) -> np.ndarray:
+        """The rows a token occurs in, read off the BM25 matrix (its columns are tokens)."""
+        column = self._bm25.vocab_dict.get(token) if token else None
+        if column is None:
+            return np.empty(0, dtype=np.int64)
+        indptr, indices = self._bm25.scores["indptr"], self._bm25.scores["indices"]
+        return indices[indptr[column] : indptr[column + 1]]
 
     def doc_frequencies(self) -> dict[str, int]:
         """In how many rows each token occurs, read off the BM25 matrix (its columns are tokens)."""
