@@ -61,6 +61,8 @@ def answer_markdown(question: str, answer: Answer, *, previous: str = "", printe
     )
     if answer.action is not None:
         made.insert(0, f"your documents: {answer.action.verdict} (CRAG action: {answer.action.value})")
+    if answer.trace is not None and answer.trace.scope:
+        made.append("asked in " + ", ".join(answer.trace.scope))
     lines.append(f"*{' · '.join(made)}*")
     return "\n".join(lines) + "\n"
 

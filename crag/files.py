@@ -20,3 +20,12 @@ def scan(files_dir: Path) -> list[Path]:
         for p in files_dir.rglob("*")
         if p.is_file() and not any(part.startswith(".") for part in p.relative_to(files_dir).parts)
     )
+
+
+def folders(files_dir: Path) -> list[str]:
+    """Every folder under the files folder (the knowledge bases a PDF can go into), hidden ones excluded, as paths
+    relative to it, in a stable order."""
+    if not files_dir.is_dir():
+        return []
+    found = (p.relative_to(files_dir) for p in files_dir.rglob("*") if p.is_dir())
+    return sorted((p.as_posix() for p in found if not any(part.startswith(".") for part in p.parts)), key=str.lower)

@@ -98,6 +98,8 @@ def caption(answer: Answer) -> str:
         parts = [f"written by {md_escape(answer.backend)} · {md_escape(answer.model)}"]
         if answer.backend == "embedded" and answer.model == PACKAGED_LABEL:  # said on the answer, not only aside
             parts.append("a weak model that may invent facts: check the sources")
+    if answer.trace is not None and answer.trace.scope:  # where it was asked: a chat's scope may change since
+        parts.append(":material/folder: in " + ", ".join(md_escape(p) for p in answer.trace.scope))
     if answer.trace is not None:
         total = answer.trace.timings.get("total")
         if total is not None:

@@ -20,9 +20,11 @@ from streamlit.delta_generator import DeltaGenerator
 from crag.config import Settings
 from crag.conversations import Conversations, Message, title_of
 from crag.errors import CragError
+from crag.scope import UnknownScope
 from crag.text import clean_question
 from crag.types import Answer, AnswerKind
 from ui import state
+from ui.scope import ALL, choose
 from ui.text import md_escape, safe_stream, stage_label, stopped, stopped_by_user, user_stopped
 
 if TYPE_CHECKING:
@@ -49,6 +51,7 @@ def render(
     if refused:
         st.session_state["question"] = refused[0]  # back in the box, to shorten or fix: nothing typed is lost
     prompt = st.chat_input(placeholder, disabled=bool(loading.error), key="question")
+    prompt = prompt or st.session_state.pop("reask", None)  # "Ask it in All documents" under a refused answer
     loading.start()  # the page is usable: the models load while the conversation is drawn and read
     messages = store.messages(chat) if chat else []
     previous = question = ""
@@ -99,8 +102,8 @@ def ask(
         st.session_state["refused"] = (question, str(exc))
         st.rerun()
     if chat is None:
-        chat = store.create(title_of(question)).id
-        state.open_chat(chat)
+        chat = store.create(title_of(question), scope=options.get("scope", ())).id
+        state.open_chat(chat)  # the new chat's scope is its own from now on
         relist(chat)  # the sidebar was drawn before this chat existed
     history = [(m.role, m.content) for m in previous if m.content and m.complete]
     asked_before = next((m.content for m in reversed(previous) if m.role == "user"), "")
@@ -145,7 +148,19 @@ class Turn:
                 self.end(None, loading.error)
                 stored = True
                 return
-            stream = pipeline.stream(self.question, history=history, on_step=self.stages.on_step, **options)
+            try:
+                stream = pipeline.stream(self.question, history=history, on_step=self.stages.on_step, **options)
+            except UnknownScope as exc:  # the chat's folder is gone: say so, and offer every document
+                self.end(None, str(exc))
+                stored = True
+                st.button(
+                    f"Ask it in {ALL}",
+                    key=f"reask-{self.reply}",
+                    icon=":material/select_all:",
+                    on_click=ask_everywhere,
+                    args=(self.store, self.question),
+                )
+                return
             with self.body.container():
                 error = show(stream, pipeline, options.get("answer_mode"), self.store, self.reply)
             answer = stream.answer if not error else None
@@ -181,6 +196,12 @@ class Turn:
             self.store.update(self.reply, text, None, complete=False, error=error)
         else:
             self.store.update(self.reply, answer.text, answer, complete=answer.complete, error=answer.error)
+
+
+def ask_everywhere(store: Conversations, question: str) -> None:
+    """The question again, in every document: the chat asks "All documents" from now on."""
+    choose(store, [])
+    st.session_state["reask"] = question
 
 
 def mark_stopped(store: Conversations, chat: str, reply: int, question: str) -> None:

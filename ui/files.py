@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import streamlit as st
 
+import crag.files
 from crag.config import Settings
 from crag.errors import CragError
 from crag.files import REMOVED
+from crag.scope import TOP_LEVEL
 from crag.types import FileResult
 from ui import state
 from ui.text import file_details, file_reason, file_status, md_escape
@@ -39,9 +41,15 @@ def listing(settings: Settings, files: list[FileResult]) -> None:
     building = job is not None and job.state == "running"
     progress = job.progress if building else None
     finished = {f.file: f for f in job.files} if building else {}
-    for f in files:
+    grouped = any("/" in f.file for f in files)  # folders are knowledge bases: their files are listed under them
+    folder = None
+    for f in sorted(files, key=lambda f: f.file.lower().rpartition("/")[::2]) if grouped else files:
+        where, _, name = f.file.rpartition("/")
+        if grouped and where != folder:
+            folder = where
+            st.markdown(f"**:material/folder_open: {md_escape(where or TOP_LEVEL)}**")
         status, shown = file_status(f, progress, finished)
-        st.markdown(f"{status} · **{md_escape(f.file)}**")
+        st.markdown(f"{status} · **{md_escape(name if grouped else f.file)}**")
         if details := file_details(shown):
             st.caption(details)
         if shown.status == "failed":
@@ -92,31 +100,57 @@ def removing(settings: Settings, present: dict[str, int]) -> None:
 
 def upload(settings: Settings) -> None:
     ss = st.session_state
+    with st.container(horizontal=True, vertical_alignment="bottom"):
+        folder = st.selectbox(
+            "Add PDFs into",
+            [TOP_LEVEL, *crag.files.folders(settings.files_dir)],
+            key="upload_folder",
+            help="Each folder is a knowledge base that a chat can ask alone; (top level) is the files folder itself.",
+        )
+        with st.popover("New folder", icon=":material/create_new_folder:"):
+            st.text_input("Folder name", key="new_folder", placeholder="projects/alpha", max_chars=200)
+            st.button("Create", key="create_folder", on_click=create_folder, args=(settings,))
     files = st.file_uploader(
         "Add PDFs",
         type=["pdf"],
         accept_multiple_files=True,
         key=f"uploader-{ss.uploader}",
         max_upload_size=settings.max_upload_mb,
-        help=f"Saved into {settings.files_dir} (PDF only, up to {settings.max_upload_mb} MB each). "
-        "Files copied into that folder by hand are picked up the same way by the next rebuild.",
+        help=f"Saved into {settings.files_dir} (PDF only, up to {settings.max_upload_mb} MB each), in the folder "
+        "chosen above. Files copied into that folder by hand are picked up the same way by the next rebuild.",
+        label_visibility="collapsed",
     )
     if files:
-        ss.file_notes = save(settings, files)
+        ss.file_notes = save(settings, files, folder)
         ss.uploader += 1  # a new key gives an empty uploader, so a rerun does not save the files again
         st.rerun()
     for kind, note in ss.file_notes:
         getattr(st, kind)(note)
 
 
-def save(settings: Settings, files: list) -> list[tuple[str, str]]:
-    """Save each upload into the files folder; a note on each, as (kind, Markdown)."""
+def create_folder(settings: Settings) -> None:
+    from crag.ingest.uploads import make_folder
+
+    ss = st.session_state
+    try:
+        made = make_folder(settings.files_dir, ss.get("new_folder", ""))
+    except CragError as exc:
+        ss.file_notes = [("error", md_escape(str(exc)))]
+        return
+    ss.upload_folder, ss.new_folder = made, ""  # the next uploads go there
+    ss.file_notes = [("success", f"Made the folder **{md_escape(made)}**: PDFs added now go into it.")]
+
+
+def save(settings: Settings, files: list, folder: str = TOP_LEVEL) -> list[tuple[str, str]]:
+    """Save each upload into ``folder`` of the files folder; a note on each, as (kind, Markdown)."""
     from crag.ingest.uploads import AlreadyPresent, save_upload
 
+    into = settings.files_dir if folder == TOP_LEVEL else settings.files_dir / folder
+    where = "" if folder == TOP_LEVEL else f" to **{md_escape(folder)}**"
     notes = []
     for file in files:
         try:
-            path = save_upload(settings.files_dir, file.name, file.getvalue(), settings.max_upload_mb * 1024 * 1024)
+            path = save_upload(into, file.name, file.getvalue(), settings.max_upload_mb * 1024 * 1024)
         except AlreadyPresent as exc:
             notes.append(("info", md_escape(str(exc))))
         except CragError as exc:
@@ -124,7 +158,7 @@ def save(settings: Settings, files: list) -> list[tuple[str, str]]:
         except Exception as exc:  # noqa: BLE001 - one bad upload must not stop the others
             notes.append(("error", md_escape(f"{file.name}: could not be saved ({type(exc).__name__}: {exc}).")))
         else:
-            notes.append(("success", f"Added **{md_escape(path.name)}**."))
+            notes.append(("success", f"Added **{md_escape(path.name)}**{where}."))
     if any(kind == "success" for kind, _ in notes):
         notes.append(("info", "Click **Rebuild knowledge base** to index the new files."))
     return notes

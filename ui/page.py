@@ -10,6 +10,7 @@ from crag.config import Settings
 from crag.errors import CragError
 from ui import chat as talk
 from ui import conversations, sidebar, state
+from ui import scope as scopes
 from ui import settings as answer_settings
 from ui.text import md_escape
 
@@ -59,6 +60,8 @@ def run(settings: Settings, options: dict[str, Any]) -> None:
             "each answer shows its CRAG action, how it was made, and the pages it comes from.",
             icon=":material/forum:",
         )
+    if kb.files:  # where the next question is asked: above the chat
+        options = {**options, "scope": list(scopes.picker(store, chat, kb.files))}
     try:
         talk.render(settings, loading, options, store, chat, relist)
     finally:

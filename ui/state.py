@@ -33,6 +33,7 @@ from crag.errors import CragError
 from crag.jobs import Builds
 from crag.store import Generation
 from crag.types import FileResult
+from ui import scope
 
 if TYPE_CHECKING:
     import crag.models
@@ -76,6 +77,7 @@ def current_chat(store: Conversations) -> str | None:
 
 
 def open_chat(chat: str | None) -> None:
+    scope.forget_new()  # a new chat's scope is in the URL only until the chat is created
     if chat:
         st.query_params["chat"] = chat
     elif "chat" in st.query_params:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from crag.errors import CragError
 from crag.files import REMOVED, scan
+from crag.scope import TOP_LEVEL
 
 # The default upload limit (the app passes CRAG_MAX_UPLOAD_MB). Bigger PDFs can be copied into the folder by hand.
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024
@@ -134,6 +135,29 @@ def save_upload(files_dir: Path, name: str, data: bytes, max_bytes: int = MAX_UP
         raise UploadRejected(f"{shown}: could not be saved into {files_dir} ({exc.strerror or exc}).") from None
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def make_folder(files_dir: Path, name: str) -> str:
+    """Make a folder (a knowledge base) in the files folder; nested names (``projects/alpha``) make each level.
+    Returns its path relative to the files folder. Raises ``UploadRejected`` for a name that leaves the folder, is
+    hidden (builds skip hidden folders) or has characters a file name cannot hold safely."""
+    parts = [p.strip() for p in name.replace("\\", "/").split("/") if p.strip()]
+    if not parts:
+        raise UploadRejected("Give the new folder a name, such as projects or courses/biology.")
+    if name.strip() == TOP_LEVEL:
+        raise UploadRejected(f"“{TOP_LEVEL}” names the PDFs directly in the files folder: choose another name.")
+    for part in parts:
+        if part in (".", "..") or part.startswith(".") or UNSAFE.search(part) or len(part.encode()) > MAX_STEM_BYTES:
+            raise UploadRejected(
+                f"“{name[:200]}” cannot be a folder name: use letters, digits, spaces and - _ ( ), with / between "
+                "nested folders, and no leading dot (hidden folders are not indexed)."
+            )
+    folder = files_dir.joinpath(*parts)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UploadRejected(f"The folder {folder} could not be made ({exc.strerror or exc}).") from None
+    return "/".join(parts)
 
 
 def remove_file(files_dir: Path, name: str) -> Path:
