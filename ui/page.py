@@ -60,7 +60,7 @@ def run(settings: Settings, options: dict[str, Any]) -> None:
             "each answer shows its CRAG action, how it was made, and the pages it comes from.",
             icon=":material/forum:",
         )
-    if kb.files:  # where the next question is asked: above the chat
+    if not kb.empty:  # where the next question is asked: above the chat
         options = {**options, "scope": list(scopes.picker(store, chat, kb.files))}
     try:
         talk.render(settings, loading, options, store, chat, relist)
