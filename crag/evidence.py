@@ -40,6 +40,13 @@ LEADS = {
     ("en", "web"): "From the web:",
     ("zh", "web"): "网络上的相关内容：",
 }
+SCOPED_LEADS = {  # the same, for a question asked in a scope (folders or files): named, as the answer's line names it
+    ("en", "local"): "From the documents in {places}:",
+    ("zh", "local"): "{places} 中的相关内容：",
+    ("en", "closest"): "The closest passages in {places} (they may not answer the question):",
+    ("zh", "closest"): "{places} 中最接近的内容（可能并未回答这个问题）：",
+}
+
 
 # A line of an evidence answer: the FAQ question it answers, when there is one (it ends at its question mark and
 # may quote words itself: "如何使用“甲”命令？"), then “the quote” [n].
@@ -266,10 +273,12 @@ def _number(strip: Strip, sources: Sequence[Source]) -> int | None:
     return None
 
 
-def evidence_answer(quoted: Sequence[Strip], sources: Sequence[Source], language: str, action: Action) -> str:
+def evidence_answer(
+    quoted: Sequence[Strip], sources: Sequence[Source], language: str, action: Action, scope: Sequence[str] = ()
+) -> str:
     """A lead line per kind of source, then one line per passage: “quoted sentences” [n], after the document's
-    question when the passage answers one (a FAQ). ``quoted``: the strips ``select`` chose. Empty when none holds a
-    sentence worth quoting."""
+    question when the passage answers one (a FAQ). ``quoted``: the strips ``select`` chose; ``scope``: the folders or
+    files the question was asked in, which the lead names. Empty when none holds a sentence worth quoting."""
     lines: list[str] = []
     chosen = [(strip, n) for strip in quoted if (n := _number(strip, sources)) is not None]
     source_text = {s.n: _squeezed(flatten(s.text)) for s in sources}
@@ -278,7 +287,10 @@ def evidence_answer(quoted: Sequence[Strip], sources: Sequence[Source], language
         if not group:
             continue
         lead = "closest" if kind == "local" and action is not Action.CORRECT else kind
-        lines.append(LEADS[(language, lead)])
+        if scope and kind == "local":
+            lines.append(SCOPED_LEADS[(language, lead)].format(places=", ".join(scope)))
+        else:
+            lines.append(LEADS[(language, lead)])
         runs: list[tuple[int, Strip, list[str]]] = []  # neighbouring strips of one source read as one
         for strip, n in group:
             # A footnote is quoted on its own line: run on, "…解决³原文是…" reads as one sentence.

@@ -387,7 +387,9 @@ class AnswerStream:
         """The answer's text: the quoted evidence, the chat model's, or a message that says why there is none.
         Returns the kind of answer made and, when the model failed, why."""
         if kind is AnswerKind.EVIDENCE:
-            quoted = evidence.evidence_answer(chosen, sources, language(self.question), knowledge.action)
+            quoted = evidence.evidence_answer(
+                chosen, sources, language(self.question), knowledge.action, self.options.scope.paths
+            )
             if quoted:
                 yield self._emit(
                     what_is_missing(self.question, knowledge, self.options.web, self.options.scope.paths) + quoted

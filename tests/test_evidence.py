@@ -52,6 +52,16 @@ def test_an_evidence_answer_quotes_the_documents_with_citations(settings) -> Non
     assert answer.trace.llm_calls == 0 and answer.trace.llm_calls_before_answer == 0
 
 
+def test_an_evidence_answer_asked_in_a_scope_names_it(settings) -> None:
+    p = pipeline(settings, [chunk(DOC, file="projects/alpha/widget.pdf")], [0.9], ScriptedModel(), backend="embedded")
+    answer = p.ask("How many processor cores does the widget need?", scope=["projects/alpha"])
+    assert answer.text.splitlines()[0] == "From the documents in projects/alpha:"
+    chinese = pipeline(
+        settings, [chunk("部件需要两个处理器核心。", file="手册/部件.pdf")], [0.9], ScriptedModel(), backend="embedded"
+    )
+    assert chinese.ask("部件需要几个处理器核心？", scope=["手册"]).text.splitlines()[0] == "手册 中的相关内容："
+
+
 def test_the_quoted_sources_are_numbered_first(settings) -> None:
     """A passage kept by refinement but not quoted comes before the quoted one in the context: the answer still
     cites [1], not [2], and the other is numbered after it."""
