@@ -10,6 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 import ui.state
 from crag.conversations import Conversations
+from crag.scope import TOP_LEVEL
 from crag.store import Generation
 from crag.types import FileResult
 from tests import fakes
@@ -164,3 +165,8 @@ def test_the_files_list_is_grouped_by_folder_and_a_new_folder_takes_the_uploads(
     notes = save(load_settings(), [SimpleNamespace(name="上传.pdf", getvalue=lambda: pdf)], "courses/植物学")
     assert (files / "courses" / "植物学" / "上传.pdf").read_bytes() == pdf
     assert "to **courses/植物学**" in notes[0][1]
+    again = save(load_settings(), [SimpleNamespace(name="copy.pdf", getvalue=lambda: pdf)], TOP_LEVEL)
+    assert again[0][0] == "info" and "as courses/植物学/上传.pdf" in plain(again[0][1]), (
+        "a build would index one copy only"
+    )
+    assert not (files / "copy.pdf").exists()

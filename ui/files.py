@@ -145,12 +145,14 @@ def save(settings: Settings, files: list, folder: str = TOP_LEVEL) -> list[tuple
     """Save each upload into ``folder`` of the files folder; a note on each, as (kind, Markdown)."""
     from crag.ingest.uploads import AlreadyPresent, save_upload
 
-    into = settings.files_dir if folder == TOP_LEVEL else settings.files_dir / folder
-    where = "" if folder == TOP_LEVEL else f" to **{md_escape(folder)}**"
+    into = "" if folder == TOP_LEVEL else folder
+    where = f" to **{md_escape(folder)}**" if into else ""
     notes = []
     for file in files:
         try:
-            path = save_upload(into, file.name, file.getvalue(), settings.max_upload_mb * 1024 * 1024)
+            path = save_upload(
+                settings.files_dir, file.name, file.getvalue(), settings.max_upload_mb * 1024 * 1024, folder=into
+            )
         except AlreadyPresent as exc:
             notes.append(("info", md_escape(str(exc))))
         except CragError as exc:

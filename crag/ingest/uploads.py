@@ -81,11 +81,13 @@ def _size(n: int) -> str:
     return f"{n / 1024 / 1024:.1f} MB" if n >= 1024 * 1024 else f"{n / 1024:.0f} KB"
 
 
-def save_upload(files_dir: Path, name: str, data: bytes, max_bytes: int = MAX_UPLOAD_BYTES) -> Path:
-    """Save one uploaded PDF into ``files_dir`` and return its path.
+def save_upload(files_dir: Path, name: str, data: bytes, max_bytes: int = MAX_UPLOAD_BYTES, folder: str = "") -> Path:
+    """Save one uploaded PDF into ``folder`` (a path made by ``make_folder``; "" for the top) of ``files_dir`` and
+    return its path.
 
     Raises ``UploadRejected`` for content that is not a PDF, empty or too large, and ``AlreadyPresent``
-    when the folder already holds a file with the same content.
+    when the files folder, any of its folders, already holds a file with the same content: a build indexes one
+    copy only, so a second copy in another folder would stay out of that folder's answers.
     """
     target = safe_name(name)
     shown = name.strip() or target
@@ -100,12 +102,13 @@ def save_upload(files_dir: Path, name: str, data: bytes, max_bytes: int = MAX_UP
     if b"%PDF-" not in data[:1024]:
         raise UploadRejected(f"{shown}: not a PDF (no PDF header). Only PDF files can be added; convert it first.")
 
-    files_dir.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256(data).hexdigest()
     for existing in scan(files_dir):  # a removed file uploaded again is saved again
         if _same_content(existing, len(data), digest):
             where = existing.relative_to(files_dir).as_posix()
             raise AlreadyPresent(f"{shown} is already in the knowledge base folder, as {where}.", existing)
+    files_dir = files_dir / folder if folder else files_dir
+    files_dir.mkdir(parents=True, exist_ok=True)
 
     # Written under a hidden name (sync ignores hidden files), then linked to its final name:
     # the link fails if the name was taken meanwhile, so nothing is ever overwritten.
