@@ -2,6 +2,10 @@
 # and runs the whole suite. Both create .venv on first use and reinstall only when a
 # requirements file changes.
 
+# The browser's install (apt-get, for the browser test) and the virtual environment's are independent: make
+# builds them at once.
+MAKEFLAGS += --jobs=2
+
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
