@@ -14,6 +14,26 @@ from pydantic_ai import models
 from crag.config import Settings, load_settings
 from tests.helpers import free_port, http_server
 
+# The slowest test files, slowest first (from `pytest --durations`). `make test` runs two processes, each taking
+# the next whole file: started first, these run beside the many short files instead of alone at the end.
+SLOW_FIRST = (
+    "test_retrieval_quality.py",
+    "test_bench.py",
+    "test_browser.py",
+    "test_kill.py",
+    "test_ocr.py",
+    "test_server_store.py",
+    "test_scope_edges.py",
+    "test_llama_server.py",
+    "test_cli.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: n for n, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))  # stable: a file keeps its order
+
+
 # Unit tests use FunctionModel/TestModel; any real model request must opt in (see `real_models`).
 models.ALLOW_MODEL_REQUESTS = False
 
