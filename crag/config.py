@@ -193,10 +193,22 @@ class Settings(BaseSettings):
         return self.embedded_threads or cpu_threads()
 
 
+_thread_cap = 0  # set by ``cap_threads`` in a process that is one of several sharing the cores
+
+
 def cpu_threads() -> int:
-    """The cores this process may run on (a container's or taskset's limit, not the machine's count)."""
+    """The cores this process may run on (a container's or taskset's limit, not the machine's count), or fewer
+    where ``cap_threads`` said so."""
     affinity = getattr(os, "sched_getaffinity", None)
-    return len(affinity(0)) if affinity else os.cpu_count() or 1
+    cores = len(affinity(0)) if affinity else os.cpu_count() or 1
+    return min(cores, _thread_cap or cores)
+
+
+def cap_threads(threads: int) -> None:
+    """Have this process's engines (the layout model, OCR) made from now on use at most ``threads`` threads: a
+    build's parse worker takes one core of several."""
+    global _thread_cap
+    _thread_cap = threads
 
 
 def load_settings(**overrides: object) -> Settings:

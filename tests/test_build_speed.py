@@ -1,0 +1,179 @@
+"""The faster build's promises: MiniLM's batches by token count give the vectors it gives one text at a time, and
+pages parsed in worker processes make the same chunks as pages parsed in this one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from crag.config import Settings, cpu_threads
+from crag.ingest.build import Planned, index_files
+from crag.ingest.pymupdf import PyMuPDFParser
+from crag.ingest.workers import ParseAhead
+from crag.models import LocalEmbedder
+from tests.fakes import HashEmbedder
+from tests.pdfs import manual_pdf
+
+pytestmark = pytest.mark.integration
+SAMPLE = [
+    "How much memory does the widget need?",
+    "R FAQ\nR is a system for statistical computation and graphics. It consists of a language plus a run-time "
+    "environment with graphics, a debugger, access to certain system functions, and the ability to run programs "
+    "stored in script files.",
+    'Installing packages\nPackages are installed with install.packages("name"), or from a source tarball with '
+    "R CMD INSTALL name_1.0.tar.gz; the library() function then attaches an installed package.",
+    "bzip2 compresses files using the Burrows-Wheeler block sorting text compression algorithm, and Huffman "
+    "coding. Compression is generally considerably better than that achieved by more conventional LZ77/LZ78-based "
+    "compressors.",
+    "Memory management\nbzip2 compresses large files in blocks. The block size affects both the compression ratio "
+    "achieved, and the amount of memory needed for compression and decompression. " * 3,
+    "dpkg-buildpackage -us -uc builds the source and binary packages without signing them.",
+    "如何插入图片？使用 graphicx 宏包的 \\includegraphics 命令。",
+    "Debian 新维护者手册：本文档将描述如何构建 Debian 软件包。",
+    "a",
+]  # texts as chunks are: never empty (an empty text's vector is 0.982 of torch's)
+
+
+def test_batches_by_tokens_give_the_vectors_of_one_text_at_a_time() -> None:
+    """The embedder batches texts of like token counts, each batch padded to its longest: a text's vector must not
+    depend on its batch. Against sentence-transformers' own encode, one text per call (no padding at all)."""
+    embedder = LocalEmbedder()
+    ours = np.array(embedder.embed_documents(SAMPLE * 3))  # more texts than one pass takes, in mixed order
+    alone = np.array([embedder._model.encode([text], normalize_embeddings=True)[0] for text in SAMPLE])
+    cosines = (ours.reshape(3, len(SAMPLE), -1) * alone).sum(axis=2)
+    assert cosines.min() > 0.9999, cosines
+    assert np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-3)
+
+
+def test_the_model_loads_on_first_use_and_threads_follow_the_build() -> None:
+    import torch
+
+    embedder = LocalEmbedder()
+    assert "_model" not in embedder.__dict__  # made without loading torch's model: a build's workers start first
+    assert embedder.dimension == len(embedder.embed(["a question"])[0])
+    embedder.use_threads(1)
+    assert torch.get_num_threads() == 1
+    embedder.use_threads()
+    assert torch.get_num_threads() == cpu_threads()
+
+
+def _chunks(settings: Settings, parser: PyMuPDFParser, pdf: Path) -> list[tuple]:
+    added: list = []
+    plan = [Planned(pdf, pdf.name, "f" * 64)]
+    built = index_files(plan, parser, HashEmbedder(), lambda c, v: added.extend(c), settings, lambda p: None)
+    assert [r.status for r in built.results] == ["indexed"]
+    return [(c.text, c.section, c.pages, c.bboxes) for c in added]
+
+
+def test_pages_parsed_in_a_worker_make_the_same_chunks(tmp_path: Path, settings: Settings, monkeypatch) -> None:
+    pdf = manual_pdf(tmp_path / "manual.pdf", pages=30)
+    parser = PyMuPDFParser()
+    ahead = ParseAhead.start(parser, [pdf])
+    assert ahead is not None, "30 pages go to a worker process"
+    ahead.close()
+    in_worker = _chunks(settings, parser, pdf)
+    monkeypatch.setattr(ParseAhead, "start", classmethod(lambda cls, parser, paths: None))
+    in_this_process = _chunks(settings, parser, pdf)
+    assert len(in_this_process) > 5
+    assert in_worker == in_this_process
+
+
+def test_a_file_a_worker_cannot_read_fails_alone(tmp_path: Path, settings: Settings) -> None:
+    good = manual_pdf(tmp_path / "good.pdf", pages=30)
+    bad = tmp_path / "bad.pdf"
+    bad.write_bytes(b"%PDF-1.7\n" + b"\0" * 100)
+    plan = [Planned(bad, "bad.pdf", "a" * 64), Planned(good, "good.pdf", "b" * 64)]
+    built = index_files(plan, PyMuPDFParser(), HashEmbedder(), lambda c, v: None, settings, lambda p: None)
+    assert [(r.file, r.status) for r in built.results] == [("bad.pdf", "failed"), ("good.pdf", "indexed")]
+    assert "corrupt or truncated PDF" in built.results[0].error
+
+
+def test_files_parse_in_this_process_when_the_worker_dies(tmp_path: Path, settings: Settings, monkeypatch) -> None:
+    from concurrent.futures.process import BrokenProcessPool
+
+    def broken(self, path):
+        raise BrokenProcessPool("a worker was killed")
+        yield  # a generator, as ParseAhead.parts is
+
+    monkeypatch.setattr(ParseAhead, "parts", broken)
+    plan = [Planned(manual_pdf(tmp_path / f"{n}.pdf", pages=15), f"{n}.pdf", str(n) * 64) for n in (1, 2)]
+    built = index_files(plan, PyMuPDFParser(), HashEmbedder(), lambda c, v: None, settings, lambda p: None)
+    assert [(r.file, r.status, r.pages) for r in built.results] == [("1.pdf", "indexed", 15), ("2.pdf", "indexed", 15)]
+
+
+def _worker_engines() -> tuple[int, list[int]]:
+    """In a parse worker: its thread count, and the threads of its layout model's sessions."""
+    import gc
+
+    import onnxruntime as ort
+
+    gc.collect()
+    sessions = [s for s in gc.get_objects() if isinstance(s, ort.InferenceSession) and "pymupdf" in s._model_path]
+    return cpu_threads(), [s.get_session_options().intra_op_num_threads for s in sessions]
+
+
+def test_each_worker_parses_on_one_thread_and_is_let_go_when_done(tmp_path: Path) -> None:
+    """Two one-thread workers on two cores, not one worker with two threads (see crag.ingest.workers); once every
+    page is read, busy() is False and the workers exit, their layout models with them."""
+    pdf = manual_pdf(tmp_path / "manual.pdf", pages=30)
+    ahead = ParseAhead.start(PyMuPDFParser(), [pdf])
+    assert ahead is not None
+    try:
+        threads, sessions = ahead._pool.submit(_worker_engines).result(timeout=120)
+        assert threads == 1 and sessions and set(sessions) == {1}
+        assert ahead._pool._max_workers == min(cpu_threads(), 4)
+        parts = list(ahead.parts(pdf))
+        assert sum(len(p.stages) for p in parts) == 30
+        processes = list(ahead._pool._processes.values())
+        assert not ahead.busy()
+        for process in processes:
+            process.join(timeout=60)
+        assert not any(process.is_alive() for process in processes)
+    finally:
+        ahead.close()
+
+
+class ThreadsSeen(HashEmbedder):
+    """Records the threads each batch of a build is embedded on."""
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+        self.threads = 0
+
+    def use_threads(self, threads: int = 0) -> None:
+        self.threads = threads
+
+    def embed_documents(self, texts):
+        self.seen.append(self.threads)
+        return super().embed_documents(texts)
+
+
+def test_the_build_embeds_on_one_thread_while_workers_read(tmp_path: Path, settings: Settings, monkeypatch) -> None:
+    """Three single-threaded processes share two cores well; two embedding threads beside the workers waited on each
+    other. Once the workers are done, every core again; and after the build, for the questions."""
+    monkeypatch.setattr(ParseAhead, "busy", lambda self: len(embedder.seen) < 2)
+    embedder = ThreadsSeen()
+    pdf = manual_pdf(tmp_path / "manual.pdf", pages=60)
+    plan = [Planned(pdf, pdf.name, "f" * 64)]
+    monkeypatch.setattr("crag.ingest.build.EMBED_BATCH", 4)
+    built = index_files(plan, PyMuPDFParser(), embedder, lambda c, v: None, settings, lambda p: None)
+    assert [r.status for r in built.results] == ["indexed"]
+    assert embedder.seen[:2] == [1, 1] and set(embedder.seen[2:]) == {0}
+    assert embedder.threads == 0
+
+
+def test_a_parse_worker_started_from_the_app_does_not_run_the_page(monkeypatch) -> None:
+    """Streamlit runs app.py as __main__, so a spawned worker imports app.py again as __mp_main__: the page ran in
+    every worker, and the workers died, leaving the app's builds to parse alone."""
+    import runpy
+
+    import ui.page
+
+    ran: list[str] = []
+    monkeypatch.setattr(ui.page, "main", lambda: ran.append("page"))
+    runpy.run_path(str(Path(__file__).resolve().parent.parent / "app.py"), run_name="__mp_main__")
+    assert ran == []
+    runpy.run_path(str(Path(__file__).resolve().parent.parent / "app.py"), run_name="__main__")
+    assert ran == ["page"]
