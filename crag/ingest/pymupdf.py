@@ -35,14 +35,10 @@ if TYPE_CHECKING:  # ocr.py builds on this module, so the parser only receives a
 def layout_sessions() -> Iterator[None]:
     """ONNX Runtime sessions made inside share one memory arena, run on our cores and do not spin.
 
-    pymupdf-layout makes its sessions (page image features, layout graph, table grid) when PyMuPDF is
-    imported, with the arena off, to keep a long-lived process's memory flat across page sizes. Then every
-    page allocates its tensors afresh, and the fresh pages' faults cost as much time as the model itself;
-    idle threads spinning for work take CPU from whatever else runs, such as a question answered meanwhile.
-    Parsing the benchmark corpus: 1.25x faster, 1.7x less CPU time, 64 MB more memory. The arena is the process's
-    (``_shared_arena``), one for the three models, grown by what a page asks and not in doublings: the same speed
-    with 115 MB less than an arena per session (three files' pages parsed: 488 MB resident against 604 MB).
-    """
+    pymupdf-layout makes its sessions (page image features, layout graph, table grid) when PyMuPDF is imported,
+    arena off, so every page allocates its tensors afresh and the page faults cost as much as the model; idle
+    threads spinning take CPU from whatever else runs. With the arena: 1.25x faster on the corpus, 1.7x less CPU,
+    64 MB more; one arena for the three models, grown by what a page asks, holds 115 MB less than one each."""
     import onnxruntime as ort
 
     shared = _shared_arena()
@@ -67,8 +63,7 @@ def layout_sessions() -> Iterator[None]:
 
 @functools.cache
 def _shared_arena() -> bool:
-    """Register ONNX Runtime's process-wide CPU arena, growing by what is asked; False where the runtime refuses
-    (each session keeps its own arena then)."""
+    """Register ONNX Runtime's process-wide CPU arena; False where it refuses (each session keeps its own then)."""
     import onnxruntime as ort
 
     memory = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
