@@ -75,8 +75,7 @@ def _shared_arena() -> bool:
 
 
 def load_layout_model() -> None:
-    """Make the layout model again, its sessions inside ``layout_sessions`` (importing PyMuPDF made them).
-    Should an ONNX Runtime refuse these options, the model is made as the library makes it: slower, not broken."""
+    """Make the layout model again inside ``layout_sessions``; where ONNX Runtime refuses, as the library makes it."""
     pymupdf._get_layout = None  # what pymupdf4llm.use_layout(False) does; activate() then makes a new model
     try:
         with layout_sessions():
