@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -54,6 +55,14 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="serve the HTTP API (FastAPI; docs at /docs)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine)")
     serve.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name the API answers to besides this machine's (the name a reverse proxy forwards); repeat it "
+        "for several; added to CRAG_ALLOWED_HOSTS. Without CRAG_API_TOKEN other names get 421",
+    )
 
     mcp = commands.add_parser("mcp", help="serve the knowledge base to MCP clients (Claude Desktop, VS Code) on stdio")
     mcp.add_argument("--files", type=Path, help="folder of PDFs (default: CRAG_FILES_DIR)")
@@ -114,6 +123,8 @@ def _index(args: argparse.Namespace) -> int:
             for warning in f.warnings:
                 print(f"{'':>9}  warning: {warning}")
         print(f"{report.total_chunks} chunks; {report.pages_per_second} pages/s; {report.seconds} s")
+        for note in report.notes:
+            print(f"note: {note}", file=sys.stderr)
     return 0
 
 
@@ -194,6 +205,10 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     settings = _settings(args)  # read now, so a bad setting is one line here rather than a traceback there
+    if args.allowed_host:
+        settings = load_settings(allowed_hosts=[*(settings.allowed_hosts or ()), *args.allowed_host])
+        # The app reads its settings from the environment when uvicorn builds it, in this process.
+        os.environ["CRAG_ALLOWED_HOSTS"] = ",".join(settings.allowed_hosts or ())
     host, port = args.host, args.port
     shown = f"[{host}]" if ":" in host else host
     print(f"CRAG API on http://{shown}:{port} (docs: http://{shown}:{port}/docs)", file=sys.stderr, flush=True)
@@ -205,6 +220,9 @@ def _serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
+    if not settings.api_token:
+        names = ", ".join(["this machine's addresses", *(settings.allowed_hosts or ())])
+        print(f"Answers requests addressed to {names} (--allowed-host adds a name).", file=sys.stderr, flush=True)
     uvicorn.run("crag.api:app_from_environment", factory=True, host=host, port=port, log_level="info")
     return 0
 

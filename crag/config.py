@@ -9,11 +9,11 @@ from __future__ import annotations
 import ipaddress
 import os
 from pathlib import Path
-from typing import Literal
-from urllib.parse import urlsplit
+from typing import Annotated, Literal
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from crag.errors import ConfigError
 
@@ -46,6 +46,38 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def host_name(host: str) -> str | None:
+    """The name in a ``Host`` header or an address, lower-cased, without its port or brackets
+    (``[::1]:8000`` -> ``::1``); None when there is none."""
+    try:
+        return urlsplit(f"//{host.strip()}").hostname or None
+    except ValueError:  # an unclosed "[": no name
+        return None
+
+
+# Query parameters that carry a credential in a base URL (?api_key=..., ?key=..., ?access_token=..., ?sig=...).
+_SECRET_PARAM = ("key", "token", "secret", "password", "passwd", "pwd", "auth", "sig", "credential", "session")
+
+
+def redacted_url(url: str) -> str:
+    """A URL to show: without the user and password before its host, and with the values of query parameters
+    that carry a credential replaced by ``***``. A base URL may hold a key; the page and /health show it."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "(an unreadable URL)"
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = ("***@" if "@" in parts.netloc else "") + host + port
+    query = [
+        (name, "***" if any(word in name.lower() for word in _SECRET_PARAM) else value)
+        for name, value in parse_qsl(parts.query, keep_blank_values=True)
+    ]
+    return urlunsplit((parts.scheme, netloc, parts.path, urlencode(query, safe="*"), ""))
 
 
 class Settings(BaseSettings):
@@ -125,6 +157,11 @@ class Settings(BaseSettings):
     max_pages: int = Field(
         500, ge=1, description="PDFs with more pages are refused (parsing runs at a few pages per second)."
     )
+    # A part is 8 pages: about 3 s of layout, or about 30 s if every page is a scan read with OCR (3.5 s a page);
+    # 120 s leaves room for a slower or busier machine, and a page that hangs MuPDF still fails within minutes.
+    parse_part_timeout: float = Field(
+        120.0, gt=0, description="Seconds a parse worker may spend on 8 pages before it is stopped and the file fails."
+    )
     ocr: Literal["auto", "off", "force"] = Field(
         "auto", description="OCR (RapidOCR, offline) for pages without a usable text layer; force: every page."
     )
@@ -152,11 +189,34 @@ class Settings(BaseSettings):
         None,
         description="Bearer token that `python -m crag serve` requires on every route when set. Never logged or shown.",
     )
+    allowed_hosts: Annotated[list[str] | None, NoDecode] = Field(
+        None,
+        description="Without api_token: host names, besides this machine's, that the API answers requests for "
+        "(the name a reverse proxy forwards), comma-separated.",
+    )
+    api_max_body_kb: int = Field(1024, ge=1, le=1_048_576, description="Largest request body the API reads, in KB.")
+    api_max_answers: int = Field(
+        4, ge=1, le=256, description="Answers the API makes at once; past it a request is told to retry (429)."
+    )
 
     @field_validator("ollama_url")
     @classmethod
     def _url(cls, value: str) -> str:
         return normalize_ollama_url(value)
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _hosts(cls, value: object) -> list[str] | None:
+        if value is None:
+            return None
+        given = value.replace(",", " ").split() if isinstance(value, str) else list(value or [])  # type: ignore[call-overload]
+        names = []
+        for host in map(str, given):
+            name = host_name(host)
+            if name is None or any(c.isspace() or c in "/?#@\\" for c in host):
+                raise ValueError(f"{host[:80]!r} is not a host name such as kb.example.org")
+            names.append(name)
+        return names
 
     @field_validator("chroma_url")
     @classmethod

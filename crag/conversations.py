@@ -10,11 +10,15 @@ each answer the scope it was asked in (``Trace.scope``).
 from __future__ import annotations
 
 import json
+import logging
+import os
 import sqlite3
+import stat
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +48,7 @@ CREATE TABLE IF NOT EXISTS messages (
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages (conversation, id);
 """
 TITLE_CHARS = 60
+log = logging.getLogger(__name__)
 _ANSWER = TypeAdapter(Answer)
 # A store written before conversations kept a scope gains the column; its chats ask every document, as they did.
 ADD_SCOPE = "ALTER TABLE conversations ADD COLUMN scope TEXT NOT NULL DEFAULT '[]'"
@@ -251,3 +256,39 @@ def _not_writable(path: Path, why: str) -> str:
         f"The chat history cannot be stored in {path.parent} ({why}): fix the folder's permissions or set "
         "CRAG_CHROMA_DIR to a writable folder."
     )
+
+
+def private_history(temp: Path) -> Path:
+    """Where chats go while the index folder cannot be written: a file in ``temp/crag-<uid>``, a folder only this
+    user can enter. A fixed name in a shared folder can be taken first by another local user (a link to their
+    file, or their own folder, to read or swap the chats): such a folder is refused, and a new one with a random
+    name is made instead (lost when the app restarts, like the rest of a temporary folder)."""
+    uid = os.getuid()
+    try:
+        try:
+            folder = private_folder(temp / f"crag-{uid}")
+        except UnsafeFolder as exc:
+            folder = Path(tempfile.mkdtemp(prefix=f"crag-{uid}-", dir=temp))  # made 0o700, its name unguessable
+            log.warning("%s: chats are kept in %s instead", exc, folder)
+    except OSError as exc:
+        raise HistoryUnavailable(_not_writable(temp / f"crag-{uid}" / "x", exc.strerror or str(exc))) from None
+    return folder / "conversations.sqlite3"
+
+
+class UnsafeFolder(CragError):
+    """A folder for private files that is a link, or that another user owns or can enter."""
+
+
+def private_folder(folder: Path) -> Path:
+    """``folder``, made with mode 0o700 when it is not there; refused unless it is a real folder of this user that
+    no one else can enter (a folder others could enter may hold their links already)."""
+    with suppress(FileExistsError):  # checked below, whoever made it
+        folder.mkdir(mode=0o700)
+    info = os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode):
+        raise UnsafeFolder(f"{folder} is not a folder (a link or a file): it was not used")
+    if info.st_uid != os.getuid():
+        raise UnsafeFolder(f"{folder} belongs to another user (uid {info.st_uid}): it was not used")
+    if info.st_mode & 0o077:
+        raise UnsafeFolder(f"{folder} can be opened by other users (mode {info.st_mode & 0o777:o}): it was not used")
+    return folder

@@ -18,6 +18,7 @@ question either.
 
 from __future__ import annotations
 
+import logging
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -39,6 +40,8 @@ from crag.text import (
     split_pairs,
 )
 from crag.types import TermCheck
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -269,6 +272,7 @@ class LLMEvaluator(Evaluator):
         except TimeoutError:
             return self._fallback(question, texts, f"grader timed out after {self.timeout:g} s")
         except Exception as exc:  # noqa: BLE001 - junk twice, a server error: similarity takes over
+            log.warning("the LLM grader failed: %r", exc)
             return self._fallback(question, texts, f"grader failed: {type(exc).__name__}")
         usage.add(result.usage)
         method = f"{self.name} ({result.mode})" if result.mode else self.name
@@ -279,10 +283,12 @@ class LLMEvaluator(Evaluator):
             if isinstance(value, float) and math.isfinite(value):
                 grades.append(Grade(max(-1.0, min(1.0, value)), method))
             else:
+                log.warning("the LLM grader gave no number for passage %d: similarity grades it", i + 1)
                 backup = backup or self.fallback.grade(question, texts).grades
                 grades.append(Grade(backup[i].score, "similarity (fallback: grader gave no number)"))
         return Grading(grades, result.output.web_query.strip())
 
     def _fallback(self, question: str, texts: Sequence[str], why: str) -> Grading:
+        log.warning("the LLM grader fell back to similarity: %s", why)
         grades = self.fallback.grade(question, texts).grades
         return Grading([Grade(g.score, f"similarity (fallback: {why})") for g in grades])

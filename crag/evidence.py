@@ -16,6 +16,7 @@ contact lines, version and date lines) are left out unless the question asks for
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -31,6 +32,10 @@ HEADING_WIDTH = 160  # a FAQ question shown before its answer's quote: one line,
 READABLE = 0.5  # the share of a quote's visible characters that must be letters, digits or Han
 QUOTE_WINDOW = 600  # a strip wider than this is quoted from its best run of sentences only
 ANSWER_WEIGHT = 0.2  # how much holding the question's names and a fact lifts a strip among those to quote
+# Seconds for all the quoting of one answer (trimming asides, finding each strip's best run). It takes milliseconds:
+# the budget is a second wall behind linear text rules, so that a rule that goes wrong on some text costs a
+# trimmed quote, never a thread blocked for minutes. Past it, the remaining strips are quoted as they are.
+QUOTE_BUDGET = 2.0
 
 LEADS = {
     ("en", "local"): "From your documents:",
@@ -50,8 +55,11 @@ SCOPED_LEADS = {  # the same, for a question asked in a scope (folders or files)
 
 # A line of an evidence answer: the FAQ question it answers, when there is one (it ends at its question mark and
 # may quote words itself: "如何使用“甲”命令？"), then “the quote” [n].
-LINE = re.compile(r"^(?:(?P<asked>[^“\s].*?[?？])\s+)?“(?P<quote>.*)” \[(?P<n>\d+)\]$")
-TABLE_RULE = re.compile(r"\|?\s*-{3,}\s*(?:\|\s*-{3,}\s*)*\|?")
+# The question is the text up to the first question mark that a space and the opening quote follow: tried once
+# (an atomic group), since a later one would leave a quote that ends the same way.
+LINE = re.compile(r"^(?>(?P<asked>[^“\s].*?[?？])\s+(?=“))?“(?P<quote>.*)” \[(?P<n>\d+)\]$")
+# A rule starts at the first of its spaces (never inside a run of them: each start would scan the run again).
+TABLE_RULE = re.compile(r"(?:(?!\s)|(?<!\s))\|?\s*+-{3,}+\s*+(?:\|\s*+-{3,}+\s*+)*+\|?")
 TABLE_MARKUP = re.compile(r"<br\s*/?>|\|")
 # A Markdown table (pymupdf4llm's): a line that opens a row, or the rule under the header. Elsewhere a pipe is the
 # document's own: "gzip -dc R-x.y.z.tar.gz | tar -xf -", "make check[-devel|all]", "tlmgr update <-all|pkgs>".
@@ -136,17 +144,24 @@ ASIDES = (
     ),
     Aside(
         "contact",
-        re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+|\b(?:e-?mail|tel|phone|fax)\s*:", re.IGNORECASE),
+        # An address is looked for from the start of its run of characters only: from every one, a long word
+        # would be scanned again and again.
+        re.compile(r"(?<![\w.+-])[\w.+-]++@[\w-]++(?:\.[\w-]++)+|\b(?:e-?mail|tel|phone|fax)\s*:", re.IGNORECASE),
         re.compile(
             r"e-?mail|contact|author|maintainer|report|bug|mailing|address|邮件|邮箱|联系|作者|维护者|报告", re.I
         ),
     ),
+    # A line of at most eight words that names a version or a date ("Version 1.0.8, 13 July 2019."), but not a
+    # requirement ("Use version 4 or later."). Each word is taken whole (possessive ``*+``, ``++``): with a plain
+    # ``\W*`` that may match nothing, a long run of letters (a Chinese clause is one) splits into words in
+    # more ways than can be tried before the count fails.
     Aside(
         "version",
         re.compile(
             r"^(?=.*(?:\b(?:version|release|revision|v)\s*\d|\b\d{4}[-/.]\d{1,2}|\d{4}\s*年|\b(?:january|february|"
             r"march|april|may|june|july|august|september|october|november|december)\b\s*\d))"
-            r"(?:\W*\w+){1,8}\W*$",
+            r"(?!.*(?:\b(?:or|and)\s+(?:later|newer|higher|above|greater)\b|或更高|或更新|及以上|或以上|以上版本))"
+            r"(?:\W*+\w++){1,8}+\W*+$",
             re.IGNORECASE,
         ),
         re.compile(r"version|release|date|when|year|updated|new in|版本|日期|发布|哪一?年|何时|什么时候|更新", re.I),
@@ -172,13 +187,16 @@ def cut_short(sentence: str) -> bool:
 # ---------------------------------------------------------------------------------------------
 # What holds the answer
 
-# A command or an identifier: \\includegraphics, read.table(), --all, x86_64, \\begin{tabular}.
-FACT = re.compile(r"\\[A-Za-z]{2,}|\b\w[\w.]*\(\)|(?<![\w-])--?[A-Za-z][\w-]+|\d")
+# A command or an identifier: \\includegraphics, read.table(), --all, x86_64, \\begin{tabular}. A call is looked
+# for from the start of its run of name characters (".libPaths()" too), each run once.
+FACT = re.compile(r"\\[A-Za-z]{2,}|(?<![\w.])\.*+\w[\w.]*+\(\)|(?<![\w-])--?[A-Za-z][\w-]+|\d")
+WORDS = re.compile(r"\S+")
+SPACE = re.compile(r"\s+")
 
 
 def holds_fact(sentence: str) -> bool:
     """A number, a command or an identifier: what a "how" or "how many" question is answered with."""
-    return FACT.search(sentence) is not None or any(is_identifier(w) for w in re.findall(r"\S+", sentence))
+    return FACT.search(sentence) is not None or any(is_identifier(w) for w in WORDS.findall(sentence))
 
 
 def answer_weight(sentence: str, question: str) -> float:
@@ -233,20 +251,27 @@ def best_run(sentences: Sequence[str], question: str) -> list[str]:
     return list(sentences[start:end])
 
 
-def select(strips: Sequence[Strip], question: str = "") -> list[Strip]:
+def select(
+    strips: Sequence[Strip], question: str = "", notes: list[str] | None = None, budget: float | None = None
+) -> list[Strip]:
     """The best kept strips to quote, within the budget, in document order: by their score, lifted by what they hold
     of the question's names and a fact, within ``MARGIN`` of the best. A strip that says nothing new is left out:
     neighbouring chunks share their edges, so one sentence may come in two, or one chunk may end in the first half of
-    a sentence that the next holds whole."""
-    candidates = [q for s in strips if s.kept and (q := quotable(s, question))]
-    rank = {
-        id(s): s.score + ANSWER_WEIGHT * max((answer_weight(x, question) for x in pieces(s.text)), default=0)
-        for s in candidates
-    }
-    ranked = sorted(candidates, key=lambda s: -rank[id(s)])
+    a sentence that the next holds whole.
+
+    Trimming and weighing the strips has ``budget`` seconds (``QUOTE_BUDGET``); the strips left when it runs out are
+    quoted as they are, ranked by their score alone, and ``notes`` says so."""
+    budget = QUOTE_BUDGET if budget is None else budget
+    rank, untrimmed = _weighed([s for s in strips if s.kept], question, time.monotonic() + budget)
+    if untrimmed and notes is not None:
+        notes.append(
+            f"quoting ran out of its time ({budget:g} s): {untrimmed} strip(s) are quoted as they are, asides and all, "
+            "ranked by their score alone"
+        )
+    ranked = sorted(rank, key=lambda s: -rank[s])
     chosen: list[tuple[Strip, list[str], int]] = []  # with its sentences and its width
     for strip in ranked:
-        if len(chosen) == MAX_STRIPS or (chosen and rank[id(strip)] < rank[id(ranked[0])] - MARGIN):
+        if len(chosen) == MAX_STRIPS or (chosen and rank[strip] < rank[ranked[0]] - MARGIN):
             break
         quotable_text = passages(pieces(strip.text))
         sentences = [s for text in quotable_text for s in split_sentences(text)]  # flattened: whitespace collapsed
@@ -259,6 +284,20 @@ def select(strips: Sequence[Strip], question: str = "") -> list[Strip]:
             continue
         chosen = [*kept, (strip, sentences, size)]
     return sorted((strip for strip, _, _ in chosen), key=lambda s: (s.kind != "local", s.order))
+
+
+def _weighed(strips: Sequence[Strip], question: str, deadline: float) -> tuple[dict[Strip, float], int]:
+    """The strips as quoted, each with its rank: its score lifted by what it holds of the question. Those reached
+    after the ``deadline`` (of ``time.monotonic``) are taken as they are, by their score; how many, second."""
+    rank: dict[Strip, float] = {}
+    untrimmed = 0
+    for strip in strips:
+        if time.monotonic() >= deadline:
+            rank[strip] = strip.score
+            untrimmed += 1
+        elif q := quotable(strip, question):
+            rank[q] = q.score + ANSWER_WEIGHT * max((answer_weight(x, question) for x in pieces(q.text)), default=0)
+    return rank, untrimmed
 
 
 def _within(sentences: Sequence[str], said: Sequence[str]) -> bool:
@@ -312,7 +351,7 @@ def evidence_answer(
 
 
 def _squeezed(text: str) -> str:
-    return re.sub(r"\s+", "", text)
+    return SPACE.sub("", text)
 
 
 def _runs_on(before: Sequence[str], after: Sequence[str], source: str) -> bool:

@@ -13,9 +13,9 @@ import re
 # its role named, or its instructions overridden. Web pages are strangers' text and get one more check:
 # an order that opens a sentence and dictates the reply ("Reply only with ...").
 _ROLE = re.compile(
-    r"\b(?:assistant|chat ?bot|ai model|language model|llm|chatgpt|system prompt|jailbreak"
-    r"|developer (?:message|mode))\b"
-    r"|AI助手|助手|人工智能|语言模型|大模型|系统提示|提示词|越狱",
+    r"\b(?:assistants?|chat ?bots?|ai (?:models?|systems?|agents?|assistants?|tools?|bots?|readers?)|"
+    r"(?:large )?language models?|llms?|chatgpt|system prompt|jailbreak|developer (?:message|mode))\b"
+    r"|AI\s*(?:助手|系统|模型|工具|代理|机器人)|助手|人工智能|语言模型|大模型|智能体|系统提示|提示词|越狱",
     re.IGNORECASE,
 )
 # Giving the assistant a new identity is an injection on its own.
@@ -54,14 +54,18 @@ def injection_reason(sentence: str, kind: str = "local") -> str:
     return ""
 
 
+# An order to whoever reads: "you must", or what to say ("must answer", "state that", "tell the user"). A manual
+# names an assistant without telling it what to say ("The assistant window shows the output.").
+_ORDER = re.compile(
+    r"\b(?:you (?:must|should|will|are to)|reply|respond|answer with|say)\b"
+    r"|\b(?:must|should|shall|are to|have to|need to)\s+(?:always\s+|only\s+|now\s+|first\s+)?"
+    r"(?:answer|reply|respond|say|state|tell|claim|mention|recommend|describe|write|output|include)\b"
+    r"|\b(?:state|say|claim|mention|assert) that\b|\btell (?:the )?(?:users?|readers?)\b"
+    r"|请|必须|你要|回答|回复|声明|务必",
+    re.IGNORECASE,
+)
+
+
 def _instructs(sentence: str) -> bool:
     """Naming the assistant is an injection when the sentence also gives it an order."""
-    return bool(
-        _OVERRIDE.search(sentence)
-        or _DICTATE.search(sentence.strip())
-        or re.search(
-            r"\b(?:you (?:must|should|will|are to)|reply|respond|answer with|say)\b|(?:请|必须|你要|回答|回复)",
-            sentence,
-            re.IGNORECASE,
-        )
-    )
+    return bool(_OVERRIDE.search(sentence) or _DICTATE.search(sentence.strip()) or _ORDER.search(sentence))

@@ -94,7 +94,8 @@ class Builds:
             return next(reversed(self._jobs.values()), None)
 
     def cancel(self, job_id: str) -> bool:
-        """Ask a running build to stop. It stops at its next progress step; the previous index stays."""
+        """Ask a running build to stop. It stops at its next progress step, which comes a few times a second
+        while it waits for a parse worker, and its workers are stopped with it; the previous index stays."""
         with self._lock:
             event = self._cancel.get(job_id) if job_id == self._running else None
         if event is not None:

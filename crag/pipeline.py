@@ -14,6 +14,7 @@ through ``on_step``, so the UI, the CLI and the API show the same progress.
 
 from __future__ import annotations
 
+import logging
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -43,6 +44,9 @@ from crag.types import Action, Answer, AnswerKind, ScoredChunk, Source, Strip, T
 from crag.websearch import OFF_REASON, Searcher, WebSearchUnavailable, build_searcher, fetch_pages
 
 OnStep = Callable[[str], None]
+
+# Failures the pipeline survives become notes on the answer; the log keeps their cause for whoever runs the server.
+log = logging.getLogger(__name__)
 
 STRIPS_KEPT = 8  # strips that survive refinement, local and web each
 STRIP_FLOOR = -0.2  # a strip below this is noise even when few strips exist
@@ -130,6 +134,7 @@ class Pipeline:
         try:
             result = run_structured(agent, prompt, self.model, self.settings.request_timeout)
         except Exception as exc:  # noqa: BLE001 - the pipeline goes on without this step
+            log.warning("the %s step failed and was skipped: %r", agent.name, exc)
             notes.append(f"{agent.name} step failed ({type(exc).__name__}); skipped")
             return None
         usage.add(result.usage)
@@ -208,10 +213,12 @@ class Pipeline:
             found = self.searcher.search(query, WEB_RESULTS)
             results = tuple(self.fetch(found, WEB_PAGES_FETCHED, self.settings.request_timeout))
         except WebSearchUnavailable as exc:
+            log.warning("web search unavailable: %s", exc.reason)
             return WebKnowledge(query, error=exc.reason)
         try:
             strips = refine(question, web_strips(results), self.scorer, STRIPS_KEPT, STRIP_FLOOR)
         except Exception as exc:  # noqa: BLE001 - the web only adds: the documents' passages still answer
+            log.warning("the web pages could not be scored", exc_info=exc)
             return WebKnowledge(query, results, f"the web pages could not be scored ({type(exc).__name__})")
         return WebKnowledge(query, results, "", tuple(strips))
 
@@ -378,7 +385,8 @@ class AnswerStream:
         answering = self.p.answer_kind(self.options.answer_mode)
         if knowledge.action is Action.INCORRECT and not any(s.kept and s.kind == "web" for s in knowledge.strips):
             answering = AnswerKind.EVIDENCE  # the closest passages are quoted: no model writes from what failed
-        chosen = evidence.select(knowledge.strips, self.question) if answering is AnswerKind.EVIDENCE else []
+        quoting = answering is AnswerKind.EVIDENCE
+        chosen = evidence.select(knowledge.strips, self.question, self.notes) if quoting else []
         sources = number_sources(knowledge.strips, knowledge.evaluation.graded, chosen)
         return (answering if sources else AnswerKind.NO_ANSWER), chosen, sources
 
@@ -404,6 +412,7 @@ class AnswerStream:
             for delta in self.p.generate(knowledge.question, sources, self.usage):
                 yield self._emit(delta)
         except Exception as exc:  # noqa: BLE001 - a dead model server must not lose the partial answer
+            log.warning("the model failed while writing an answer: %r", exc)
             return kind, model_failure_message(self.p.backend, exc)
         return kind, ""
 

@@ -19,7 +19,12 @@ _LINE_MARK = re.compile(r"^\s*(?:[-*+>#]+|\d{1,2}[.)])\s+")
 _CITATION = re.compile(r"[\[［【]\d+(?:\s*[-,，]\s*\d+)*[\]］】]")  # [1], [1, 2], [1-2], ［12］
 _CODE = re.compile(r"```.*?(?:```|\Z)|`[^`\n]+`", re.DOTALL)
 # What code states: an option (-dPS_A, --all), a LaTeX command (\bm, not "\n"), a function it calls (read.csv()).
-_CODE_TERM = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]+)|(\\[A-Za-z]{2,})|\b([A-Za-z_][\w.]*(?:::[\w.]+)?)(?=\()")
+# A call is found from the start of its run of name characters, tried once per run (atomic): a run that no "("
+# follows from its first name ("x.y.z") follows from none of the later ones.
+_CODE_TERM = re.compile(
+    r"(?<![\w-])(--?[A-Za-z][\w-]+)|(\\[A-Za-z]{2,})"
+    r"|(?<![\w.])(?>[\w.]*?\b(?=[A-Za-z_]))([A-Za-z_][\w.]*+(?:::[\w.]++)?+)(?=\()"
+)
 _NUMBER = re.compile(r"(?<![A-Za-z0-9_.])\d[\d,]*(?:\.\d+)*")  # next to Chinese too: "15个步骤", "2024年"
 _NUMERIC = re.compile(r"[\d,.:/-]+[A-Za-z%]{0,3}")  # "2nd", "1000MB", "2023-04-21", "10-15": checked as numbers
 _ABBREVIATION = re.compile(r"(?:[A-Za-z]\.)+[A-Za-z]?")  # "i.e", "e.g", "U.S": wording, not a name

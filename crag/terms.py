@@ -70,15 +70,24 @@ _DIGITS_THEN_LETTERS = re.compile(r"(?<=[0-9])(?=[a-z])")  # "10mb" is also writ
 _COMPOUND = re.compile(r"[/-]")
 # A number, whole or with decimals or a version's dots ("14", "0.6", "4.2.2"): a page may answer without it.
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
-# A name clipped before its number: "Win2000" for "Windows 2000", "Win7" for "Windows 7".
-_CLIPPED = re.compile(r"([A-Za-z]{3,})(\d+)")
+# A name clipped before its number: "Win2000" for "Windows 2000", "Win7" for "Windows 7". Its letters are taken
+# whole, from the first: a long word is scanned once, not once from each of its letters.
+_CLIPPED = re.compile(r"(?<![A-Za-z])([A-Za-z]{3,}+)(\d+)")
 # Words that join a name's capitalised words without an initial of their own: "Journal of Chemical Physics".
 _CONNECTORS = frozenset("of and for the in on to de du la von van".split())
-_NAME_RUN = re.compile(r"[A-Z][A-Za-z]+(?:\s+(?:(?:of|and|for|the|in|on|to|de|du|la|von|van)\s+)?[A-Z][A-Za-z]+)+")
+# A run of capitalised words, found from the start of its first word's letters ("eBay Inc" gives "Bay Inc", its
+# group): from each capital of a long word, the word would be scanned again.
+_NAME_RUN = re.compile(
+    r"(?<![A-Za-z])[a-z]*+([A-Z][A-Za-z]++(?:\s++(?:(?:of|and|for|the|in|on|to|de|du|la|von|van)\s++)?[A-Z][A-Za-z]++)+)"
+)
 _ACRONYM = re.compile(r"[A-Z][A-Za-z]*[A-Z]|[A-Z]{2,}")
 # A definition: "Debian Free Software Guidelines (DFSG)", "自由软件指导方针（DFSG）".
 _HAN_DEFINITION = re.compile(r"([\u3400-\u9fff]{2,16})\s*[（(]\s*([A-Z][A-Za-z0-9]{1,9})\s*[）)]")
 _CHINESE_GAP = 2  # characters allowed between the two halves of a Chinese word ("构建 的软件包" is not one)
+_LETTERS_THEN_DIGIT = re.compile(r"(?<=[a-z]{2})(?=[0-9])")
+_SPACE = re.compile(r"\s+")
+_TRIPLE_WORD = re.compile(r"[A-Za-z]{3,}+|\S+")
+_CAPITAL_OPENING = re.compile(r"(^|[.!?]\s+)([A-Z])(?=[a-z])")
 
 
 def is_identifier(word: str) -> bool:
@@ -179,7 +188,7 @@ def _phrase(text: str) -> str:
 
 def _number_in_name(phrased: str) -> str:
     """Typesetting may set a name's number apart ("LATEX 2ε" for LaTeX2e): a word of letters, then its digits."""
-    return re.sub(r"(?<=[a-z]{2})(?=[0-9])", " ", phrased)
+    return _LETTERS_THEN_DIGIT.sub(" ", phrased)
 
 
 def _numbers_written_out(phrased: str) -> set[str]:
@@ -246,7 +255,7 @@ class Vocabulary:
     @cached_property
     def squeezed(self) -> str:
         """Folded, with no whitespace within a passage: PDF extraction puts spaces at line ends in Chinese text."""
-        return "\n".join(re.sub(r"\s+", "", fold(t)) for t in self.texts)
+        return "\n".join(_SPACE.sub("", fold(t)) for t in self.texts)
 
     @cached_property
     def stems(self) -> frozenset[str]:
@@ -336,7 +345,7 @@ def aliases(question: str, terms: Sequence[Term], vocabulary: Vocabulary | None)
                 out.setdefault(term.text, []).extend(acronyms)
     if vocabulary is None:
         return out
-    squeezed = re.sub(r"\s+", "", fold(question))
+    squeezed = _SPACE.sub("", fold(question))
     for abbr, names in vocabulary.definitions.items():
         for name in names:
             if name in squeezed:  # the question writes the Chinese name: the acronym is its other name
@@ -351,7 +360,7 @@ def aliases(question: str, terms: Sequence[Term], vocabulary: Vocabulary | None)
 
 def _word_triples(question: str) -> list[tuple[str, str, str]]:
     """Three words in a row, none of them a stopword: what an acronym may abbreviate."""
-    words = re.findall(r"[A-Za-z]{3,}|\S+", question)
+    words = _TRIPLE_WORD.findall(question)
     return [
         (a, b, c)
         for a, b, c in zip(words, words[1:], words[2:], strict=False)
@@ -361,7 +370,7 @@ def _word_triples(question: str) -> list[tuple[str, str, str]]:
 
 def _without_sentence_start(question: str) -> str:
     """The question with each sentence's first word lower-cased: "What Journal…" spells no "WJ"."""
-    return re.sub(r"(^|[.!?]\s+)([A-Z])(?=[a-z])", lambda m: m[1] + m[2].lower(), question)
+    return _CAPITAL_OPENING.sub(lambda m: m[1] + m[2].lower(), question)
 
 
 def spelled_out(term: Term, where: Vocabulary) -> bool:

@@ -266,9 +266,14 @@ def pages_label(pages: Iterable[int]) -> str:
 # Prompts and questions
 
 
+SOURCE_TAG = re.compile(r"</?\s*+source\b[^>]*+>", re.IGNORECASE)
+
+
 def quote(text: str) -> str:
-    """Source text cannot close its own tag: what is inside stays data."""
-    return re.sub(r"</?\s*source\b[^>]*>", " ", text, flags=re.IGNORECASE)
+    """Source text cannot close its own tag: what is inside stays data. No tag ends after the last ">": the text
+    after it is left alone, or each "<source" there would be scanned to the end."""
+    end = text.rfind(">") + 1
+    return SOURCE_TAG.sub(" ", text[:end]) + text[end:]
 
 
 MAX_QUESTION_CHARS = 2000  # a question, not a document: longer text would crowd the sources out of the context

@@ -24,10 +24,15 @@ def hash_embedder(settings: Settings, rebuild: bool) -> Embedder:
     return HashEmbedder()
 
 
+# The API answers requests addressed to this machine only (without a token): clients in tests say so, as a browser
+# or the openai SDK on this machine would, rather than TestClient's "testserver".
+LOCAL = "http://127.0.0.1"
+
+
 def make_client(settings: Settings, fake=None, **kwargs) -> TestClient:
     fake = fake or pipeline(settings, [chunk(DOC)], [0.9])
     app = create_app(settings, pipeline_factory=lambda s: fake, embedder_factory=hash_embedder, **kwargs)
-    return TestClient(app)
+    return TestClient(app, base_url=LOCAL)
 
 
 def settle(app) -> None:

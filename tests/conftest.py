@@ -12,7 +12,7 @@ import pytest
 from pydantic_ai import models
 
 from crag.config import Settings, load_settings
-from tests.helpers import free_port, http_server
+from tests.helpers import http_server, refused_port
 
 # The slowest test files, slowest first (from `pytest --durations`). `make test` runs two processes, each taking
 # the next whole file: started first, these run beside the many short files instead of alone at the end.
@@ -51,7 +51,7 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)  # so a developer's .env is not read
     # A safety net, inherited by subprocesses: ddgs sends every request through DDGS_PROXY, where
     # nothing listens, so a test that forgot to fake web search fails instead of reaching the internet.
-    monkeypatch.setenv("DDGS_PROXY", f"socks5h://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("DDGS_PROXY", f"socks5h://127.0.0.1:{refused_port()}")
 
 
 @pytest.fixture
@@ -62,8 +62,8 @@ def real_models() -> Iterator[None]:
 
 @pytest.fixture
 def closed_port_url() -> str:
-    """A loopback URL where nothing listens: connections are refused at once."""
-    return f"http://127.0.0.1:{free_port()}"
+    """A loopback URL where nothing listens, now or later in the run: connections are refused at once."""
+    return f"http://127.0.0.1:{refused_port()}"
 
 
 @pytest.fixture
@@ -96,7 +96,7 @@ def scoped_kb(tmp_path_factory: pytest.TempPathFactory) -> Settings:
         embed_backend="local",
         llm_backend="embedded",
         web_search=False,
-        ollama_url=f"http://127.0.0.1:{free_port()}",
+        ollama_url=f"http://127.0.0.1:{refused_port()}",
     )
     sync(settings, LocalEmbedder())
     (files / "pending").mkdir()

@@ -10,10 +10,36 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 def free_port() -> int:
-    """A loopback port that nothing listens on right now."""
+    """A loopback port that nothing listens on right now, for a server about to start on it. For a port that must
+    stay closed, use ``refused_port`` or ``hold_closed``: another test process may start a server on this one."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+_REFUSING: list[socket.socket] = []
+
+
+def refused_port() -> int:
+    """A loopback port that refuses every connection for this process's life: bound but never listening, so no
+    other server, another test process's included, can take it (as one can take a port merely closed)."""
+    if not _REFUSING:
+        _REFUSING.append(_bound(0))
+    return _REFUSING[0].getsockname()[1]
+
+
+@contextmanager
+def hold_closed(url: str) -> Iterator[str]:
+    """Keep the port of a server just stopped closed: bound, never listening, until the block ends."""
+    with _bound(int(url.rsplit(":", 1)[1])):
+        yield url
+
+
+def _bound(port: int) -> socket.socket:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the stopped server's connections may be in TIME_WAIT
+    s.bind(("127.0.0.1", port))
+    return s
 
 
 @contextmanager

@@ -16,6 +16,7 @@ from crag.errors import BackendUnavailable
 from crag.store import RebuildNeeded
 from tests.apiclient import (
     DOC,
+    LOCAL,
     QUESTION,
     hash_embedder,
     make_client,
@@ -97,14 +98,15 @@ def test_body_that_is_not_json_is_refused_with_a_message(client: TestClient) -> 
     assert r.status_code == 422 and r.json()["error"].startswith("Invalid request (body.")
     r = client.post("/ask", content=b'{"question": "\xff"}', headers={"Content-Type": "application/json"})
     assert r.status_code == 400 and "UTF-8 JSON" in r.json()["error"]
+    # A form is what a page of another site may send without asking: refused before it is read.
     r = client.post("/ask", content=b"question=hi", headers={"Content-Type": "application/x-www-form-urlencoded"})
-    assert r.status_code == 422 and "JSON body" in r.json()["error"]
+    assert r.status_code == 415 and "Content-Type: application/json" in r.json()["error"]
 
 
 def test_backend_down_is_503_and_retried(settings: Settings, closed_port_url: str) -> None:
     # The real factory: CRAG_LLM_BACKEND=ollama with nothing listening fails before any model loads.
     down = settings.model_copy(update={"llm_backend": "ollama"})
-    with TestClient(create_app(down)) as client:
+    with TestClient(create_app(down), base_url=LOCAL) as client:
         for stream in (False, True):
             r = client.post("/ask", json={"question": QUESTION, "stream": stream})
             assert r.status_code == 503 and r.headers["content-type"] == "application/json"
@@ -118,7 +120,7 @@ def test_backend_down_is_503_and_retried(settings: Settings, closed_port_url: st
             raise BackendUnavailable("Ollama is not reachable: start it with `ollama serve`.")
         return pipeline(s, [chunk(DOC)], [0.9])
 
-    with TestClient(create_app(settings, pipeline_factory=flaky)) as client:
+    with TestClient(create_app(settings, pipeline_factory=flaky), base_url=LOCAL) as client:
         assert client.post("/ask", json={"question": QUESTION}).status_code == 503
         assert client.post("/ask", json={"question": QUESTION}).status_code == 200
         assert client.post("/ask", json={"question": QUESTION}).status_code == 200
@@ -151,7 +153,7 @@ def test_unexpected_error_is_500_without_internals(settings: Settings) -> None:
     fake = pipeline(settings, [], [])
     fake.retriever = BrokenRetriever()
     app = create_app(settings, pipeline_factory=lambda s: fake, embedder_factory=hash_embedder)
-    with TestClient(app, raise_server_exceptions=False) as client:
+    with TestClient(app, base_url=LOCAL, raise_server_exceptions=False) as client:
         r = client.post("/ask", json={"question": QUESTION})
     assert r.status_code == 500
     assert r.json() == {"error": "Internal error: see the server log."}
@@ -296,7 +298,7 @@ def test_damaged_index_is_reported(client: TestClient, settings: Settings) -> No
 
 def test_missing_manifest_is_409(settings: Settings) -> None:
     with make_client(settings) as client:
-        wait_for_job(client, client.post("/index").json()["job"])
+        wait_for_job(client, client.post("/index", json={}).json()["job"])
         [generation] = (settings.chroma_dir / "generations").iterdir()
         (generation / "manifest.json").write_text("[not json")
         r = client.get("/files")

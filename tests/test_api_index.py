@@ -27,6 +27,7 @@ from crag.models import Embedder
 from crag.store import Store
 from tests.apiclient import (
     DOC,
+    LOCAL,
     QUESTION,
     ROOT,
     hash_embedder,
@@ -62,7 +63,7 @@ def test_build_reports_progress_then_per_file_results(settings: Settings) -> Non
     manual_pdf(settings.files_dir / "widget.pdf")
     gated = GatedEmbedder()
     app = create_app(settings, pipeline_factory=lambda s: pipeline(s, [], []), embedder_factory=lambda s, r: gated)
-    with TestClient(app) as client:
+    with TestClient(app, base_url=LOCAL) as client:
         assert client.get("/files").json() == {"generation": None, "files": []}
         r = client.post("/index", json={"rebuild": False})
         assert r.status_code == 202
@@ -96,7 +97,7 @@ def test_build_reports_progress_then_per_file_results(settings: Settings) -> Non
         assert health["build_running"] is None
 
         # Incremental: nothing changed. A rebuild (empty body is an incremental sync) re-indexes.
-        again = wait_for_job(client, client.post("/index").json()["job"])
+        again = wait_for_job(client, client.post("/index", json={}).json()["job"])
         assert again["rebuild"] is False and again["result"]["files"][0]["status"] == "unchanged"
         rebuilt = wait_for_job(client, client.post("/index", json={"rebuild": True}).json()["job"])
         assert rebuilt["rebuild"] is True and rebuilt["result"]["files"][0]["status"] == "indexed"
@@ -121,11 +122,11 @@ def test_failed_build_says_why_and_frees_the_lock(settings: Settings, error: Exc
         raise error
 
     app = create_app(settings, pipeline_factory=lambda s: pipeline(s, [], []), embedder_factory=embedder_factory)
-    with TestClient(app) as client:
-        failed = wait_for_job(client, client.post("/index").json()["job"])
+    with TestClient(app, base_url=LOCAL) as client:
+        failed = wait_for_job(client, client.post("/index", json={}).json()["job"])
         assert failed["state"] == "failed" and failed["error"].startswith(message) and failed["result"] is None
         assert "secret" not in failed["error"]
-        assert client.post("/index").status_code == 202  # a failed job does not block the next
+        assert client.post("/index", json={}).status_code == 202  # a failed job does not block the next
         settle(app)
 
 
@@ -138,11 +139,11 @@ def test_build_uses_the_loaded_pipelines_embedder_unless_rebuilding(settings: Se
         return HashEmbedder()
 
     app = create_app(settings, pipeline_factory=lambda s: fake, embedder_factory=embedder_factory)
-    with TestClient(app) as client:
-        wait_for_job(client, client.post("/index").json()["job"])
+    with TestClient(app, base_url=LOCAL) as client:
+        wait_for_job(client, client.post("/index", json={}).json()["job"])
         assert asked == [False]  # no pipeline yet: the factory chooses
         client.post("/ask", json={"question": QUESTION})
-        wait_for_job(client, client.post("/index").json()["job"])
+        wait_for_job(client, client.post("/index", json={}).json()["job"])
         assert asked == [False]  # the pipeline's embedder
         wait_for_job(client, client.post("/index", json={"rebuild": True}).json()["job"])
         assert asked == [False, True]
@@ -152,7 +153,7 @@ def test_index_folder_that_cannot_be_written_is_503(settings: Settings) -> None:
     blocker = settings.chroma_dir.parent / "not-a-folder"
     blocker.write_text("")
     with make_client(settings.model_copy(update={"chroma_dir": blocker / "db"})) as client:
-        r = client.post("/index")
+        r = client.post("/index", json={})
     assert r.status_code == 503 and "CRAG_CHROMA_DIR" in r.json()["error"]
 
 
@@ -199,7 +200,8 @@ def test_fuzz_finds_no_server_errors(settings: Settings, method: str, path: str,
         pipeline_factory=lambda s: pipeline(s, [chunk(DOC)], [0.9], searcher=FakeSearcher(error="offline")),
         embedder_factory=hash_embedder,
     )
-    schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+    # Addressed to this machine, as the API requires without a token (schemathesis says "testserver" otherwise).
+    schema = schemathesis.openapi.from_asgi("/openapi.json", app, headers={"Host": "127.0.0.1"})
     assert {(m.upper(), p) for p, ops in schema.raw_schema["paths"].items() for m in ops} == set(OPERATIONS)
     operation = schema[path][method]
     statuses: list[int] = []
@@ -209,7 +211,7 @@ def test_fuzz_finds_no_server_errors(settings: Settings, method: str, path: str,
         max_examples=FUZZ_EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck)
     )
     def fuzz(case) -> None:
-        statuses.append(case.call_and_validate(checks=[not_a_server_error]).status_code)
+        statuses.append(case.call_and_validate(base_url=LOCAL, checks=[not_a_server_error]).status_code)
 
     fuzz()
     settle(app)

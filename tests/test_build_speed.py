@@ -3,6 +3,7 @@ pages parsed in worker processes make the same chunks as pages parsed in this on
 
 from __future__ import annotations
 
+import multiprocessing
 from pathlib import Path
 
 import numpy as np
@@ -70,11 +71,11 @@ def _chunks(settings: Settings, parser: PyMuPDFParser, pdf: Path) -> list[tuple]
 def test_pages_parsed_in_a_worker_make_the_same_chunks(tmp_path: Path, settings: Settings, monkeypatch) -> None:
     pdf = manual_pdf(tmp_path / "manual.pdf", pages=30)
     parser = PyMuPDFParser()
-    ahead = ParseAhead.start(parser, [pdf])
+    ahead = ParseAhead.start(parser, [pdf], 120)
     assert ahead is not None, "30 pages go to a worker process"
     ahead.close()
     in_worker = _chunks(settings, parser, pdf)
-    monkeypatch.setattr(ParseAhead, "start", classmethod(lambda cls, parser, paths: None))
+    monkeypatch.setattr(ParseAhead, "start", classmethod(lambda cls, parser, paths, timeout: None))
     in_this_process = _chunks(settings, parser, pdf)
     assert len(in_this_process) > 5
     assert in_worker == in_this_process
@@ -93,7 +94,7 @@ def test_a_file_a_worker_cannot_read_fails_alone(tmp_path: Path, settings: Setti
 def test_files_parse_in_this_process_when_the_worker_dies(tmp_path: Path, settings: Settings, monkeypatch) -> None:
     from concurrent.futures.process import BrokenProcessPool
 
-    def broken(self, path):
+    def broken(self, path, waiting=None):
         raise BrokenProcessPool("a worker was killed")
         yield  # a generator, as ParseAhead.parts is
 
@@ -118,15 +119,15 @@ def test_each_worker_parses_on_one_thread_and_is_let_go_when_done(tmp_path: Path
     """Two one-thread workers on two cores, not one worker with two threads (see crag.ingest.workers); once every
     page is read, busy() is False and the workers exit, their layout models with them."""
     pdf = manual_pdf(tmp_path / "manual.pdf", pages=30)
-    ahead = ParseAhead.start(PyMuPDFParser(), [pdf])
+    ahead = ParseAhead.start(PyMuPDFParser(), [pdf], 120)
     assert ahead is not None
     try:
-        threads, sessions = ahead._pool.submit(_worker_engines).result(timeout=120)
+        threads, sessions = ahead._pool.schedule(_worker_engines).result(timeout=120)
         assert threads == 1 and sessions and set(sessions) == {1}
-        assert ahead._pool._max_workers == min(cpu_threads(), 4)
+        assert ahead._pool._context.workers == min(cpu_threads(), 4)
         parts = list(ahead.parts(pdf))
         assert sum(len(p.stages) for p in parts) == 30
-        processes = list(ahead._pool._processes.values())
+        processes = multiprocessing.active_children()
         assert not ahead.busy()
         for process in processes:
             process.join(timeout=60)

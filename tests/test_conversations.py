@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
+import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from crag.conversations import Conversations, title_of
+import pytest
+
+from crag.conversations import Conversations, UnsafeFolder, private_folder, private_history, title_of
 from crag.types import Action, Answer, AnswerKind, ScoredChunk, Source, TermCheck, Trace
 from tests.fakes import chunk
 
@@ -166,3 +172,67 @@ def test_a_store_without_scopes_gains_them_and_its_chats_ask_everything(tmp_path
     assert store.get("old").scope == () and store.get("old").title == "An old chat"
     store.set_scope("old", ["courses"])
     assert Conversations(path).get("old").scope == ("courses",)
+
+
+# While the index folder cannot be written, chats go to the temporary folder, which every local user shares.
+
+
+@pytest.fixture
+def temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The machine's temporary folder, as the page sees it: here, in the test's folder. The page's caches empty."""
+    import streamlit as st
+
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    st.cache_resource.clear()
+    yield folder
+    st.cache_resource.clear()
+
+
+def test_chats_kept_meanwhile_go_to_a_private_folder_not_to_a_link_another_user_planted(temp: Path) -> None:
+    from ui import state
+
+    uid = os.getuid()
+    theirs = temp / "theirs.sqlite3"
+    theirs.write_bytes(b"")
+    (temp / f"crag-conversations-{uid}.sqlite3").symlink_to(theirs)  # the name chats were kept under before
+    (temp / "their-folder").mkdir(mode=0o777)
+    (temp / f"crag-{uid}").symlink_to(temp / "their-folder")
+
+    store = state.temporary_conversations()
+    chat = store.create("How many cores?")
+    store.add(chat.id, "user", "How many cores?")
+    folder = store.path.parent
+    assert not folder.is_symlink() and folder.parent == temp and folder.name.startswith(f"crag-{uid}-")
+    assert folder.stat().st_uid == uid and stat.S_IMODE(folder.stat().st_mode) == 0o700, "only this user enters it"
+    assert theirs.read_bytes() == b"" and list((temp / "their-folder").iterdir()) == [], "nothing reached theirs"
+    again = state.temporary_conversations()
+    assert again.path == store.path and [c.id for c in again.list()] == [chat.id], "the same folder on every run"
+
+
+def test_a_private_folder_is_made_once_and_used_again(tmp_path: Path) -> None:
+    path = private_history(tmp_path)
+    assert path == tmp_path / f"crag-{os.getuid()}" / "conversations.sqlite3"
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert private_history(tmp_path) == path
+
+
+@pytest.mark.parametrize("taken", ["open to others", "another user's", "a file"])
+def test_a_folder_another_user_could_have_made_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, taken: str
+) -> None:
+    uid = os.getuid()
+    fixed = tmp_path / f"crag-{uid}"
+    if taken == "a file":
+        fixed.write_bytes(b"")
+    else:
+        fixed.mkdir(mode=0o700)
+        fixed.chmod(0o777 if taken == "open to others" else 0o700)
+    if taken == "another user's":
+        monkeypatch.setattr(os, "getuid", lambda: uid + 4242)  # the folder's owner is then someone else
+        fixed = fixed.rename(tmp_path / f"crag-{uid + 4242}")
+    with pytest.raises(UnsafeFolder):
+        private_folder(fixed)
+    path = private_history(tmp_path)
+    assert path.parent != fixed and path.parent.parent == tmp_path and path.parent.stat().st_mode & 0o077 == 0

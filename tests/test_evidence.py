@@ -416,3 +416,56 @@ def test_a_version_and_copyright_line_of_a_program_is_no_licence() -> None:
     said = "如果返回的结果是 ‘command not found’ 而非版本和版权信息，请检查 PATH。"
     assert aside(said, "怎么检查 tex 能否运行？") == ""
     assert aside("本文档依照 GNU 自由文档许可证发布，版权所有。", "怎么检查 tex 能否运行？") == "licence"
+
+
+# ---------------------------------------------------------------------------------------------
+# Text that made quoting hang, and the budget behind the rules
+
+
+ISSUE_ZH = (
+    "本软件包管理器自2023年起支持在所有主流操作系统上自动安装和更新依赖项以及配置文件，"
+    "包括Linux、macOS、Windows、FreeBSD、OpenBSD、Solaris、AIX和HP-UX等平台。"
+)
+ISSUE_EN = (
+    "Since version 2 the installer downloads https://example.org/packages/"
+    f"{'abcdefghijklmnopqrstuvwxyz' * 2}abcdefgh/archive.tar.gz and then unpacks it."
+)
+ISSUE_QUESTION = "软件包管理器的配置文件在哪里？"
+
+
+@pytest.mark.timeout(60)  # a hang limit, not a speed limit: the old version rule took minutes on this sentence
+def test_a_long_chinese_clause_and_a_long_address_are_quoted_not_hung_on(settings) -> None:
+    """The issue's two sentences (a Chinese clause with a year, then a list of names; an address holding a 60-letter
+    name) go through the offline answer as any other passage does."""
+    strips = [strip(ISSUE_ZH, 0.9, (0, 0)), strip(ISSUE_EN, 0.85, (0, 1))]
+    text = evidence_answer(select(strips, ISSUE_QUESTION), [SOURCE], "zh", Action.CORRECT)
+    assert ISSUE_ZH in text and aside(ISSUE_ZH, ISSUE_QUESTION) == ""
+    p = pipeline(settings, [chunk(ISSUE_ZH), chunk(ISSUE_EN, n=1)], [0.9, 0.8], ScriptedModel(), backend="embedded")
+    answer = p.ask(ISSUE_QUESTION)
+    assert answer.kind is AnswerKind.EVIDENCE and "配置文件" in answer.text
+
+
+def test_a_requirement_is_no_version_line() -> None:
+    """ "Use version 4 or later." tells what to install: an answer, not the version line of a title page."""
+    assert aside("Use version 4 or later.", "Which R do I need?") == ""
+    assert aside("需要 R version 4 或更高版本。", "需要什么样的 R？") == ""
+    assert aside("Version 1.0.8, 13 July 2019.", "How do I decompress a file?") == "version"
+    assert aside("R version 4.3.0 (2023-04-21)", "How do I decompress a file?") == "version"
+
+
+def test_quoting_past_its_budget_quotes_the_strips_as_they_are_and_says_so(settings, monkeypatch) -> None:
+    """A second wall behind linear rules: with no time left, nothing is trimmed and the trace says why."""
+    licence = "Copyright © 1996-2019 Julian Seward, all rights reserved."
+    answer_text = "Use bzip2 -d to decompress a file; bunzip2 does the same."
+    strips = [strip(f"{licence} {answer_text}", 0.9, (0, 0))]
+    question = "How do I decompress a file?"
+    assert licence not in evidence_answer(select(strips, question), [SOURCE], "en", Action.CORRECT)
+    notes: list[str] = []
+    quoted = evidence_answer(select(strips, question, notes, budget=0), [SOURCE], "en", Action.CORRECT)
+    assert licence in quoted and answer_text in quoted, "quoted as it is, the aside with it"
+    assert len(notes) == 1 and "quoted as they are" in notes[0]
+    monkeypatch.setattr("crag.evidence.QUOTE_BUDGET", 0.0)
+    p = pipeline(settings, [chunk(f"{licence} {answer_text}")], [0.9], ScriptedModel(), backend="embedded")
+    answer = p.ask(question)
+    assert "bzip2 -d" in answer.text
+    assert any("quoting ran out of its time" in note for note in answer.trace.notes)

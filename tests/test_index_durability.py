@@ -90,7 +90,7 @@ def test_a_generation_cut_short_by_a_power_loss_gives_way_to_the_previous_one(kb
     assert note and "chunks.jsonl has 0 of its" in note and "Rebuild the knowledge base" in note
     hits = Retriever(kb, embedder).retrieve(QUESTION, 3)
     assert hits and hits[0].chunk.file == "widget.pdf", "the previous generation answers"
-    with TestClient(create_app(kb, embedder_factory=hash_embedder)) as client:
+    with TestClient(create_app(kb, embedder_factory=hash_embedder), base_url="http://127.0.0.1") as client:
         health = client.get("/health").json()
     assert health["index"]["generation"] == first and "incomplete on disk" in health["index_error"]
 

@@ -29,7 +29,7 @@ from crag.store import open_store
 from crag.text import lexical_tokens
 from tests.apiclient import wait_for_job
 from tests.apptest import app, texts
-from tests.helpers import http_server
+from tests.helpers import hold_closed, http_server
 from tests.pdfs import manual_pdf
 
 QUESTION = "How much memory does the widget need?"
@@ -90,8 +90,9 @@ def built(tmp_path: Path) -> Iterator[Settings]:
         )
         sync(settings, index_embedder(settings))
         assert ollama.embedded > 0
-    assert open_store(settings).active().embedder == "ollama:bge-m3"
-    yield settings
+    with hold_closed(settings.ollama_url):  # else another test process's server may take the port and answer
+        assert open_store(settings).active().embedder == "ollama:bge-m3"
+        yield settings
 
 
 def test_questions_are_answered_from_the_lexical_index_with_a_note(built: Settings) -> None:
@@ -133,10 +134,10 @@ def test_the_cli_and_the_api_say_which_embedder_the_index_needs(
     out = capsys.readouterr()
     assert "eight hundred megabytes" in out.out and all(way in out.err for way in WAYS_OUT)
 
-    with TestClient(create_app(built)) as client:
+    with TestClient(create_app(built), base_url="http://127.0.0.1") as client:
         answer = client.post("/ask", json={"question": QUESTION}).json()
         assert answer["sources"] and any(all(way in n for way in WAYS_OUT) for n in answer["notes"])
-        state = wait_for_job(client, client.post("/index").json()["job"])
+        state = wait_for_job(client, client.post("/index", json={}).json()["job"])
         assert state["state"] == "failed" and "never mixes embedders" in state["error"]
     assert open_store(built).active().embedder == "ollama:bge-m3"
 

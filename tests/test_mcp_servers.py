@@ -24,7 +24,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from tests.helpers import free_port
+from tests.helpers import free_port, refused_port
 from tests.pdfs import manual_pdf
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,7 +51,7 @@ def kb(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CRAG_") and k != "OLLAMA_HOST"}
     env |= {
         "PYTHONPATH": str(ROOT),
-        "CRAG_OLLAMA_URL": f"http://127.0.0.1:{free_port()}",
+        "CRAG_OLLAMA_URL": f"http://127.0.0.1:{refused_port()}",
         "CRAG_WEB_SEARCH": "off",
         "CRAG_FILES_DIR": str(files),
         "CRAG_CHROMA_DIR": str(root / "db"),

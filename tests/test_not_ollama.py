@@ -48,7 +48,7 @@ def test_the_probe_says_it_is_not_ollama(login_page: str) -> None:
 
 def test_health_stays_200_and_says_why(settings: Settings, login_page: str) -> None:
     proxied = settings.model_copy(update={"ollama_url": login_page})
-    with TestClient(create_app(proxied, embedder_factory=hash_embedder)) as client:
+    with TestClient(create_app(proxied, embedder_factory=hash_embedder), base_url="http://127.0.0.1") as client:
         r = client.get("/health")
     assert r.status_code == 200
     ollama = r.json()["ollama"]

@@ -108,7 +108,7 @@ def test_cli_ask_in_a_scope_names_it(scoped_kb: Settings) -> None:
 
 @pytest.fixture(scope="module")
 def client(scoped_kb: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(scoped_kb)) as c:
+    with TestClient(create_app(scoped_kb), base_url="http://127.0.0.1") as c:
         yield c
 
 

@@ -24,7 +24,7 @@ from crag.websearch import (
     build_searcher,
     region_for,
 )
-from tests.helpers import free_port
+from tests.helpers import refused_port
 
 pytestmark = pytest.mark.reliability  # web search that fails: rate limits, timeouts, offline
 
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.reliability  # web search that fails: rate limits, time
 def _ddgs_cannot_leave_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     """A safety net: ddgs sends every request through DDGS_PROXY when no proxy is given, and nothing
     listens there, so a test that forgot to fake ddgs fails instead of searching the internet."""
-    monkeypatch.setenv("DDGS_PROXY", f"socks5h://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("DDGS_PROXY", f"socks5h://127.0.0.1:{refused_port()}")
     for name in ("NO_PROXY", "no_proxy"):
         monkeypatch.delenv(name, raising=False)
 
@@ -239,7 +239,7 @@ def test_network_absent_real_ddgs_through_a_closed_loopback_proxy(monkeypatch: p
     # not even a DNS lookup (the proxy would resolve names).
     for name in ("NO_PROXY", "no_proxy", "DDGS_PROXY", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
-    proxy = f"http://user:secret@127.0.0.1:{free_port()}"
+    proxy = f"http://user:secret@127.0.0.1:{refused_port()}"
     sleeps: list[float] = []
     started = time.monotonic()
     with pytest.raises(WebSearchUnavailable) as info:

@@ -122,3 +122,5 @@ def outcome(job: Job) -> None:
         (st.warning if failed else st.success)(f"{what}: {summary}.", icon="⚠️" if failed else "✅")
         for f in failed:
             st.error(f"**{md_escape(f.file)}** was not indexed: {file_reason(f.file, f.error)}")
+        for note in report.notes:  # an index the build could not read, and where it was moved
+            st.warning(md_escape(note))

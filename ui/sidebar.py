@@ -109,7 +109,21 @@ def model_status(settings: Settings, pipeline: crag.pipeline.Pipeline | None) ->
             )
     else:
         st.markdown(":red[:material/error:] **No chat model**: see the message on the page.")
+    ollama_status(settings, pipeline)
+    if st.button(
+        "Check again", key="check_models", icon=":material/sync:", help="Ask Ollama again and reload the model."
+    ):
+        state.forget_health()
+        state.forget_pipeline()
+        ss.pull_note = None
+        st.rerun()
+    note = ss.get("pull_note")
+    if note:
+        getattr(st, note[0])(note[1])
 
+
+def ollama_status(settings: Settings, pipeline: crag.pipeline.Pipeline | None) -> None:
+    """Whether Ollama answers and has the configured models, with a Pull button for each one it lacks."""
     health = state.ollama_health(settings.ollama_url)
     needs_ollama = settings.llm_backend == "ollama" or settings.embed_backend == "ollama"
     may_use_ollama = needs_ollama or settings.llm_backend == "auto" or settings.embed_backend == "auto"
@@ -139,16 +153,6 @@ def model_status(settings: Settings, pipeline: crag.pipeline.Pipeline | None) ->
             f"Configured models: `{settings.chat_model}` (chat), `{settings.embed_model}` (embeddings); "
             "whether Ollama has them is checked when it answers."
         )
-    if st.button(
-        "Check again", key="check_models", icon=":material/sync:", help="Ask Ollama again and reload the model."
-    ):
-        state.forget_health()
-        state.forget_pipeline()
-        ss.pull_note = None
-        st.rerun()
-    note = ss.get("pull_note")
-    if note:
-        getattr(st, note[0])(note[1])
 
 
 def pull(settings: Settings, name: str, role: str) -> None:

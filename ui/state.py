@@ -15,7 +15,6 @@ not here: the first page after the server starts is drawn without them, while th
 from __future__ import annotations
 
 import hashlib
-import os
 import tempfile
 import threading
 import time
@@ -28,7 +27,7 @@ import streamlit as st
 import crag.files
 import crag.store
 from crag.config import Settings, load_settings
-from crag.conversations import Conversations
+from crag.conversations import Conversations, private_history
 from crag.errors import CragError
 from crag.jobs import Builds
 from crag.store import Generation
@@ -62,8 +61,15 @@ def conversations(settings: Settings) -> Conversations:
 
 
 def temporary_conversations() -> Conversations:
-    """Where conversations go while the index folder cannot be written: lost when the machine restarts."""
-    return _conversations(str(Path(tempfile.gettempdir()) / f"crag-conversations-{os.getuid()}.sqlite3"))
+    """Where conversations go while the index folder cannot be written: a folder of the temporary folder that only
+    this user can enter (``crag.conversations.private_history``), lost when the machine restarts."""
+    return _conversations(str(_private_history(tempfile.gettempdir())))
+
+
+@st.cache_resource
+def _private_history(temp: str) -> Path:
+    """One per process and temporary folder: a folder made with a random name is made once, and kept."""
+    return private_history(Path(temp))
 
 
 def current_chat(store: Conversations) -> str | None:

@@ -36,12 +36,16 @@ URL = re.compile(r"https?://[^\s<>“”\"'‘’]*[^\s<>“”\"'‘’.,;:!?)\
 # A host that is a whole name: labels joined by dots, ending in a top-level name ("www.r-project.org"), or an IP
 # address. A line break in a PDF can cut an address in two ("https://CRAN." then "R-project.org/"): the first half
 # is no address to link to.
-HOST = re.compile(r"(?:[^\W_](?:[\w-]*[^\W_])?\.)+[^\W\d_]{2,}|\d{1,3}(?:\.\d{1,3}){3}|\[[0-9a-fA-F:.]+\]")
+# A label is letters and digits, with - or _ only inside, taken whole (possessive): tried from every letter, a
+# label with a nested optional end backtracks over a long word quadratically.
+HOST = re.compile(
+    r"(?<![\w.-])(?:[^\W_]++(?:[_-]++[^\W_]++)*+\.)++[^\W\d_]{2,}|\d{1,3}(?:\.\d{1,3}){3}|\[[0-9a-fA-F:.]+\]"
+)
 URL_HOST = re.compile(r"https?://(?:[^@/?#\s]*@)?(?P<host>\[[^\]]*\]|[^:/?#\s]*)")
 # What follows an address that a line break cut: a period then a lower-case word ("https://www.oracle. com"), or,
 # after a slash or hyphen, more of a host or path ("https://cran.r-project.org/web/ packages/foo/").
 CUT_AFTER_DOT = re.compile(r"\.\s+[a-z0-9]")
-CUT_AFTER_SLASH = re.compile(r"\s+[\w-]+[./][\w./-]*")
+CUT_AFTER_SLASH = re.compile(r"(?<!\s)\s++[\w-]++[./][\w./-]*+")
 
 
 def linkable(url: str, after: str = "") -> bool:
@@ -137,41 +141,14 @@ def evidence_markdown(text: str) -> str:
     return "\n\n".join(out)
 
 
-# What Markdown would render as an image or a link: "![" opens an image; "](" "][" "]:" end a link's text (inline,
-# by reference, or a reference's definition). A backslash after the "!" or "]" leaves the text as typed.
-_MARKUP = re.compile(r"(?<=!)(?=\[)|(?<=\])(?=[(\[:])")
-_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
-
-
-def model_markdown(markdown: str) -> str:
-    """A model's answer as Markdown to show, with images and links as the text that was typed: the browser fetches
-    no address a document or web page could have dictated, and a link's target is in view, never hidden behind its
-    text (``[the manual](https://elsewhere)`` shows whole). Fenced code is left as it is: it renders no link."""
-    out, fence = [], ""
-    for line in markdown.splitlines(keepends=True):
-        found = _FENCE.match(line)
-        if fence:
-            if found and found[1][0] == fence[0] and len(found[1]) >= len(fence) and not line[found.end() :].strip():
-                fence = ""
-        elif found:
-            fence = found[1]
-        else:
-            line = _MARKUP.sub("\\\\", line)
-        out.append(line)
-    return "".join(out)
+# Model answers are shown by the core's rule (crag.markdown), the one the API hands answers out by.
+from crag.markdown import model_markdown  # noqa: E402, F401 - the page imports it from here
+from crag.markdown import safe_stream as core_safe_stream  # noqa: E402
 
 
 def safe_stream(deltas: Iterable[str]) -> Iterator[str]:
     """``model_markdown`` for a stream. A ``!`` or ``]`` at the end of what came waits for what follows it."""
-    text, shown = "", ""
-    for delta in deltas:
-        text += delta
-        ready = model_markdown(text[:-1] if text.endswith(("!", "]")) else text)
-        if len(ready) > len(shown):
-            yield ready[len(shown) :]
-            shown = ready
-    if rest := model_markdown(text)[len(shown) :]:
-        yield rest
+    return core_safe_stream(deltas)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -399,10 +376,13 @@ def chat_labels(chats: Sequence[Conversation]) -> list[str]:
     return out
 
 
+WORD = re.compile(r"\w+")
+
+
 def export_name(title: str, key: int | str, kind: str = "answer") -> str:
     """The file name of an exported answer or chat: its question's or title's words ("answer-how-do-i-run-r.md"),
     any language."""
-    words = re.findall(r"\w+", title.lower())
+    words = WORD.findall(title.lower())
     slug = "-".join(words)[:60].strip("-")
     return f"{kind}-{slug or key}.md"
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from fastapi import FastAPI
@@ -10,13 +12,14 @@ from starlette.applications import Starlette
 import crag
 from crag.api.ask import ask_router
 from crag.api.errors import add_error_handlers
+from crag.api.guards import BodyLimit, HostCheck, HostRule, JsonBody
 from crag.api.health import health_router
 from crag.api.http import UNAUTHORIZED, ApiError, BearerAuth, Json
 from crag.api.index import index_router
 from crag.api.openai_compat import openai_router
 from crag.api.service import EmbedderFactory, PipelineFactory, Service, for_client
 from crag.config import Settings, load_settings
-from crag.errors import BackendUnavailable
+from crag.errors import BackendUnavailable, CragError
 from crag.mcp import Knowledge, create_server, http_app
 from crag.pipeline import Pipeline
 from crag.retriever import index_embedder
@@ -26,7 +29,10 @@ DESCRIPTION = (
     'Errors are JSON `{"error": message}`; the message says what to do. Under `/v1`, an OpenAI-compatible '
     'chat-completions API over the same knowledge base, with OpenAI\'s error shape `{"error": {"message", '
     '"type", "param", "code"}}`. At `/mcp`, the knowledge base as an MCP server (Streamable HTTP): the tools '
-    "`search`, `ask` and `list_documents`, behind the same token."
+    "`search`, `ask` and `list_documents`, behind the same token. Without a token, only requests addressed to "
+    "this machine (or to a name allowed with `--allowed-host`) are answered; a POST must send "
+    "`Content-Type: application/json`; a body over `CRAG_API_MAX_BODY_KB` is refused (413), and so is an answer "
+    "past `CRAG_API_MAX_ANSWERS` at once (429, with Retry-After)."
 )
 
 
@@ -38,7 +44,7 @@ def create_app(
     """The FastAPI app. Tests pass fakes for the pipeline and the embedder."""
     service = Service(settings, pipeline_factory, embedder_factory)
     token = settings.api_token.get_secret_value() if settings.api_token else ""
-    mcp = mcp_app(service, guarded=bool(token))
+    mcp = mcp_app(service)
     app = FastAPI(
         title="CRAG knowledge base",
         version=crag.__version__,
@@ -52,13 +58,21 @@ def create_app(
         app.include_router(router(service))
     app.router.routes.extend(mcp.routes)  # /mcp, behind the token like every route
     add_error_handlers(app)
+    # Added last is outermost: who may ask first, then how much, then in what format.
+    app.add_middleware(JsonBody)
+    app.add_middleware(BodyLimit, limit_kb=settings.api_max_body_kb)
     if token:
+        # A page cannot learn the token, and a browser never adds one on its own: the token keeps pages out,
+        # under whatever name a proxy or a network gives this server.
         require_token(app, token)
+    else:
+        app.add_middleware(HostCheck, rule=HostRule(settings.allowed_hosts or ()))
     return app
 
 
-def mcp_app(service: Service, guarded: bool) -> Starlette:
-    """The MCP server over the service's pipeline, as Streamable HTTP at /mcp."""
+def mcp_app(service: Service) -> Starlette:
+    """The MCP server over the service's pipeline, as Streamable HTTP at /mcp. Its answers count against the cap
+    of answers at once like those of /ask and /v1."""
 
     def pipeline() -> Pipeline:
         try:
@@ -66,7 +80,19 @@ def mcp_app(service: Service, guarded: bool) -> Starlette:
         except ApiError as exc:  # the backend is down: the same message, as the tools' error
             raise BackendUnavailable(exc.message) from None
 
-    return http_app(create_server(Knowledge(service.settings, pipeline, for_client)), guarded)
+    @contextmanager
+    def slot() -> Iterator[None]:
+        try:
+            held = service.slot()
+        except ApiError as exc:  # too many answers at once: the tool's error says to retry
+            raise CragError(exc.message) from None
+        try:
+            yield
+        finally:
+            held.release()
+
+    knowledge = Knowledge(service.settings, pipeline, for_client, slot)
+    return http_app(create_server(knowledge), service.settings.api_max_body_kb * 1024)
 
 
 def require_token(app: FastAPI, token: str) -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
 from sse_starlette import ServerSentEvent
 
-from crag.api.http import INVALID, event_stream, sse
+from crag.api.http import INVALID, TOO_MANY, event_stream, gone, sse
 from crag.api.schemas import AskRequest, ErrorOut
 from crag.api.service import Answering, Service
 from crag.contract import AnswerOut
@@ -39,15 +40,18 @@ def ask_router(service: Service) -> APIRouter:
             400: {"model": ErrorOut, "description": "The scope names no folder or file of the index (all listed)."},
             409: {"model": ErrorOut, "description": "The index must be rebuilt first."},
             **INVALID,
+            **TOO_MANY,
             503: {"model": ErrorOut, "description": "The chat backend is down or misconfigured."},
         },
     )
-    def ask(req: AskRequest) -> Any:
+    async def ask(req: AskRequest, request: Request) -> Any:
         history = [(turn.role, turn.content) for turn in req.history]
+        # In a worker thread: the first question loads the models.
+        answering = await run_in_threadpool(service.answering, req.question, history, req.web, req.scope or ())
         if req.stream:
-            return event_stream(_events(service.answering(req.question, history, req.web, req.scope or ())))
-        answer = service.answer(req.question, history, req.web, req.scope or ())
-        return answer_json(answer, service.pipeline().backend)
+            return event_stream(_events(answering))
+        answer = await answering.whole(request.is_disconnected)
+        return gone() if answer is None else answer_json(answer, answering.backend)
 
     return router
 

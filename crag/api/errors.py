@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from crag.api.guards import BodyTooLarge
 from crag.api.http import ApiError, Json, error_code, error_response, is_openai, status_for
 from crag.errors import CragError
 from crag.store import BuildInProgress
@@ -26,7 +27,13 @@ HTTP_ERRORS = {
 
 
 async def api_error(request: Request, exc: ApiError) -> Json:
-    return error_response(request.url.path, exc.status, exc.message, code=exc.code, param=exc.param)
+    return error_response(
+        request.url.path, exc.status, exc.message, code=exc.code, param=exc.param, headers=exc.headers
+    )
+
+
+async def too_large(request: Request, exc: BodyTooLarge) -> Json:
+    return error_response(request.url.path, 413, str(exc.detail), code="request_too_large")
 
 
 async def crag_error(request: Request, exc: CragError) -> Json:
@@ -66,4 +73,5 @@ def add_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(CragError, crag_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, invalid)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, http_error)  # type: ignore[arg-type]
+    app.add_exception_handler(BodyTooLarge, too_large)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, unexpected)

@@ -13,7 +13,7 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -57,12 +57,20 @@ def sse(data: dict[str, Any] | str, event: str | None = None) -> ServerSentEvent
 class ApiError(Exception):
     """An error with its HTTP status, raised by the routes. ``code`` and ``param`` only show under /v1."""
 
-    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str | None = None,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.code = code
         self.param = param
+        self.headers = headers
 
 
 def is_openai(path: str) -> bool:
@@ -87,8 +95,8 @@ def error_response(
     kind = "server_error" if status >= 500 else "invalid_request_error"
     body = {"message": message, "type": kind, "param": param, "code": code, **extra}
     # The openai SDK retries 409 and 5xx on its own; each retry would run the whole pipeline again for an
-    # error that needs a person (start Ollama, rebuild the index), so say no.
-    return Json({"error": body}, status_code=status, headers={**(headers or {}), "x-should-retry": "false"})
+    # error that needs a person (start Ollama, rebuild the index), so say no, unless the error says otherwise.
+    return Json({"error": body}, status_code=status, headers={"x-should-retry": "false", **(headers or {})})
 
 
 def error_code(exc: Exception) -> str:
@@ -112,6 +120,19 @@ UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
 INVALID: dict[int | str, dict[str, Any]] = {
     422: {"model": ValidationErrorOut, "description": "The request does not match the schema."},
 }
+TOO_MANY: dict[int | str, dict[str, Any]] = {
+    429: {
+        "model": ErrorOut,
+        "description": "The server makes CRAG_API_MAX_ANSWERS answers at once already: retry after `Retry-After` "
+        "seconds.",
+    },
+}
+
+
+def gone() -> Response:
+    """What a whole answer's route returns when its client left before the end: nobody reads it (499 is nginx's
+    "client closed request")."""
+    return Response(status_code=499)
 
 
 class BearerAuth:

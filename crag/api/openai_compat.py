@@ -26,10 +26,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
 from sse_starlette import ServerSentEvent
 
-from crag.api.http import ApiError, Json, error_response, event_stream, sse
+from crag.api.http import ApiError, Json, error_response, event_stream, gone, sse
 from crag.api.openai_schemas import (
     MODEL_DESCRIPTIONS,
     MODELS,
@@ -118,13 +119,14 @@ def openai_router(service: Service) -> APIRouter:
             503: {"model": OpenAIError, "description": "The chat backend is down or misconfigured."},
         },
     )
-    def chat_completions(req: ChatRequest) -> Any:
-        asked = read_request(req, service.knowledge_bases)
+    async def chat_completions(req: ChatRequest, request: Request) -> Any:
+        # In a worker thread: reading the knowledge bases reads the index; the first question loads the models.
+        asked = await run_in_threadpool(read_request, req, service.knowledge_bases)
+        answering = await run_in_threadpool(service.answering, asked.question, asked.history, asked.web, asked.scope)
         if req.stream:
-            answering = service.answering(asked.question, asked.history, asked.web, asked.scope)
             return event_stream(_chunks(answering, asked))
-        answer = service.answer(asked.question, asked.history, asked.web, asked.scope)
-        return completion(answer, service.pipeline().backend, asked)
+        answer = await answering.whole(request.is_disconnected)
+        return gone() if answer is None else completion(answer, answering.backend, asked)
 
     return router
 

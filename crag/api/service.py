@@ -5,18 +5,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import suppress
 from dataclasses import asdict, replace
 from typing import Any
 
+import anyio
+
 import crag
 from crag.api.http import ApiError, error_code
 from crag.api.schemas import BackendOut, HealthOut, IndexStats, ModelPresence, OllamaOut
-from crag.config import Settings
+from crag.config import Settings, redacted_url
 from crag.errors import CragError
 from crag.followups import History
 from crag.jobs import Builds
+from crag.markdown import outgoing, safe_stream
 from crag.models import BackendInfo, Embedder, close_event_loop, embedded_gguf_path, ollama_health, resolve_backend
 from crag.pipeline import Pipeline
 from crag.scope import KnowledgeBase, knowledge_bases
@@ -33,52 +37,121 @@ INCOMPLETE = (
 PipelineFactory = Callable[[Settings], Pipeline]
 EmbedderFactory = Callable[[Settings, bool], Embedder]  # (settings, rebuild) -> the embedder a build uses
 Event = tuple[str, Any]  # ("stage", name) | ("token", text) | ("end", Answer): complete or not, always last
+DISCONNECT_POLL_SECONDS = 0.25  # how often a whole answer looks whether its client is still there
+RETRY_AFTER_SECONDS = 5  # what a request past the cap of answers at once is told to wait
+
+
+class ClientGone(Exception):  # noqa: N818 - not an error: the answer's client left
+    """Raised into the pipeline at its next stage once the client left: nobody waits for what follows."""
+
+
+class Slot:
+    """One of the answers the server makes at once (``CRAG_API_MAX_ANSWERS``), given back once, when its work ends."""
+
+    def __init__(self, slots: threading.BoundedSemaphore) -> None:
+        self._slots = slots
+        self._lock = threading.Lock()
+        self._held = True
+
+    def release(self) -> None:
+        with self._lock:
+            if self._held:
+                self._held = False
+                self._slots.release()
 
 
 class Answering:
     """An answer in the making. The question is checked here, before any response starts (a bad one is a 4xx, not
-    a stream); the answer is made by a worker thread once ``events`` is iterated."""
+    a stream); the answer is made by a worker thread once ``events`` or ``whole`` is awaited. A client that leaves
+    stops it at the pipeline's next stage: no more grading, web search, page fetching or writing for nobody."""
 
     def __init__(
-        self, pipeline: Pipeline, question: str, history: History, web: bool | None, scope: Sequence[str] = ()
+        self,
+        pipeline: Pipeline,
+        question: str,
+        history: History,
+        web: bool | None,
+        scope: Sequence[str] = (),
+        slot: Slot | None = None,
     ) -> None:
         self.backend = pipeline.backend
         self._put: Callable[[Event | None], None] = lambda item: None
-        self._stream = pipeline.stream(
-            question, history, on_step=lambda stage: self._put(("stage", stage)), web=web, scope=scope
-        )
+        self._stop = threading.Event()
+        self._stream = pipeline.stream(question, history, on_step=self._step, web=web, scope=scope)
+        self._release = slot.release if slot else (lambda: None)
+        # The work never started (a response that never began): the slot is given back when this is dropped.
+        weakref.finalize(self, self._release)
+
+    def _step(self, stage: str) -> None:
+        if self._stop.is_set():
+            raise ClientGone
+        self._put(("stage", stage))
 
     async def events(self) -> AsyncIterator[Event]:
-        """Stages as they happen, tokens, then the end. Leaving it early (a client gone) ends the model's stream."""
+        """Stages as they happen, tokens, then the end. Leaving it early (a client gone) stops the answer."""
+        async for kind, value in self._items():
+            if kind == "failed":
+                s = self._stream
+                yield "end", outgoing(partial(s.question, s.text, self.backend, value, s.options.scope.paths))
+            else:
+                yield kind, value
+
+    async def whole(self, disconnected: Callable[[], Awaitable[bool]]) -> Answer | None:
+        """The answer, whole, or None when ``disconnected()`` said the client left first. What the pipeline
+        raised is raised here, for the error handlers."""
+        end: Answer | None = None
+        failed: Exception | None = None
+        async with anyio.create_task_group() as group:
+
+            async def watch() -> None:
+                while not await disconnected():
+                    await anyio.sleep(DISCONNECT_POLL_SECONDS)
+                group.cancel_scope.cancel()
+
+            group.start_soon(watch)
+            async for kind, value in self._items():
+                if kind == "end":
+                    end = value
+                elif kind == "failed":
+                    failed = value
+            group.cancel_scope.cancel()
+        if failed is not None:
+            raise failed
+        return end
+
+    async def _items(self) -> AsyncIterator[Event]:
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[Event | None] = asyncio.Queue()
-        stop = threading.Event()
 
         def put(item: Event | None) -> None:
             with suppress(RuntimeError):  # the loop has closed: nobody reads these any more
                 loop.call_soon_threadsafe(events.put_nowait, item)
 
         self._put = put
-        threading.Thread(target=self._work, args=(put, stop), name="crag-ask", daemon=True).start()
+        threading.Thread(target=self._work, args=(put,), name="crag-ask", daemon=True).start()
         try:
             while (item := await events.get()) is not None:
                 yield item
         finally:
-            stop.set()
+            self._stop.set()
 
-    def _work(self, put: Callable[[Event | None], None], stop: threading.Event) -> None:
+    def _work(self, put: Callable[[Event | None], None]) -> None:
         # One thread runs the whole answer: stages arrive as they happen, not with the first token.
         stream = self._stream
         try:
             with stream:  # a client gone ends the model's stream here, not at garbage collection
-                for delta in stream:
-                    if stop.is_set():
+                for delta in safe_stream(stream, html=True):
+                    if self._stop.is_set():
                         return
                     put(("token", delta))
-            put(("end", for_client(stream.answer)))
+            assert stream.answer is not None  # a stream iterated to its end has its answer
+            put(("end", outgoing(for_client(stream.answer))))
+        except ClientGone:
+            return
         except Exception as exc:  # noqa: BLE001 - reported to the client as the end of the answer
-            put(("end", partial(stream.question, stream.text, self.backend, exc, stream.options.scope.paths)))
+            put(("failed", exc))
         finally:
+            self._release()  # before the end is sent: a client that asks again at once finds the place free
             put(None)
             close_event_loop()  # the loop this thread's model calls made: the thread ends here
 
@@ -92,6 +165,7 @@ class Service:
         self.embedder_factory = embedder_factory
         self._pipeline: Pipeline | None = None
         self._pipeline_lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(settings.api_max_answers)
         self.builds = Builds(settings, self._embedder_for, self._after_build)
 
     def pipeline(self) -> Pipeline:
@@ -120,15 +194,31 @@ class Service:
 
     # ---- /ask, /v1/chat/completions
 
-    def answer(self, question: str, history: History, web: bool | None, scope: Sequence[str] = ()) -> Answer:
-        """One answer, whole: what /ask and /v1/chat/completions send when they do not stream. ``scope``: folders
-        and files to ask (none: every document); an unknown one raises ``UnknownScope``, a 400."""
-        return for_client(self.pipeline().ask(question, history, web=web, scope=scope))
+    def slot(self) -> Slot:
+        """One of the answers made at once, or a 429 that says to retry: each answer holds a model, a grader and
+        maybe a web search, and the machine has few cores."""
+        if not self._slots.acquire(blocking=False):
+            n = self.settings.api_max_answers
+            raise ApiError(
+                429,
+                f"This server is making {n} answers already, its limit (CRAG_API_MAX_ANSWERS): ask again in "
+                f"{RETRY_AFTER_SECONDS} seconds.",
+                code="too_many_answers",
+                headers={"Retry-After": str(RETRY_AFTER_SECONDS), "x-should-retry": "true"},
+            )
+        return Slot(self._slots)
 
     def answering(self, question: str, history: History, web: bool | None, scope: Sequence[str] = ()) -> Answering:
-        """One answer as events. The pipeline is loaded and the scope checked here, so a backend that is down is a
-        503 and an unknown scope a 400, not a stream."""
-        return Answering(self.pipeline(), question, history, web, scope)
+        """One answer, as events or whole. The pipeline is loaded and the scope checked here, so a backend that is
+        down is a 503, an unknown scope a 400 and one answer too many a 429, not a stream. ``scope``: folders and
+        files to ask (none: every document)."""
+        pipeline = self.pipeline()
+        slot = self.slot()
+        try:
+            return Answering(pipeline, question, history, web, scope, slot)
+        except BaseException:
+            slot.release()
+            raise
 
     # ---- /health, /files
 
@@ -168,7 +258,7 @@ class Service:
             backend_error=backend_error,
             embedded_model=gguf,
             ollama=OllamaOut(
-                url=ollama.url,
+                url=redacted_url(ollama.url),
                 reachable=ollama.reachable,
                 error=ollama.error or None,
                 chat_model=ModelPresence(name=s.chat_model, present=ollama.has(s.chat_model)),

@@ -1,7 +1,8 @@
 """Parse -> chunk -> embed, for the files a sync (re)indexes: ``index_files``.
 
 With PyMuPDF and enough pages, worker processes parse every file's pages ahead (``crag.ingest.workers``) while
-this process chunks and embeds the parts they hand back, in order. Otherwise each file is parsed, then chunked,
+this process chunks and embeds the parts they hand back, in order; a part a worker is stuck on fails its file alone,
+and a cancel reaches the build while it waits for a part. Otherwise each file is parsed, then chunked,
 then embedded, and the next one waits. With workers the stages overlap: "parse" is the time from a file's start
 until its last page came back, embedding the first pages meanwhile, so pages per parse second stay a parse rate.
 """
@@ -55,7 +56,7 @@ def index_files(
 ) -> Built:
     """Index the planned files through ``add``; every file gets a result, a failure never stops the others."""
     built = Built()
-    ahead = ParseAhead.start(parser, [item.path for item in plan])
+    ahead = ParseAhead.start(parser, [item.path for item in plan], settings.parse_part_timeout)
     try:
         for index, item in enumerate(plan, start=1):
             if ahead is not None and not _index_file_ahead(
@@ -172,16 +173,23 @@ def _index_file_ahead(
     """One file from the workers' parts: each part's chunks are embedded while the workers read the next parts.
     False, with nothing recorded, when the workers are gone."""
     start = time.perf_counter()
-    report(Progress("parsing", item.name, index, count))
+    shown = [Progress("parsing", item.name, index, count)]
+
+    def show(progress: Progress) -> None:
+        shown[0] = progress
+        report(progress)
+
+    show(shown[0])
     chunker, parts, chunks, vectors = _chunker(item, settings, embedder), [], [], []
     try:
-        for part in ahead.parts(item.path):
+        # While a part is awaited the progress is said again: a cancelled build raises there, not after the part.
+        for part in ahead.parts(item.path, waiting=lambda: report(shown[0])):
             parts.append(part)
             done = sum(len(p.stages) for p in parts) - len(part.stages)
             for n, stage in enumerate(part.stages, start=done + 1):
                 if stage == "ocr":  # the bar says which pages took OCR's seconds, as parsing in this process does
-                    report(Progress("ocr", item.name, index, count, n, part.page_count))
-                report(Progress("parsing", item.name, index, count, n, part.page_count))
+                    show(Progress("ocr", item.name, index, count, n, part.page_count))
+                show(Progress("parsing", item.name, index, count, n, part.page_count))
             chunks += chunker.add(part.blocks)
             vectors += _embed_ready(chunks, len(vectors), embedder, built, ahead)
         built.stages["parse"] += _since(start)

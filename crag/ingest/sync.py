@@ -10,6 +10,7 @@ never stops the others. The parsing, chunking and embedding are in ``build``.
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -26,6 +27,7 @@ from crag.models import Embedder
 from crag.store import RebuildNeeded, Store, open_store
 from crag.types import Chunk, FileResult, OnProgress, Progress
 
+log = logging.getLogger(__name__)
 SETTLED_NS = 2_000_000_000  # a file's modification time is trusted once this old (2 s)
 PARSER_RANK = {"pymupdf": 0, "mineru": 1}  # MinerU reads layout, tables and equations better
 
@@ -42,6 +44,7 @@ class SyncReport:
     seconds: float = 0.0
     generation: str = ""
     stage_seconds: dict[str, float] = field(default_factory=dict)  # parse, chunk, embed, write
+    notes: tuple[str, ...] = ()  # what the build found and did besides the files: an index it could not read, moved
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -51,6 +54,7 @@ class SyncReport:
             ],
             "total_chunks": self.total_chunks,
             "pages_per_second": self.pages_per_second,
+            **({"notes": list(self.notes)} if self.notes else {}),  # only when there is something to say
         }
 
 
@@ -112,18 +116,17 @@ def sync(
     parser: Parser | None = None,
     on_progress: OnProgress | None = None,
 ) -> SyncReport:
-    """Bring the index in line with the files folder. Raises ``BuildInProgress`` if a build runs."""
+    """Bring the index in line with the files folder. Raises ``BuildInProgress`` if a build runs, and
+    ``IndexInaccessible`` when the index is locked, the disk full or permissions refuse it: then nothing changed, and
+    the index that answered still does. ``rebuild``: every file parsed and embedded anew; the generation that
+    answered is removed only after the new one is committed, as after any build."""
     started = time.perf_counter()
     report = on_progress or (lambda p: None)
     store = open_store(settings)
     parser = parser or choose_parser(settings)
     chunking = chunking_settings(settings, embedder)
     with store.build_lock():
-        try:
-            store.collect_garbage()
-        except RebuildNeeded:
-            store.discard()  # damaged beyond use: this build starts from scratch
-            store.collect_garbage()
+        notes = _readable(store)
         if not rebuild:
             _same_embedder(store, embedder)
         report(Progress("scanning"))
@@ -170,7 +173,8 @@ def sync(
         if previous and staging.writer is None and not (rebuild or removed or changed):
             # Nothing changed (files that failed before failed again): no new generation, the cost was the hashes.
             results += [_unchanged(old) for old in carried]
-            return _finish(results, previous[0].generation.chunks, 0, started, previous[0].generation.id, report)
+            gen_id = previous[0].generation.id
+            return _finish(results, previous[0].generation.chunks, 0, started, gen_id, report, notes=notes)
 
         report(Progress("writing", file_count=len(plan)))
         mark = time.perf_counter()
@@ -181,7 +185,20 @@ def sync(
         built.stages["write"] += time.perf_counter() - mark
         results += removed
         pps = built.pages / built.stages["parse"] if built.stages["parse"] else 0.0
-        return _finish(results, gen.chunks, pps, started, gen.id, report, built.stages | staging.stages)
+        return _finish(results, gen.chunks, pps, started, gen.id, report, built.stages | staging.stages, notes)
+
+
+def _readable(store: Store) -> tuple[str, ...]:
+    """Remove what earlier builds left. An index whose Chroma folder or pointer cannot be read answers nothing: it is
+    moved aside, never deleted (the note says where), and this build starts anew. A lock, a full disk or permissions
+    raise ``IndexInaccessible`` from here, with the index as it was."""
+    try:
+        store.collect_garbage()
+    except RebuildNeeded as damage:
+        note = store.set_aside(damage)
+        log.warning("%s", note)
+        return (note,)
+    return ()
 
 
 def _relative(path: Path, settings: Settings) -> str:
@@ -268,9 +285,10 @@ def _unchanged(old: FileResult) -> FileResult:
     return replace(old, status="unchanged", seconds=0.0)
 
 
-def _finish(results, chunks, pps, started, generation, report, stages=None) -> SyncReport:
+def _finish(results, chunks, pps, started, generation, report, stages=None, notes=()) -> SyncReport:
     report(Progress("done"))
     return SyncReport(
+        notes=notes,
         files=sorted(results, key=lambda r: r.file),
         total_chunks=chunks,
         pages_per_second=round(pps, 2),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -17,6 +18,7 @@ from crag.config import Settings
 from crag.errors import CragError
 from crag.followups import History
 from crag.ingest.pymupdf import clean, open_pdf, printed_pages
+from crag.markdown import outgoing
 from crag.models import close_event_loop
 from crag.pipeline import Pipeline
 from crag.scope import Scope, knowledge_bases, missing, unknown_scope
@@ -25,6 +27,7 @@ from crag.types import Answer, AnswerKind, FileResult
 
 PipelineSource = Callable[[], Pipeline]
 ForClient = Callable[[Answer], Answer]
+Admit = Callable[[], AbstractContextManager[object]]  # held while an answer is made; raises CragError when full
 
 # Statuses of files the index holds passages of: their pages can be read as resources.
 HELD = ("indexed", "unchanged")
@@ -41,14 +44,20 @@ class Documents:
 class Knowledge:
     """The core behind the tools. ``pipeline`` gives the pipeline that answers (the API's, when mounted there);
     without it one is built on first use, and a failure to build it is not kept, so the next call retries.
-    ``for_client`` is what a remote client may see of an answer (a model's own error stays in the log)."""
+    ``for_client`` is what a remote client may see of an answer (a model's own error stays in the log); ``admit``
+    holds one of the answers a server makes at once while ``ask`` runs."""
 
     def __init__(
-        self, settings: Settings, pipeline: PipelineSource | None = None, for_client: ForClient | None = None
+        self,
+        settings: Settings,
+        pipeline: PipelineSource | None = None,
+        for_client: ForClient | None = None,
+        admit: Admit = nullcontext,
     ) -> None:
         self.settings = settings
         self._source = pipeline
         self._for_client = for_client or (lambda answer: answer)
+        self._admit = admit
         self._pipeline: Pipeline | None = None
         self._lock = threading.Lock()
 
@@ -65,8 +74,10 @@ class Knowledge:
         return self._answer(question, scope, (), top_k=k, evaluator="similarity", answer_mode="evidence", web=False)
 
     def ask(self, question: str, scope: Sequence[str] | None, history: History) -> Answer:
-        """The CRAG answer, made as the app makes it."""
-        return self._answer(question, scope, history)
+        """The CRAG answer, made as the app makes it, its text with images and links shown as typed: a client may
+        render it, and a document could have dictated an image's address."""
+        with self._admit():
+            return outgoing(self._answer(question, scope, history))
 
     def _answer(self, question: str, scope: Sequence[str] | None, history: History, **options: object) -> Answer:
         try:

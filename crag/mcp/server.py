@@ -174,9 +174,11 @@ def serve_stdio(knowledge: Knowledge) -> None:
     create_server(knowledge).run("stdio")
 
 
-def http_app(server: MCPServer, guarded: bool) -> Starlette:
-    """Streamable HTTP at /mcp, stateless: each request stands alone. ``guarded``: a bearer token protects every
-    route of the server it joins; without one, only requests addressed to this machine are answered (the SDK's
-    DNS-rebinding protection), so a web page cannot reach the tools through a name that resolves here."""
-    security = TransportSecuritySettings(enable_dns_rebinding_protection=False) if guarded else None
-    return server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, transport_security=security)
+def http_app(server: MCPServer, max_body: int) -> Starlette:
+    """Streamable HTTP at /mcp, stateless: each request stands alone, of at most ``max_body`` bytes. The SDK's own
+    Host and Origin check is off: the HTTP API it joins checks every route by one rule (its bearer token, or
+    ``crag.api.guards.HostCheck`` without one), so a name allowed for a reverse proxy is allowed at /mcp too."""
+    security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    return server.streamable_http_app(
+        streamable_http_path="/mcp", stateless_http=True, transport_security=security, max_request_body_size=max_body
+    )

@@ -12,7 +12,7 @@ from typing import Any, cast
 from pydantic_ai.models import Model
 from pydantic_ai.settings import ModelSettings
 
-from crag.config import Settings
+from crag.config import Settings, redacted_url
 from crag.errors import BackendUnavailable, ConfigError
 from crag.models.embedded import embedded_chat_model, embedded_label
 from crag.models.ollama import OllamaHealth, ollama_chat_model, ollama_health, ollama_unreachable_message
@@ -39,7 +39,8 @@ def resolve_backend(settings: Settings, health: OllamaHealth | None = None) -> B
             raise ConfigError(
                 "CRAG_LLM_BACKEND=openai needs CRAG_OPENAI_BASE_URL (for example http://127.0.0.1:8000/v1)."
             )
-        return BackendInfo("openai", settings.chat_model, f"OpenAI-compatible server at {settings.openai_base_url}")
+        where = redacted_url(settings.openai_base_url)  # shown by the sidebar and /health: no key in it
+        return BackendInfo("openai", settings.chat_model, f"OpenAI-compatible server at {where}")
 
     health = health or ollama_health(settings.ollama_url)
     if choice == "ollama":

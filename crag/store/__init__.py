@@ -11,8 +11,11 @@ from __future__ import annotations
 from crag.config import Settings
 from crag.store.common import (
     RRF_K,
+    Blocked,
     BuildInProgress,
+    ChromaUnreadable,
     Generation,
+    IndexInaccessible,
     IndexUnavailable,
     Mode,
     RebuildNeeded,
@@ -43,9 +46,12 @@ def open_store(settings: Settings) -> Store:
 __all__ = [
     "POINTER_MAX_AGE",
     "RRF_K",
+    "Blocked",
     "BuildInProgress",
+    "ChromaUnreadable",
     "Generation",
     "GenerationWriter",
+    "IndexInaccessible",
     "IndexReader",
     "IndexUnavailable",
     "Mode",

@@ -6,6 +6,7 @@ and the app's first page lists the knowledge base (its pointer and manifest file
 
 from __future__ import annotations
 
+import errno
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,6 +17,29 @@ import httpx
 
 if TYPE_CHECKING:
     import chromadb
+
+# What a failure says about the index, by the OS's error number or SQLite's result code (chromadb's Rust core raises
+# ``InternalError("... (os error 28)")`` or ``"error returned from database: (code: 5) database is locked"``).
+# "locked", "disk full", "denied" or "disk error" (``common.Blocked``): nothing is wrong with what the index holds.
+# A missing file is not among them: inside Chroma's folder it means damage.
+ERRNO_BLOCKED = {
+    errno.EACCES: "denied",
+    errno.EPERM: "denied",
+    errno.EROFS: "denied",
+    errno.ENOSPC: "disk full",
+    errno.EDQUOT: "disk full",
+    errno.EIO: "disk error",
+}
+SQLITE_BLOCKED = {
+    5: "locked",  # SQLITE_BUSY
+    6: "locked",  # SQLITE_LOCKED
+    3: "denied",  # SQLITE_PERM
+    8: "denied",  # SQLITE_READONLY
+    14: "denied",  # SQLITE_CANTOPEN
+    23: "denied",  # SQLITE_AUTH
+    13: "disk full",  # SQLITE_FULL
+    10: "disk error",  # SQLITE_IOERR
+}
 
 _servers: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
 _servers_lock = threading.Lock()
@@ -87,3 +111,27 @@ def unreachable(exc: BaseException) -> str | None:
     if type(exc) in (Exception, ValueError) and any(s in text for s in ("401", "403", "Unauthorized", "Forbidden")):
         return f"it refused the request ({text[:200]})"
     return None
+
+
+def blocked(exc: BaseException) -> str | None:
+    """Why the index cannot be used now when ``exc`` says it is locked, the disk full or failing, or access denied;
+    None for any other failure (a damaged database among them)."""
+    if isinstance(exc, OSError) and exc.errno in ERRNO_BLOCKED:
+        return ERRNO_BLOCKED[exc.errno]
+    code = getattr(exc, "sqlite_errorcode", None)  # Python's sqlite3 says it directly
+    if isinstance(code, int):
+        return SQLITE_BLOCKED.get(code & 0xFF)  # an extended code's low byte is its primary code
+    text = str(exc)
+    os_error = _number_after(text, "(os error ")
+    if os_error is not None:
+        return ERRNO_BLOCKED.get(os_error)
+    sqlite = _number_after(text, "(code: ")
+    return SQLITE_BLOCKED.get(sqlite & 0xFF) if sqlite is not None else None
+
+
+def _number_after(text: str, marker: str) -> int | None:
+    start = text.rfind(marker)
+    if start < 0:
+        return None
+    digits = text[start + len(marker) :].split(")", 1)[0].strip()
+    return int(digits) if digits.isdigit() else None

@@ -5,11 +5,14 @@ from __future__ import annotations
 import dataclasses
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Literal
 
 from crag.errors import BackendUnavailable, CragError
+from crag.store.chroma import blocked
 from crag.types import Chunk, ScoredChunk
 
 Mode = Literal["dense", "lexical", "hybrid"]
@@ -28,8 +31,65 @@ class BuildInProgress(CragError):
         self.job = job
 
 
+class ChromaUnreadable(RebuildNeeded):
+    """Chroma cannot read its folder (a damaged database, or one another Chroma version wrote). The next build moves
+    the folder aside and starts a new one: it is never deleted. ``detail``: what Chroma said."""
+
+    def __init__(self, message: str, detail: str) -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
 class IndexUnavailable(BackendUnavailable):
     """The Chroma server that holds the index does not answer (or refuses us): a backend that is down."""
+
+
+class Blocked(StrEnum):
+    """Why the index cannot be used now, though nothing is wrong with what it holds."""
+
+    LOCKED = "locked"
+    DISK_FULL = "disk full"
+    DENIED = "denied"  # permissions, a read-only folder
+    DISK_ERROR = "disk error"
+
+
+class IndexInaccessible(IndexUnavailable):
+    """The index cannot be read or written now (``kind`` says why). Nothing is set aside or rebuilt: the index that
+    answers stays, and answers again once the cause is gone."""
+
+    def __init__(self, kind: Blocked, where: str, detail: str) -> None:
+        super().__init__(_blocked_message(kind, where, detail))
+        self.kind = kind
+
+
+def _blocked_message(kind: Blocked, where: str, detail: str) -> str:
+    fix = {
+        Blocked.LOCKED: "another program holds its database (a second copy of the app or of `python -m crag`, or a "
+        "tool that has chroma.sqlite3 open): close it, then try again",
+        Blocked.DISK_FULL: "the disk is full: free some space, then try again",
+        Blocked.DENIED: "this user may not read or write it (or the folder is read-only): fix the folder's "
+        "permissions or set CRAG_CHROMA_DIR to a writable folder, then try again",
+        Blocked.DISK_ERROR: "the disk failed a read or a write: check the disk, then try again",
+    }[kind]
+    return (
+        f"The index {where} cannot be used now ({detail}): {fix}. Nothing was deleted: the knowledge base that "
+        "answered before answers again once this is fixed."
+    )
+
+
+@contextmanager
+def blocked_is_said(where: str) -> Iterator[None]:
+    """Chroma's and the disk's failures that say nothing about what the index holds (a lock, a full disk, permissions)
+    raised as ``IndexInaccessible``, with what to do; any other failure as it is."""
+    try:
+        yield
+    except CragError:
+        raise
+    except Exception as exc:
+        kind = blocked(exc)
+        if kind is None:
+            raise
+        raise IndexInaccessible(Blocked(kind), where, str(exc)[:300]) from None
 
 
 def index_text(chunk: Chunk) -> str:

@@ -17,7 +17,18 @@ from typing import Any, Protocol
 import numpy as np
 
 from crag.scope import EVERYTHING, Scope, resolve
-from crag.store.common import Generation, Mode, RebuildNeeded, fuse, index_text, new_generation_id
+from crag.store.chroma import blocked
+from crag.store.common import (
+    Blocked,
+    Generation,
+    IndexInaccessible,
+    Mode,
+    RebuildNeeded,
+    blocked_is_said,
+    fuse,
+    index_text,
+    new_generation_id,
+)
 from crag.store.lexical import LexicalIndex
 from crag.store.scoped import ScopeView, VectorCache
 from crag.terms import TermStats, Vocabulary
@@ -70,7 +81,8 @@ class GenerationWriter:
         self._prepare()
         # The collection describes itself too, so it can be checked without the pointer.
         metadata = {"hnsw:space": "cosine", "embedder": embedder, **{k: str(v) for k, v in chunking.items()}}
-        self.collection = store.client.create_collection(self.id, metadata=metadata, embedding_function=None)
+        with blocked_is_said(store.where):
+            self.collection = store.client.create_collection(self.id, metadata=metadata, embedding_function=None)
         self.chunks: list[Chunk] = []
 
     def _prepare(self) -> None:
@@ -85,12 +97,13 @@ class GenerationWriter:
             return
         for start in range(0, len(chunks), WRITE_BATCH):
             part = chunks[start : start + WRITE_BATCH]
-            self.collection.add(
-                ids=[c.id for c in part],
-                embeddings=np.asarray(embeddings[start : start + WRITE_BATCH], dtype=np.float32),
-                documents=[c.text for c in part],
-                metadatas=self._metadatas(part, len(self.chunks) + start),
-            )
+            with blocked_is_said(self.store.where):  # a full disk: the build stops, the index that answers stays
+                self.collection.add(
+                    ids=[c.id for c in part],
+                    embeddings=np.asarray(embeddings[start : start + WRITE_BATCH], dtype=np.float32),
+                    documents=[c.text for c in part],
+                    metadatas=self._metadatas(part, len(self.chunks) + start),
+                )
         self.chunks.extend(chunks)
 
     def carry(self, reader: IndexReader, file: str) -> int:
@@ -121,6 +134,7 @@ class IndexReader:
 
     def __init__(self, store: Backend, generation: Generation) -> None:
         self.generation = generation
+        self.where = store.where
         opened = store._open(generation)
         self.chunks, self.collection, self._bm25 = opened.chunks, opened.collection, opened.lexical
         self.manifest = opened.manifest
@@ -136,6 +150,9 @@ class IndexReader:
         try:
             count = self.collection.count()
         except Exception as exc:  # noqa: BLE001 - chromadb raises its own types for a missing collection
+            kind = blocked(exc)
+            if kind:
+                raise IndexInaccessible(Blocked(kind), store.where, str(exc)[:300]) from None
             raise RebuildNeeded(f"The index {store.where} is damaged ({exc}): rebuild the knowledge base.") from None
         if count != len(self.chunks):
             raise RebuildNeeded(
@@ -204,7 +221,8 @@ class IndexReader:
         """The stored vectors of these chunks, in order."""
         by_id: dict[str, Any] = {}
         for start in range(0, len(ids), WRITE_BATCH):
-            got = self.collection.get(ids=list(ids[start : start + WRITE_BATCH]), include=["embeddings"])
+            with blocked_is_said(self.where):
+                got = self.collection.get(ids=list(ids[start : start + WRITE_BATCH]), include=["embeddings"])
             by_id.update(zip(got["ids"], got["embeddings"], strict=True))
         return [by_id[i] for i in ids]
 

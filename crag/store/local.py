@@ -13,6 +13,11 @@ then swaps ``ACTIVE.json`` (``os.replace``, synced too). A build that is cancell
 killed leaves the active generation untouched; its leftovers are removed by the next build. A
 generation whose files are missing or shorter than the pointer says (a power loss the disk did not
 survive whole) gives way to the previous one, with a note that says so.
+
+Nothing a build cannot read is deleted. A lock, a full disk or permissions say nothing about what the index
+holds: they raise ``IndexInaccessible`` and the index stays as it is. A Chroma folder that Chroma cannot read
+(damaged, or written by another version) is moved, with the pointer and the generations' files, to
+``broken-<time>/``; a pointer that cannot be read, to ``ACTIVE.json.broken-<time>``.
 """
 
 from __future__ import annotations
@@ -30,8 +35,19 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from crag.store.chroma import embedded_client, forget_embedded
-from crag.store.common import BuildInProgress, Generation, RebuildNeeded, chunk_from_json, chunk_to_json
+from crag.errors import CragError
+from crag.store.chroma import blocked, embedded_client, forget_embedded
+from crag.store.common import (
+    Blocked,
+    BuildInProgress,
+    ChromaUnreadable,
+    Generation,
+    IndexInaccessible,
+    RebuildNeeded,
+    blocked_is_said,
+    chunk_from_json,
+    chunk_to_json,
+)
 from crag.store.generation import GenerationWriter, IndexReader, Opened, build_lexical
 from crag.store.lexical import LexicalIndex
 from crag.types import FileResult
@@ -105,23 +121,63 @@ class Store:
     @property
     def client(self) -> Any:
         if self._client is None:
-            self.root.mkdir(parents=True, exist_ok=True)
+            folder = self.root / "chroma"
             try:
-                self._client = embedded_client(self.root / "chroma")
-            except Exception as exc:  # noqa: BLE001 - chromadb raises its own types for a damaged database
-                raise RebuildNeeded(
-                    f"The index in {self.root} is damaged ({exc}): rebuild the knowledge base."
-                ) from None
+                self.root.mkdir(parents=True, exist_ok=True)
+                self._client = embedded_client(folder)
+            except Exception as exc:  # noqa: BLE001 - chromadb raises its own types, or a bare InternalError
+                # Without its folder, Chroma could not even make it: a read-only place, not a damaged index.
+                raise self._failure(exc, "" if folder.is_dir() else Blocked.DENIED) from None
         return self._client
 
-    def discard(self) -> None:
-        """Drop a damaged index so the next build starts clean. The index is derived data: the PDFs
-        are never touched, and a rebuild recreates everything."""
-        self._client = None
-        forget_embedded()
-        for path in (self.root / "chroma", self.generations):
-            shutil.rmtree(path, ignore_errors=True)
-        self.active_path.unlink(missing_ok=True)
+    def _failure(self, exc: BaseException, kind: str = "") -> CragError:
+        """What a failure of Chroma's to open or list its folder means: a cause that leaves the index as it is
+        (``IndexInaccessible``), or a folder Chroma cannot read (``ChromaUnreadable``, moved aside by a build)."""
+        kind = blocked(exc) or kind
+        if kind:
+            return IndexInaccessible(Blocked(kind), self.where, str(exc)[:300])
+        return ChromaUnreadable(
+            f"Chroma cannot read the index in {self.root} ({str(exc)[:300]}): rebuild the knowledge base. The build "
+            f"moves what it cannot read to {self.root / 'broken-<time>'}, it deletes nothing.",
+            detail=str(exc)[:300],
+        )
+
+    def _collection_names(self) -> list[str]:
+        """The collections in Chroma's folder: a build's first read of it, where a database it cannot read shows."""
+        client = self.client
+        try:
+            listed = client.list_collections()
+        except Exception as exc:  # noqa: BLE001 - as in ``client``
+            raise self._failure(exc) from None
+        return [c if isinstance(c, str) else c.name for c in listed]
+
+    def set_aside(self, damage: RebuildNeeded) -> str:
+        """Move what a build cannot read out of its way, never deleting it; what went where, for the build's report.
+        Chroma's folder goes with the pointer and the generations' files (they belong together); a pointer that
+        cannot be read goes alone, and the generations it named are removed once a new one is committed."""
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        with blocked_is_said(self.where):
+            if not isinstance(damage, ChromaUnreadable):
+                moved = _unique(self.active_path.with_name(f"{self.active_path.name}.broken-{stamp}"))
+                self.active_path.rename(moved)
+                _sync_dir(self.root)
+                return (
+                    f"The index pointer {self.active_path} could not be read; it was moved to {moved.name}, and this "
+                    "build indexed every PDF anew."
+                )
+            self._client = None
+            forget_embedded()  # the process's Chroma keeps the folder's database open
+            moved = _unique(self.root / f"broken-{stamp}")
+            moved.mkdir()
+            for path in (self.root / "chroma", self.generations, self.active_path):
+                if path.exists():
+                    path.rename(moved / path.name)
+            _sync_dir(self.root)
+        return (
+            f"Chroma could not read the index in {self.root} ({damage.detail}). It was moved to {moved}, not deleted, "
+            f"and this build indexed every PDF anew. Once the knowledge base answers again, delete {moved.name} to "
+            "free its space (or keep it for a closer look)."
+        )
 
     def active(self, max_age: float = 0.0) -> Generation | None:
         """The generation that answers: the pointer's, or the one before it while the pointer's files are
@@ -133,7 +189,9 @@ class Store:
     def _pointer(self) -> tuple[Pointed, Pointed | None] | None:
         """The generation the pointer names and the one before it."""
         try:
-            data = json.loads(self.active_path.read_text(encoding="utf-8"))
+            with blocked_is_said(self.where):  # permissions: said as such; the pointer is not damaged
+                text = self.active_path.read_text(encoding="utf-8")
+            data = json.loads(text)
             previous = data.get("previous")
             return Pointed.from_json(data), Pointed.from_json(previous) if previous else None
         except FileNotFoundError:
@@ -210,10 +268,10 @@ class Store:
         pointer = self._pointer()
         keep = {p.generation.id for p in pointer or () if p is not None}
         removed = []
-        for collection in self.client.list_collections():
-            name = collection if isinstance(collection, str) else collection.name
+        for name in self._collection_names():
             if name.startswith("gen-") and name not in keep:
-                self.client.delete_collection(name)
+                with blocked_is_said(self.where):
+                    self.client.delete_collection(name)
                 removed.append(name)
         if self.generations.exists():
             for folder in self.generations.iterdir():
@@ -258,9 +316,12 @@ class Store:
             collection = self.client.get_collection(generation.id)
             lexical = LexicalIndex.load(folder / "bm25", len(chunks)) if chunks else None
             manifest = read_manifest(folder)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise RebuildNeeded(f"The index in {self.root} is damaged ({exc}): rebuild the knowledge base.") from None
+        except CragError:
+            raise
         except Exception as exc:  # noqa: BLE001 - chromadb raises its own types for a missing collection
+            kind = blocked(exc)
+            if kind:
+                raise IndexInaccessible(Blocked(kind), self.where, str(exc)[:300]) from None
             raise RebuildNeeded(f"The index in {self.root} is damaged ({exc}): rebuild the knowledge base.") from None
         return Opened(chunks, collection, lexical, manifest)
 
@@ -271,6 +332,16 @@ _verified: dict[tuple, str | None] = {}
 def read_manifest(folder: Path) -> list[FileResult]:
     """A generation's per-file records."""
     return [FileResult.from_json(m) for m in json.loads((folder / "manifest.json").read_text(encoding="utf-8"))]
+
+
+def _unique(path: Path) -> Path:
+    """``path``, or with a number after it when that name is taken (two builds set aside in one second)."""
+    n = 1
+    found = path
+    while found.exists():
+        n += 1
+        found = path.with_name(f"{path.name}-{n}")
+    return found
 
 
 def _stamp(path: Path) -> tuple[int, int]:
@@ -288,11 +359,16 @@ class LocalWriter(GenerationWriter):
 
     def _prepare(self) -> None:
         self.folder = self.store.generations / self.id
-        self.folder.mkdir(parents=True)
+        with blocked_is_said(self.store.where):
+            self.folder.mkdir(parents=True)
 
     def commit(self, manifest: list[FileResult]) -> Generation:
         """Write the lexical index and the manifest, sync them to the disk, then make this generation the active
         one. The generation that answered until now stays, for a pointer whose files a power loss cut short."""
+        with blocked_is_said(self.store.where):  # a full disk here leaves the pointer where it was
+            return self._commit(manifest)
+
+    def _commit(self, manifest: list[FileResult]) -> Generation:
         with (self.folder / "chunks.jsonl").open("w", encoding="utf-8") as fh:
             for chunk in self.chunks:
                 fh.write(json.dumps(chunk_to_json(chunk), ensure_ascii=False) + "\n")

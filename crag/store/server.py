@@ -110,23 +110,22 @@ class ServerStore(Store):
                 self._meta_collection = None
                 return op(self._meta())
 
-    def discard(self) -> None:
-        """Drop a damaged index (every generation, the pointer, the manifests) so the next build starts clean."""
-        with self._reach():
-            for collection in self.client.list_collections():
-                if collection.name.startswith("gen-"):
-                    self.client.delete_collection(collection.name)
-
-        def clear(meta: Any) -> None:  # the records go, the collection stays: other processes hold handles to it
-            ids = meta.get(include=[])["ids"]
-            if ids:
-                meta.delete(ids=ids)
-
-        self._in_meta(clear)
+    def set_aside(self, damage: RebuildNeeded) -> str:
+        """A pointer that cannot be read is kept as another record, and the build that follows writes a new one. The
+        generations it may name go at the next build's cleanup, once a new one answers."""
+        aside = f"{POINTER}.broken-{time.strftime('%Y%m%d-%H%M%S')}"
+        got = self._in_meta(lambda meta: meta.get(ids=[POINTER], include=["documents"]))
+        if got["ids"]:
+            self._in_meta(lambda meta: meta.upsert(ids=[aside], embeddings=UNIT, documents=got["documents"]))
+            self._in_meta(lambda meta: meta.delete(ids=[POINTER]))
         with _pointer_lock:
             _pointers.pop(self.url, None)
         with _reader_lock:
             _readers.pop(self.url, None)
+        return (
+            f"The index pointer {self.where} could not be read; it was kept as the record {aside} of the collection "
+            f"{META}, and this build indexed every PDF anew."
+        )
 
     def active(self, max_age: float = 0.0) -> Generation | None:
         """The generation that answers. With ``max_age``, a pointer read that recently is trusted: a

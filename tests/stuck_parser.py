@@ -1,0 +1,48 @@
+"""A parser for tests of the build's parse workers: its pages are instant text, except one page of one file, on
+which it hangs as a page stuck in MuPDF's C code would: forever, deaf to SIGTERM. Its own module, importable by the
+spawned workers, and light (no PyMuPDF), so a worker is ready in a moment and a tiny part time limit is safe."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from crag.ingest.base import PagesRead, Parser, PDFError
+from crag.types import Block, ParsedPDF
+
+
+class StuckParser(Parser):
+    """``read_pages`` leaves a line in ``log`` for every call (``pid file first-page``) and, when it hangs, the file
+    ``log/stuck`` holding the pid of the worker that hangs."""
+
+    name = "pymupdf"
+    version = "stuck 1"
+
+    def __init__(self, log: Path, stuck_file: str = "", stuck_page: int = 0, max_pages: int | None = None) -> None:
+        self.log, self.stuck_file, self.stuck_page, self.max_pages = log, stuck_file, stuck_page, max_pages
+
+    def parse(self, path: Path, pages: Sequence[int] | None = None, on_page=None) -> ParsedPDF:
+        return self.parsed(path, [self.read_pages(path, pages or [1])])
+
+    def read_pages(self, path: Path, pages: Sequence[int], on_page=None) -> PagesRead:
+        with (self.log / "calls").open("a") as fh:
+            fh.write(f"{os.getpid()} {path.name} {pages[0]}\n")
+        if self.max_pages is not None and max(pages) > self.max_pages:  # as the old build saw it: part by part
+            raise PDFError(f"{path.name}: refused in a worker")
+        if path.name == self.stuck_file and self.stuck_page in pages:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            (self.log / "stuck").write_text(str(os.getpid()))
+            while True:
+                time.sleep(60)
+        blocks = tuple(
+            Block("text", f"Page {n} of {path.stem} says that the widget needs {n} cores.", n, (72, 72, 500, 90), 0)
+            for n in pages
+        )
+        return PagesRead(blocks, (), ("parsing",) * len(pages), 0, 0)
+
+    def parsed(self, path: Path, parts: Sequence[PagesRead]) -> ParsedPDF:
+        blocks = tuple(b for part in parts for b in part.blocks)
+        return ParsedPDF(blocks, sum(len(part.stages) for part in parts), self.name, self.version)
