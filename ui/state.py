@@ -26,6 +26,7 @@ import streamlit as st
 
 import crag.files
 import crag.store
+from crag import first_imports
 from crag.config import Settings, load_settings
 from crag.conversations import Conversations, private_history
 from crag.errors import CragError
@@ -144,7 +145,8 @@ class Loading:
 
     def _load(self) -> None:
         try:
-            import crag.pipeline  # pydantic-ai, Chroma and the models' libraries: seconds of imports, here
+            with first_imports:  # a build may start in another thread meanwhile
+                import crag.pipeline  # pydantic-ai, Chroma and the models' libraries: seconds of imports, here
 
             self.pipeline = crag.pipeline.Pipeline.from_settings(self.settings)
             _loaded[self.key] = self.pipeline
