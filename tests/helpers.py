@@ -8,6 +8,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+# Two sentences that made one offline answer take minutes (a rule that backtracked over a long run of letters: a
+# Chinese clause is one, and so is a long name in a URL).
+ISSUE_ZH = (
+    "本软件包管理器自2023年起支持在所有主流操作系统上自动安装和更新依赖项以及配置文件，"
+    "包括Linux、macOS、Windows、FreeBSD、OpenBSD、Solaris、AIX和HP-UX等平台。"
+)
+ISSUE_EN = (
+    "Since version 2 the installer downloads https://example.org/packages/"
+    f"{'abcdefghijklmnopqrstuvwxyz' * 2}abcdefgh/archive.tar.gz and then unpacks it."
+)
+
 
 def free_port() -> int:
     """A loopback port that nothing listens on right now, for a server about to start on it. For a port that must

@@ -20,6 +20,7 @@ from crag.evidence import (
 from crag.text import language, split_sentences, width
 from crag.types import Action, AnswerKind, Chunk, Source, Strip, cited
 from tests.fakes import ScriptedModel, chunk, pipeline
+from tests.helpers import ISSUE_EN, ISSUE_ZH
 
 DOC = (
     "The widget needs two processor cores. It also needs eight hundred megabytes of memory. "
@@ -422,14 +423,6 @@ def test_a_version_and_copyright_line_of_a_program_is_no_licence() -> None:
 # Text that made quoting hang, and the budget behind the rules
 
 
-ISSUE_ZH = (
-    "本软件包管理器自2023年起支持在所有主流操作系统上自动安装和更新依赖项以及配置文件，"
-    "包括Linux、macOS、Windows、FreeBSD、OpenBSD、Solaris、AIX和HP-UX等平台。"
-)
-ISSUE_EN = (
-    "Since version 2 the installer downloads https://example.org/packages/"
-    f"{'abcdefghijklmnopqrstuvwxyz' * 2}abcdefgh/archive.tar.gz and then unpacks it."
-)
 ISSUE_QUESTION = "软件包管理器的配置文件在哪里？"
 
 

@@ -20,19 +20,12 @@ from crag.support import unsupported
 from crag.terms import Vocabulary, check_terms, mentions, specific_terms
 from crag.text import content_words, lexical_tokens, phrase, quote, split_sentences
 from crag.types import Action, Source, Strip
+from tests.helpers import ISSUE_EN, ISSUE_ZH
 from ui.text import md_linked
 
 HANG = 120  # seconds for one test's examples: a hang limit, not a speed limit
 pytestmark = pytest.mark.timeout(HANG)
 
-ISSUE_ZH = (
-    "本软件包管理器自2023年起支持在所有主流操作系统上自动安装和更新依赖项以及配置文件，"
-    "包括Linux、macOS、Windows、FreeBSD、OpenBSD、Solaris、AIX和HP-UX等平台。"
-)
-ISSUE_EN = (
-    "Since version 2 the installer downloads https://example.org/packages/"
-    f"{'abcdefghijklmnopqrstuvwxyz' * 2}abcdefgh/archive.tar.gz and then unpacks it."
-)
 # The issue's sentence with its first clause three times as long: the old version rule would run for hours.
 LONGER_ZH = ISSUE_ZH.replace("本软件包", "本软件包" + "管理器支持自动安装和更新依赖项以及配置文件" * 4)
 QUESTION = "软件包管理器的配置文件在哪里？"

@@ -13,6 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from crag.export import answer_markdown
+from crag.markdown import model_markdown
 from crag.messages import unsupported_message
 from crag.models import PACKAGED_LABEL
 from crag.text import pages_label
@@ -26,7 +27,6 @@ from ui.text import (
     export_name,
     md_coded,
     md_escape,
-    model_markdown,
     no_images,
     shorten,
 )

@@ -20,12 +20,13 @@ from streamlit.delta_generator import DeltaGenerator
 from crag.config import Settings
 from crag.conversations import Conversations, Message, title_of
 from crag.errors import CragError
+from crag.markdown import safe_stream
 from crag.scope import UnknownScope
 from crag.text import clean_question
 from crag.types import Answer, AnswerKind
 from ui import state
 from ui.scope import ALL, choose
-from ui.text import md_escape, safe_stream, stage_label, stopped, stopped_by_user, user_stopped
+from ui.text import md_escape, stage_label, stopped, stopped_by_user, user_stopped
 
 if TYPE_CHECKING:
     import crag.pipeline

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -139,16 +139,6 @@ def evidence_markdown(text: str) -> str:
         else:
             out.append(f"**{md_escape(line)}**")
     return "\n\n".join(out)
-
-
-# Model answers are shown by the core's rule (crag.markdown), the one the API hands answers out by.
-from crag.markdown import model_markdown  # noqa: E402, F401 - the page imports it from here
-from crag.markdown import safe_stream as core_safe_stream  # noqa: E402
-
-
-def safe_stream(deltas: Iterable[str]) -> Iterator[str]:
-    """``model_markdown`` for a stream. A ``!`` or ``]`` at the end of what came waits for what follows it."""
-    return core_safe_stream(deltas)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -77,6 +77,12 @@ def _blocked_message(kind: Blocked, where: str, detail: str) -> str:
     )
 
 
+def inaccessible(exc: BaseException, where: str) -> IndexInaccessible | None:
+    """``exc`` as ``IndexInaccessible`` when it says the index is locked, the disk full or access denied; else None."""
+    kind = blocked(exc)
+    return IndexInaccessible(Blocked(kind), where, str(exc)[:300]) if kind else None
+
+
 @contextmanager
 def blocked_is_said(where: str) -> Iterator[None]:
     """Chroma's and the disk's failures that say nothing about what the index holds (a lock, a full disk, permissions)
@@ -86,10 +92,9 @@ def blocked_is_said(where: str) -> Iterator[None]:
     except CragError:
         raise
     except Exception as exc:
-        kind = blocked(exc)
-        if kind is None:
+        if (said := inaccessible(exc, where)) is None:
             raise
-        raise IndexInaccessible(Blocked(kind), where, str(exc)[:300]) from None
+        raise said from None
 
 
 def index_text(chunk: Chunk) -> str:

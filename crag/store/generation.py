@@ -17,15 +17,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from crag.scope import EVERYTHING, Scope, resolve
-from crag.store.chroma import blocked
 from crag.store.common import (
-    Blocked,
     Generation,
-    IndexInaccessible,
     Mode,
     RebuildNeeded,
     blocked_is_said,
     fuse,
+    inaccessible,
     index_text,
     new_generation_id,
 )
@@ -150,9 +148,8 @@ class IndexReader:
         try:
             count = self.collection.count()
         except Exception as exc:  # noqa: BLE001 - chromadb raises its own types for a missing collection
-            kind = blocked(exc)
-            if kind:
-                raise IndexInaccessible(Blocked(kind), store.where, str(exc)[:300]) from None
+            if said := inaccessible(exc, store.where):
+                raise said from None
             raise RebuildNeeded(f"The index {store.where} is damaged ({exc}): rebuild the knowledge base.") from None
         if count != len(self.chunks):
             raise RebuildNeeded(

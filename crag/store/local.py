@@ -47,6 +47,7 @@ from crag.store.common import (
     blocked_is_said,
     chunk_from_json,
     chunk_to_json,
+    inaccessible,
 )
 from crag.store.generation import GenerationWriter, IndexReader, Opened, build_lexical
 from crag.store.lexical import LexicalIndex
@@ -319,9 +320,8 @@ class Store:
         except CragError:
             raise
         except Exception as exc:  # noqa: BLE001 - chromadb raises its own types for a missing collection
-            kind = blocked(exc)
-            if kind:
-                raise IndexInaccessible(Blocked(kind), self.where, str(exc)[:300]) from None
+            if said := inaccessible(exc, self.where):
+                raise said from None
             raise RebuildNeeded(f"The index in {self.root} is damaged ({exc}): rebuild the knowledge base.") from None
         return Opened(chunks, collection, lexical, manifest)
 
