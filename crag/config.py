@@ -115,7 +115,9 @@ class Settings(BaseSettings):
         "auto", description="Chat model backend. auto: Ollama when it answers and has the model, else embedded."
     )
     embed_backend: Literal["auto", "ollama", "local"] = Field(
-        "auto", description="Embedding backend. auto: Ollama when it answers and has the model, else local MiniLM."
+        "auto",
+        description="Embedding backend for a new index or a full rebuild. auto: Ollama when it answers and has the "
+        "model, else the packaged multilingual USE (local).",
     )
     ollama_url: str = Field(
         DEFAULT_OLLAMA_URL,

