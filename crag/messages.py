@@ -137,9 +137,10 @@ def near_miss_note(terms: TermCheck, searched_again: Sequence[str] = (), scope: 
 
 def language_hint(question: str, files: dict[str, str]) -> str:
     """For an answer that is not Correct, when some documents are in the other language and the embedder is
-    English-only: offline search matches words, so a Chinese question rarely finds an English passage. The way
-    out is to ask in the documents' language (or to use a multilingual embedder). ``files``: file -> ``zh``,
-    ``en`` or ``mixed`` (a bilingual document answers either language, so it is not named)."""
+    English-only (an index built with MiniLM): offline search matches words, so a Chinese question rarely finds an
+    English passage. The way out is to ask in the documents' language, or a full rebuild with multilingual
+    embeddings. ``files``: file -> ``zh``, ``en`` or ``mixed`` (a bilingual document answers either language, so it
+    is not named)."""
     asked = language(question)
     other = sorted(file for file, lang in files.items() if lang not in (asked, "mixed"))
     if not other:
@@ -151,7 +152,7 @@ def language_hint(question: str, files: dict[str, str]) -> str:
         which = "你的文档是英文的" if total == 1 else f"你的 {total} 份文档{share}是英文的"
         return (
             f"提示：{which}（{names}）。如果答案可能在其中，请用英文提问：离线检索按词语匹配，中文问题很难找到英文段落。"
-            "使用 Ollama 的多语言向量模型 bge-m3 时可以跨语言检索。"
+            "完整重建知识库（full rebuild）会改用多语言向量模型，之后即可跨语言检索。"
         )
     names = ", ".join(other[:HINT_FILES]) + (", …" if more else "")
     if total == 1:
@@ -162,8 +163,8 @@ def language_hint(question: str, files: dict[str, str]) -> str:
         which = f"{n} of your {total} documents {'are' if n > 1 else 'is'} in Chinese"
     return (
         f"Tip: {which} ({names}). If the answer may be in {'them' if n > 1 else 'it'}, ask in Chinese: offline search "
-        "matches words, so an English question rarely finds Chinese passages. Ollama's multilingual bge-m3 "
-        "embeddings match across languages."
+        "matches words, so an English question rarely finds Chinese passages. A full rebuild of the knowledge base "
+        "moves it to multilingual embeddings, which match across languages."
     )
 
 

@@ -2,7 +2,9 @@
 
 The index keeps the embedder it was built with: only a full rebuild chooses another. When that embedder cannot be
 had (an index built with Ollama's bge-m3, Ollama down), the retriever searches the lexical (BM25) half alone and
-says so; the built-in embedder then scores text for grading and refinement, never against the index's vectors."""
+says so; the built-in embedder then scores text for grading and refinement, never against the index's vectors. An
+index built with the former built-in embedder (MiniLM) answers with it, and ``upgrade`` says that a full rebuild
+moves it to the multilingual one."""
 
 from __future__ import annotations
 
@@ -11,7 +13,14 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from crag.config import Settings
-from crag.models import Embedder, EmbedderUnavailable, build_embedder, embedder_named, local_embedder
+from crag.models import (
+    Embedder,
+    EmbedderUnavailable,
+    build_embedder,
+    embedder_named,
+    local_embedder,
+    rebuild_offer,
+)
 from crag.scope import EVERYTHING, Scope, UnknownScope
 from crag.store import POINTER_MAX_AGE, IndexReader, Mode, RebuildNeeded, index_text, open_store
 from crag.terms import TermStats, check_terms, mention_test
@@ -32,6 +41,12 @@ class Retriever:
     def lexical_only(self) -> str:
         """The note for an answer found without the index's embedder ("" when it is at hand)."""
         return str(self.missing) if self.missing else ""
+
+    @property
+    def upgrade(self) -> str:
+        """The offer of a full rebuild to the multilingual embedder, for an index that answers with the English-only
+        MiniLM it was built with ("" otherwise)."""
+        return "" if self.missing else rebuild_offer(self.embedder.name)
 
     def current(self) -> IndexReader | None:
         """The generation that answers now, opened (None when nothing is built)."""

@@ -1,7 +1,10 @@
 """The index keeps its embedder. An index built with Ollama's bge-m3 (a loopback stub speaking Ollama's API),
 then Ollama stopped: questions are answered from the lexical index with a note that names the embedder and the
 two ways out, an incremental build refuses to mix embedders, and the index is left as it was. Only a full rebuild,
-which the user asks for, moves it to the built-in embedder."""
+which the user asks for, moves it to the built-in embedder.
+
+An index built with MiniLM, the built-in embedder before USE: it answers as built, an incremental build keeps
+MiniLM, and the page, the CLI and /health say once that a full rebuild moves it to the multilingual embedder."""
 
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from crag.cli import main
 from crag.config import Settings, load_settings
 from crag.ingest import sync
 from crag.ingest.sync import EmbedderMismatch
-from crag.models import EmbedderUnavailable, LocalEmbedder, local_embedder
+from crag.models import EmbedderUnavailable, LocalEmbedder, USEEmbedder, local_embedder, minilm_embedder
 from crag.pipeline import Pipeline
 from crag.retriever import index_embedder
 from crag.store import open_store
@@ -98,7 +101,7 @@ def built(tmp_path: Path) -> Iterator[Settings]:
 def test_questions_are_answered_from_the_lexical_index_with_a_note(built: Settings) -> None:
     before = open_store(built).active()
     pipeline = Pipeline.from_settings(built)
-    assert pipeline.retriever.embedder.name == LocalEmbedder.name, "the built-in embedder scores text meanwhile"
+    assert pipeline.retriever.embedder.name == USEEmbedder.name, "the built-in embedder scores text meanwhile"
 
     answer = pipeline.ask(QUESTION)
     assert answer.sources and "eight hundred megabytes" in answer.text, "found by its words"
@@ -114,7 +117,7 @@ def test_questions_are_answered_from_the_lexical_index_with_a_note(built: Settin
 
     # The full rebuild the note offers: the same pipeline then answers from both halves again, without a note.
     sync(built, index_embedder(built, rebuild=True), rebuild=True)
-    assert open_store(built).active().embedder == LocalEmbedder.name
+    assert open_store(built).active().embedder == USEEmbedder.name
     again = pipeline.ask(QUESTION)
     assert again.sources and not [n for n in again.trace.notes if "bge-m3" in n]
 
@@ -173,3 +176,95 @@ def files_env(built: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[None
     yield
     st.cache_resource.clear()
     st.cache_data.clear()
+
+
+# ---------------------------------------------------------------------------------------------
+# An index built with MiniLM
+
+OFFER = ("MiniLM", "full rebuild", USEEmbedder.name, "python -m crag index --rebuild")
+
+
+@pytest.fixture
+def minilm(tmp_path: Path, closed_port_url: str) -> Settings:
+    """An index built with MiniLM, as the built-in embedder made them before USE; Ollama is not there."""
+    (tmp_path / "Files").mkdir()
+    manual_pdf(tmp_path / "Files" / "widget.pdf")
+    settings = load_settings(
+        files_dir=tmp_path / "Files", chroma_dir=tmp_path / "chroma_db", ollama_url=closed_port_url, web_search=False
+    )
+    sync(settings, minilm_embedder(settings))
+    assert open_store(settings).active().embedder == LocalEmbedder.name
+    return settings
+
+
+def test_a_minilm_index_answers_as_built_and_only_a_full_rebuild_moves_it(minilm: Settings) -> None:
+    assert index_embedder(minilm, rebuild=True).name == USEEmbedder.name, "a new index gets the multilingual one"
+    pipeline = Pipeline.from_settings(minilm)
+    assert pipeline.retriever.embedder.name == LocalEmbedder.name, "opened with the embedder it was built with"
+    assert all(part in pipeline.retriever.upgrade for part in OFFER), pipeline.retriever.upgrade
+    answer = pipeline.ask(QUESTION)
+    assert answer.sources and "eight hundred megabytes" in answer.text
+    assert not [n for n in answer.trace.notes if "MiniLM" in n], "said once, by the page or the command, not per answer"
+
+    # An incremental build (a new file) keeps MiniLM: vectors of two embedders are never mixed, nor swapped silently.
+    manual_pdf(minilm.files_dir / "gadget.pdf", topic="gadget")
+    before = open_store(minilm).active()
+    sync(minilm, index_embedder(minilm))
+    after = open_store(minilm).active()
+    assert after.id != before.id and after.files == 2 and after.embedder == LocalEmbedder.name
+
+    sync(minilm, index_embedder(minilm, rebuild=True), rebuild=True)
+    assert open_store(minilm).active().embedder == USEEmbedder.name
+    again = Pipeline.from_settings(minilm)
+    assert again.retriever.embedder.name == USEEmbedder.name and again.retriever.upgrade == ""
+    assert "eight hundred megabytes" in again.ask(QUESTION).text
+
+
+def test_the_cli_and_the_api_offer_the_full_rebuild_once(
+    minilm: Settings, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in {"CRAG_FILES_DIR": minilm.files_dir, "CRAG_CHROMA_DIR": minilm.chroma_dir}.items():
+        monkeypatch.setenv(name, str(value))
+    monkeypatch.setenv("CRAG_OLLAMA_URL", minilm.ollama_url)
+    monkeypatch.setenv("CRAG_WEB_SEARCH", "off")
+
+    assert main(["ask", QUESTION]) == 0
+    out = capsys.readouterr()
+    assert "eight hundred megabytes" in out.out
+    assert all(part in out.err for part in OFFER) and out.err.count("MiniLM") == 1, out.err
+    assert main(["index"]) == 0
+    err = capsys.readouterr().err
+    assert all(part in err for part in OFFER), "the incremental build kept MiniLM: it says so"
+    assert open_store(minilm).active().embedder == LocalEmbedder.name
+
+    with TestClient(create_app(minilm)) as client:
+        health = client.get("/health").json()
+        assert health["status"] == "ok" and all(part in health["index_upgrade"] for part in OFFER)
+        state = wait_for_job(client, client.post("/index", json={"rebuild": True}).json()["job"])
+        assert state["state"] == "done", state
+        health = client.get("/health").json()
+        assert health["index"]["embedder"] == USEEmbedder.name and health["index_upgrade"] is None
+    assert main(["ask", QUESTION]) == 0
+    assert "MiniLM" not in capsys.readouterr().err
+
+
+def test_the_page_offers_the_full_rebuild(minilm: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    import streamlit as st
+
+    from tests.apptest import plain, settle
+
+    monkeypatch.setenv("CRAG_FILES_DIR", str(minilm.files_dir))
+    monkeypatch.setenv("CRAG_CHROMA_DIR", str(minilm.chroma_dir))
+    monkeypatch.setenv("CRAG_OLLAMA_URL", minilm.ollama_url)
+    st.cache_resource.clear()
+    st.cache_data.clear()
+    try:
+        at = app()
+        assert not at.exception
+        assert all(part in texts(at.sidebar.info) for part in OFFER), texts(at.sidebar.info)
+        settle(at.button(key="rebuild_multilingual").click().run())
+        assert open_store(minilm).active().embedder == USEEmbedder.name
+        assert "MiniLM" not in texts(at.sidebar.info) and USEEmbedder.name in plain(texts(at.sidebar.caption))
+    finally:
+        st.cache_resource.clear()
+        st.cache_data.clear()

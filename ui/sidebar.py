@@ -11,6 +11,7 @@ import streamlit as st
 
 from crag.config import Settings
 from crag.errors import CragError
+from crag.models import rebuild_offer
 from crag.types import AnswerKind
 from ui import builds, files, state
 from ui import settings as answer_settings
@@ -57,6 +58,8 @@ def knowledge_base(
         st.caption(f"Not built yet. Parser: {settings.parser}.")
     if pipeline is not None and pipeline.retriever.lexical_only:  # the index's embedder is missing: say the way out
         st.warning(pipeline.retriever.lexical_only, icon=":material/manage_search:")
+    if gen is not None:
+        offer_multilingual(settings, gen.embedder)
     files.files_list(settings, kb.files)
     if state.builds(settings).running is None:  # a running build reads the folder already
         if n := len(kb.pending):
@@ -68,6 +71,23 @@ def knowledge_base(
             )
     files.upload(settings)
     return builds.rebuild(settings)
+
+
+def offer_multilingual(settings: Settings, embedder: str) -> None:
+    """For an index built with the English-only MiniLM: what a full rebuild changes, and a button that starts it."""
+    offer = rebuild_offer(embedder)
+    if not offer:
+        return
+    st.info(offer, icon=":material/translate:")
+    running = state.builds(settings).running is not None
+    if st.button(
+        "Full rebuild with multilingual embeddings",
+        key="rebuild_multilingual",
+        icon=":material/translate:",
+        width="stretch",
+        disabled=running,
+    ):
+        builds.start(settings, full=True)
 
 
 # ---------------------------------------------------------------------------------------------

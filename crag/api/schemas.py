@@ -212,4 +212,9 @@ class HealthOut(BaseModel):
     embedder: str | None = Field(description="The embedder answering queries, once the pipeline is loaded.")
     index: IndexStats | None
     index_error: str | None
+    index_upgrade: str | None = Field(
+        None,
+        description="Set when the index answers with the English-only MiniLM it was built with: a full rebuild "
+        "(POST /index with rebuild) moves it to the multilingual built-in embedder.",
+    )
     build_running: str | None = Field(description="The id of the build job that runs now.")

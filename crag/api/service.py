@@ -21,7 +21,15 @@ from crag.errors import CragError
 from crag.followups import History
 from crag.jobs import Builds
 from crag.markdown import outgoing, safe_stream
-from crag.models import BackendInfo, Embedder, close_event_loop, embedded_gguf_path, ollama_health, resolve_backend
+from crag.models import (
+    BackendInfo,
+    Embedder,
+    close_event_loop,
+    embedded_gguf_path,
+    ollama_health,
+    rebuild_offer,
+    resolve_backend,
+)
 from crag.pipeline import Pipeline
 from crag.scope import KnowledgeBase, knowledge_bases
 from crag.store import RebuildNeeded, open_store
@@ -268,6 +276,7 @@ class Service:
             embedder=loaded.retriever.embedder.name if loaded else None,
             index=index,
             index_error=index_error,
+            index_upgrade=(rebuild_offer(gen.embedder) or None) if gen is not None else None,
             build_running=self.builds.running,
         ).model_dump()
 
