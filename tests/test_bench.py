@@ -52,3 +52,19 @@ def test_the_scope_benchmark_files_passages_in_folders_of_known_shares() -> None
     for start in range(0, size, DOC):  # a document's passages share one folder
         assert len(set(folders[start : start + DOC])) == 1
     assert SCOPES["100 %"] == sorted({f.split("/")[0] for f in folders})
+
+
+def test_retrieval_scores_per_split() -> None:
+    """Only the test split is out of sample: its figures are reported apart from the dev split's."""
+    from crag.bench.retrieval import by_kind
+
+    questions = [
+        Question("en-1", "en", "en", "?", "a.pdf", (1,), True, split="dev"),
+        Question("en-2", "en", "en", "?", "a.pdf", (1,), True, split="test"),
+        Question("x-1", "zh", "cross", "?", "a.pdf", (1,), True, split="test"),
+    ]
+    scores = by_kind(questions, [1, None, 2])
+    assert scores["en"] == {"n": 2, "hit@5": 0.5, "mrr@10": 0.5}
+    assert scores["dev en"]["hit@5"] == 1.0 and scores["test en"]["hit@5"] == 0.0
+    assert scores["test cross"] == {"n": 1, "hit@5": 1.0, "mrr@10": 0.5} and "dev cross" not in scores
+    assert scores["test same-language"]["n"] == 1 and scores["same-language"]["n"] == 2
