@@ -12,7 +12,7 @@ import pytest
 from crag.bench.corpus import default_cache_dir, fetch_corpus
 from crag.bench.retrieval import evaluate, load_questions, table
 from crag.config import load_settings
-from crag.models import LocalEmbedder
+from crag.models import USEEmbedder
 
 pytestmark = [
     pytest.mark.integration,
@@ -26,7 +26,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict:
     pdfs = fetch_corpus(default_cache_dir())
     root = tmp_path_factory.mktemp("quality")
     settings = load_settings(files_dir=root / "Files", chroma_dir=root / "db", parser="pymupdf")
-    out = evaluate(settings, LocalEmbedder(), pdfs, load_questions())
+    out = evaluate(settings, USEEmbedder(), pdfs, load_questions())  # the built-in embedder
     OUTPUT.mkdir(exist_ok=True)
     (OUTPUT / "retrieval.json").write_text(json.dumps(out, ensure_ascii=False, indent=1), encoding="utf-8")
     (OUTPUT / "retrieval.md").write_text(table(out) + "\n", encoding="utf-8")
