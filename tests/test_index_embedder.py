@@ -30,7 +30,7 @@ from crag.pipeline import Pipeline
 from crag.retriever import index_embedder
 from crag.store import open_store
 from crag.text import lexical_tokens
-from tests.apiclient import wait_for_job
+from tests.apiclient import LOCAL, wait_for_job
 from tests.apptest import app, texts
 from tests.helpers import hold_closed, http_server
 from tests.pdfs import manual_pdf
@@ -137,7 +137,7 @@ def test_the_cli_and_the_api_say_which_embedder_the_index_needs(
     out = capsys.readouterr()
     assert "eight hundred megabytes" in out.out and all(way in out.err for way in WAYS_OUT)
 
-    with TestClient(create_app(built), base_url="http://127.0.0.1") as client:
+    with TestClient(create_app(built), base_url=LOCAL) as client:
         answer = client.post("/ask", json={"question": QUESTION}).json()
         assert answer["sources"] and any(all(way in n for way in WAYS_OUT) for n in answer["notes"])
         state = wait_for_job(client, client.post("/index", json={}).json()["job"])
@@ -237,7 +237,7 @@ def test_the_cli_and_the_api_offer_the_full_rebuild_once(
     assert all(part in err for part in OFFER), "the incremental build kept MiniLM: it says so"
     assert open_store(minilm).active().embedder == LocalEmbedder.name
 
-    with TestClient(create_app(minilm)) as client:
+    with TestClient(create_app(minilm), base_url=LOCAL) as client:
         health = client.get("/health").json()
         assert health["status"] == "ok" and all(part in health["index_upgrade"] for part in OFFER)
         state = wait_for_job(client, client.post("/index", json={"rebuild": True}).json()["job"])

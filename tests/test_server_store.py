@@ -17,7 +17,7 @@ import pytest
 
 from crag.config import Settings, load_settings
 from crag.ingest import sync
-from crag.models import LocalEmbedder
+from crag.models import USEEmbedder
 from crag.retriever import Retriever
 from crag.store import BuildInProgress, ServerStore, open_store
 from crag.types import Progress
@@ -30,8 +30,8 @@ QUESTION = "How much memory does the widget need?"
 
 
 @pytest.fixture(scope="module")
-def embedder() -> LocalEmbedder:
-    return LocalEmbedder()
+def embedder() -> USEEmbedder:
+    return USEEmbedder()  # the built-in embedder, which `python -m crag index` uses too
 
 
 @pytest.fixture
@@ -71,7 +71,7 @@ def names(store: ServerStore) -> set[str]:
 
 
 def test_a_second_process_with_no_local_index_retrieves_what_the_first_built(
-    tmp_path: Path, server: str, embedder: LocalEmbedder
+    tmp_path: Path, server: str, embedder: USEEmbedder
 ) -> None:
     builder, reader = tmp_path / "builder", tmp_path / "reader"
     files(builder / "Files")
@@ -110,7 +110,7 @@ def test_a_second_process_with_no_local_index_retrieves_what_the_first_built(
 
 
 def test_a_rebuild_killed_with_sigkill_leaves_the_other_process_answering(
-    tmp_path: Path, server: str, embedder: LocalEmbedder
+    tmp_path: Path, server: str, embedder: USEEmbedder
 ) -> None:
     builder = tmp_path / "builder"
     settings = on_server(builder, server)
@@ -166,7 +166,7 @@ def test_a_rebuild_killed_with_sigkill_leaves_the_other_process_answering(
     assert reader._reader.generation.id == report.generation
 
 
-def test_two_concurrent_builds_the_second_is_refused(tmp_path: Path, server: str, embedder: LocalEmbedder) -> None:
+def test_two_concurrent_builds_the_second_is_refused(tmp_path: Path, server: str, embedder: USEEmbedder) -> None:
     first, second = tmp_path / "first", tmp_path / "second"
     files(first / "Files")
     files(second / "Files", extra=1)

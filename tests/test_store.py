@@ -15,8 +15,10 @@ from crag.ingest.sync import EmbedderMismatch
 from crag.models import Embedder, LocalEmbedder
 from crag.retriever import Retriever
 from crag.store import BuildInProgress, RebuildNeeded, Store, fuse
+from crag.store.common import fuse_top
 from crag.text import lexical_tokens
 from crag.types import Chunk, Progress, ScoredChunk
+from tests.fakes import chunk
 from tests.pdfs import encrypted_pdf, manual_pdf
 
 pytestmark = pytest.mark.integration
@@ -193,3 +195,18 @@ def test_empty_folder_gives_an_empty_index(tmp_path: Path, embedder: Embedder) -
     report = sync(settings, embedder)
     assert report.files == [] and report.total_chunks == 0
     assert Retriever(settings, embedder).retrieve("anything", 5, "hybrid") == []
+
+
+def test_the_dense_legs_best_passage_is_never_outvoted() -> None:
+    """A Chinese question about an English manual: the multilingual dense leg ranks the passage that answers first, and
+    BM25, which shares no word with it, ranks passages that repeat a name of the question. Fused by votes alone, the
+    passages both legs rank middling fill the top k and the answer is lost; each full leg's best is always kept."""
+    answer, *named = [chunk(f"passage {i}", n=i) for i in range(7)]
+    dense = [ScoredChunk(c, 0.6) for c in [answer, *named]]  # the answer first, then the named ones
+    lexical = [ScoredChunk(c, 3.0) for c in reversed(named)]  # BM25 never finds the answer
+    top = fuse_top([dense, lexical], [1.0, 1.0], 3)
+    assert answer.id in [h.chunk.id for h in top] and len(top) == 3
+    assert lexical[0].chunk.id in [h.chunk.id for h in top]
+    # An English-only embedder's partial vote on a Chinese question is not trusted that far.
+    assert answer.id not in [h.chunk.id for h in fuse_top([dense, lexical], [0.3, 1.0], 3)]
+    assert fuse_top([dense, lexical], [1.0, 1.0], 3) != fuse([dense, lexical], [1.0, 1.0])[:3]

@@ -22,7 +22,7 @@ from crag.store.common import (
     Mode,
     RebuildNeeded,
     blocked_is_said,
-    fuse,
+    fuse_top,
     inaccessible,
     index_text,
     new_generation_id,
@@ -281,4 +281,5 @@ class IndexReader:
         if mode == "lexical":
             return self.lexical(query, k, scope)
         pool = max(4 * k, 20)
-        return fuse([self.dense(vector or [], pool, scope), self.lexical(query, pool, scope)], [dense_weight, 1.0])[:k]
+        legs = [self.dense(vector or [], pool, scope), self.lexical(query, pool, scope)]
+        return fuse_top(legs, [dense_weight, 1.0], k)
