@@ -215,6 +215,18 @@ class SimilarityEvaluator(Evaluator):
     def grade(self, question: str, texts: Sequence[str], usage: Usage | None = None) -> Grading:
         return Grading([Grade(calibrate(r), self.name) for r in self.raw(question, texts)])
 
+    def off_topic(self, question: str, headings: Sequence[str]) -> list[float]:
+        """How far each heading is from saying that the text under it is about the question's words, in [0, 1]: one
+        less the weighted share of the words it holds, for the part of the question the embedder cannot read (all of a
+        Chinese question's with an English-only embedder, so only for an index built with MiniLM; none with a
+        multilingual one); 0 for no heading."""
+        blind = 0.0 if self.embedder.multilingual else cjk_share(question)
+        if not blind:
+            return [0.0] * len(headings)
+        weights = word_weights(question, self.stats())
+        # No heading says nothing either way.
+        return [blind * (1.0 - coverage(weights, heading)) if heading.strip() else 0.0 for heading in headings]
+
 
 # ---------------------------------------------------------------------------------------------
 # LLM

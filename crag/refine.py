@@ -127,14 +127,34 @@ def blend(strip: Strip, own: float) -> float:
     return min(own, blended) if NOTE.match(strip.text) else blended
 
 
+# A Chinese question's grades are its words' coverage when the embedder reads no Chinese (an index built with the
+# English-only MiniLM; with a multilingual embedder this rule is off, and was measured to change nothing): a
+# passage on the packages that lists "排版复杂的表格、插入图片" among what they do holds every word of
+# "如何在 LaTeX 中插入表格？", and grades as high as the section on tables. What a strip is about is what its
+# heading says: the last part of its section path, or the FAQ question it opens with. A strip whose heading holds
+# none of the question's words is lowered this much (less for a heading that holds some), so that among passages
+# that all hold the words, the one about them comes first.
+OFF_TOPIC = 0.2
+
+
+def heading(strip: Strip) -> str:
+    """What a local strip says it is about: the last heading of its section path, and the question it opens with."""
+    if strip.kind != "local":
+        return ""
+    first = split_sentences(strip.text)[:1]
+    asked = first[0] if first and ASKS.search(first[0]) else ""
+    return f"{strip.section.rsplit(' > ', 1)[-1]}\n{asked}"
+
+
 def refine(question: str, strips: Sequence[Strip], scorer: SimilarityEvaluator, keep: int, floor: float) -> list[Strip]:
     """Every strip scored and marked kept or dropped with the reason; kept ones first, in document order."""
     if not strips:
         return []
     grades = scorer.grade(question, [s.scored_text for s in strips]).grades
+    off = scorer.off_topic(question, [heading(s) for s in strips])
     scored = [
-        replace(s, score=blend(s, g.score), reason=injection_reason(s.text, s.kind))
-        for s, g in zip(strips, grades, strict=True)
+        replace(s, score=max(-1.0, blend(s, g.score) - OFF_TOPIC * o), reason=injection_reason(s.text, s.kind))
+        for s, g, o in zip(strips, grades, off, strict=True)
     ]
     ranked = sorted((i for i, s in enumerate(scored) if not s.reason), key=lambda i: -scored[i].score)
     kept = {i for i in ranked[:keep] if scored[i].score >= floor}

@@ -210,3 +210,7 @@ def test_the_dense_legs_best_passage_is_never_outvoted() -> None:
     # An English-only embedder's partial vote on a Chinese question is not trusted that far.
     assert answer.id not in [h.chunk.id for h in fuse_top([dense, lexical], [0.3, 1.0], 3)]
     assert fuse_top([dense, lexical], [1.0, 1.0], 3) != fuse([dense, lexical], [1.0, 1.0])[:3]
+    assert answer.id not in [h.chunk.id for h in fuse([dense, lexical], [0.3, 1.0])[:3]]  # what the old cut did
+    assert fuse_top([], [], 3) == []
+    assert [h.chunk.id for h in fuse_top([dense[:1], []], [1.0, 1.0], 5)] == [answer.id]
+    assert len(fuse_top([dense, lexical], [1.0, 1.0], 1)) == 1  # fewer places than legs: the fused best of them

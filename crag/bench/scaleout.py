@@ -55,15 +55,14 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 
 def reader(mode: str, where: str, questions: list[str]) -> dict[str, Any]:
     """Open the index as an app instance would, then time every question. Runs in a fresh process."""
-    from crag.models import LocalEmbedder
-    from crag.retriever import Retriever
+    from crag.retriever import Retriever, index_embedder
 
     with tempfile.TemporaryDirectory() as tmp:
         if mode == "server":
             settings = load_settings(chroma_url=where, chroma_dir=Path(tmp) / "unused", embed_backend="local")
         else:
             settings = load_settings(chroma_dir=Path(where), embed_backend="local")
-        embedder = LocalEmbedder()
+        embedder = index_embedder(settings)  # the one the index was built with
         vectors = embedder.embed(questions)  # the question vectors, so "search" times the index alone
         before = _rss_mb()
         retriever = Retriever(settings, embedder)
@@ -117,7 +116,7 @@ def _run_reader(mode: str, where: str, questions_file: Path) -> dict[str, Any]:
 
 
 def base_index(cache: Path) -> Path:
-    """The benchmark corpus, indexed once the embedded way with the packaged MiniLM."""
+    """The benchmark corpus, indexed once the embedded way with the built-in embedder."""
     from crag.bench.answers import build
     from crag.bench.corpus import fetch_corpus
 

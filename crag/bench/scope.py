@@ -3,8 +3,8 @@ against the same question with no scope, at 10,000 and 100,000 passages.
 
     .venv/bin/python -m crag.bench.scope [--sizes 10000 100000] [--alternatives] [--out bench/results]
 
-The index: the benchmark corpus's passages (real text, their real MiniLM vectors) copied up to each size, as
-``crag.bench.scaleout`` does, and filed as documents of 50 passages in folders of known shares: ``g0/s00`` to
+The index: the benchmark corpus's passages (real text, their real vectors from the built-in embedder) copied up
+to each size, as ``crag.bench.scaleout`` does, and filed as documents of 50 passages in folders of known shares: ``g0/s00`` to
 ``g9/s99`` hold 1 % each, ``g0`` to ``g9`` 10 % each. It is written once, embedded, and kept in the bench cache
 (``<cache>/scope-<size>``). The questions: the question set. A time is one ``Retriever.retrieve`` as the app calls it
 (the pointer check, the question's vector, memoised beforehand, both halves of the index, fusion, the hits' vectors
@@ -89,12 +89,11 @@ def _time(call: Callable[[], Any]) -> float:
 
 def measure(db: Path, questions: list[str], alternatives: bool) -> dict[str, Any]:
     """Every question in every scope, in turn; then, if asked, the alternatives."""
-    from crag.models import LocalEmbedder
-    from crag.retriever import Retriever
+    from crag.retriever import Retriever, index_embedder
     from crag.scope import EVERYTHING, Scope
 
     settings = load_settings(chroma_dir=db, embed_backend="local")
-    embedder = LocalEmbedder()
+    embedder = index_embedder(settings)  # the one the index was built with
     embedder.embed(questions)  # memoised: the times are the index's
     retriever = Retriever(settings, embedder)
     scopes = {"none": EVERYTHING} | {name: Scope.of(paths) for name, paths in SCOPES.items()}

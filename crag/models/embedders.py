@@ -111,10 +111,11 @@ class PackagedEmbedder(Embedder):
 
     @cached_property
     def _model(self):
+        # Stored under the lock: a thread that waited finds it there (cached_property stores only after returning).
         with self._load_lock:
-            if "_model" in self.__dict__:  # another thread loaded it while this one waited
-                return self.__dict__["_model"]
-            return self._load()
+            if "_model" not in self.__dict__:
+                self.__dict__["_model"] = self._load()
+            return self.__dict__["_model"]
 
     @abstractmethod
     def _load(self):
@@ -191,7 +192,7 @@ class USEEmbedder(PackagedEmbedder):
         return model
 
     def use_threads(self, threads: int = 0) -> None:
-        # USE passes its count to threadpoolctl around each call (BLAS only, for this call): no process setting.
+        # USE limits the BLAS threads through threadpoolctl around each call, from this count (torch's is not used).
         self.load()
         self._model._model.threads = threads or self.threads or cpu_threads()
 

@@ -147,10 +147,11 @@ def fuse(rankings: Sequence[Sequence[ScoredChunk]], weights: Sequence[float] | N
 
 
 def fuse_top(rankings: Sequence[Sequence[ScoredChunk]], weights: Sequence[float], k: int) -> list[ScoredChunk]:
-    """The top ``k`` of ``fuse``, where the best hit of each leg with a full vote is always one. A passage that only one
-    leg can find is otherwise outvoted by passages both legs rank middling: a Chinese question about an English manual
-    shares no words with the passage that answers it, which the multilingual dense leg ranks first, while BM25 ranks
-    the passages that repeat a name of the question ("bzip2") and the dense leg ranks them lower down. A leg with a
+    """The top ``k`` of ``fuse``, where the best hit of each leg with a full vote is always one (when ``k`` is at
+    least the number of such legs; a smaller ``k`` keeps the fused best of them). A passage that only one leg can
+    find is otherwise outvoted by passages both legs rank middling: a Chinese question about an English manual shares
+    no words with the passage that answers it, which the multilingual dense leg ranks first, while BM25 ranks the
+    passages that repeat a name of the question ("bzip2") and the dense leg ranks them lower down. A leg with a
     partial vote (an English-only embedder on a Chinese question) is not trusted that far."""
     fused = fuse(rankings, weights)
     bests = {ranking[0].chunk.id for ranking, weight in zip(rankings, weights, strict=True) if ranking and weight >= 1}
