@@ -3,13 +3,13 @@ against the same question with no scope, at 10,000 and 100,000 passages.
 
     .venv/bin/python -m crag.bench.scope [--sizes 10000 100000] [--alternatives] [--out bench/results]
 
-The index: the benchmark corpus's passages (real text, their real vectors from the built-in embedder) copied up
-to each size, as ``crag.bench.scaleout`` does, and filed as documents of 50 passages in folders of known shares: ``g0/s00`` to
-``g9/s99`` hold 1 % each, ``g0`` to ``g9`` 10 % each. It is written once, embedded, and kept in the bench cache
-(``<cache>/scope-<size>``). The questions: the question set. A time is one ``Retriever.retrieve`` as the app calls it
-(the pointer check, the question's vector, memoised beforehand, both halves of the index, fusion, the hits' vectors
-fetched), top 5, in one process; the scopes take turns question by question, after a warm-up. A scope's first
-question is timed apart: it resolves the scope and fetches the vectors of its passages from Chroma.
+The index: the benchmark corpus's passages (real text, their real vectors from the built-in embedder) copied up to
+each size, as ``crag.bench.scaleout`` does, and filed as documents of 50 passages in folders of known shares:
+``g0/s00`` to ``g9/s99`` hold 1 % each, ``g0`` to ``g9`` 10 % each. It is written once, embedded, and kept in the
+bench cache (``<cache>/scope-<size>``). The questions: the question set. A time is one ``Retriever.retrieve`` as the
+app calls it (the pointer check, the question's vector, memoised beforehand, both halves of the index, fusion, the
+hits' vectors fetched), top 5, in one process; the scopes take turns question by question, after a warm-up. A
+scope's first question is timed apart: it resolves the scope and fetches the vectors of its passages from Chroma.
 
 ``--alternatives`` also times what ``crag.store.scoped`` chose against: the dense half with Chroma's own metadata
 filter (``where``), and the lexical half with a BM25 index of the scope's passages alone.
