@@ -43,6 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from crag.bench.corpus import default_cache_dir, fetch_corpus
+from crag.bench.model import MODELS
+from crag.bench.model import fetch as fetch_model
 from crag.bench.retrieval import HOLDOUT, QUESTIONS, Question, load_questions
 from crag.config import Settings, load_settings
 from crag.evidence import flatten, quoted_lines
@@ -50,7 +52,7 @@ from crag.ingest import sync
 from crag.pipeline import Pipeline, decide_action
 from crag.refine import injection_reason
 from crag.store import open_store
-from crag.text import split_sentences
+from crag.text import cjk_share, language, split_sentences
 from crag.types import Action, Answer, AnswerKind, cited
 
 
@@ -123,6 +125,19 @@ def injection_filter(settings: Settings) -> dict[str, Any]:
     }
 
 
+MOSTLY_HAN = 0.5
+
+
+def in_question_language(question: str, answer: str) -> bool:
+    """A Chinese question's answer is mostly Chinese characters; any other question's is mostly not."""
+    return (cjk_share(answer) > MOSTLY_HAN) == (language(question) == "zh")
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return round(statistics.median(present), 3) if present else None
+
+
 def run_questions(pipeline: Pipeline, questions: Sequence[Question]) -> list[dict[str, Any]]:
     rows = []
     for q in questions:
@@ -149,6 +164,9 @@ def run_questions(pipeline: Pipeline, questions: Sequence[Question]) -> list[dic
                 "citation_problems": citation_problems(answer),
                 "unsupported": list(trace.unsupported),
                 "first_token_s": trace.timings.get("first_token"),
+                "total_s": trace.timings.get("total"),
+                "cites": sorted(cited(answer.text)),
+                "in_question_language": in_question_language(q.question, answer.text),
                 "answer": answer.text,
             }
         )
@@ -181,6 +199,8 @@ def summarize(rows: Sequence[dict]) -> dict[str, Any]:
         },
         "answers_with_citation_problems": sum(1 for r in rows if r["citation_problems"]),
         "median_first_token_s_correct": round(statistics.median(correct), 3) if correct else None,
+        "median_first_token_s": _median([r["first_token_s"] for r in rows]),
+        "median_total_s": _median([r.get("total_s") for r in rows]),
     }
     if written := [r for r in rows if r["answer_kind"] == "generated"]:
         out["written"] = {
@@ -188,6 +208,8 @@ def summarize(rows: Sequence[dict]) -> dict[str, Any]:
             "flagged_unsupported": _rate(written, lambda r: r["unsupported"]),
             "in_kb_flagged": _rate([r for r in written if r["in_kb"]], lambda r: r["unsupported"]),
             "out_of_scope_flagged": _rate([r for r in written if not r["in_kb"]], lambda r: r["unsupported"]),
+            "in_kb_uncited": _rate([r for r in written if r["in_kb"]], lambda r: not r["cites"]),
+            "in_question_language": _rate(written, lambda r: r["in_question_language"]),
         }
     groups = {kind: [r for r in in_kb if r["kind"] == kind] for kind in ("en", "zh", "cross")}
     groups["same_language"] = groups["en"] + groups["zh"]
@@ -250,23 +272,46 @@ def calibrate(rows: Sequence[dict]) -> dict[str, float]:
     return {"upper_threshold": upper, "lower_threshold": lower}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m crag.bench.answers", description=__doc__.split("\n\n")[0])
     parser.add_argument("--split", choices=["dev", "test", "holdout", *WORDING_SETS, "all"], default="test")
     parser.add_argument("--db", type=Path, help="keep the index here between runs (default: a temporary folder)")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument("--calibrate", action="store_true", help="fit the thresholds on the dev split and print them")
     parser.add_argument("--written", action="store_true", help="the embedded model writes the answers (opt-in mode)")
-    args = parser.parse_args(argv)
-    questions = [q for q in load_questions() if args.split == "all" or q.split == args.split]
-    splits = ("dev", "test")
-    if args.split == "holdout":
-        questions, splits = load_questions(HOLDOUT), ("dev", "test", "holdout")
-    elif args.split in WORDING_SETS:
-        questions = load_questions(QUESTIONS.with_name(f"{args.split}.jsonl"))
-        splits = WORDING_SETS[args.split]
+    parser.add_argument(
+        "--model", choices=sorted(MODELS), help="run this benchmark model in process (fetched first if need be)"
+    )
+    parser.add_argument(
+        "--grader",
+        choices=["llm", "similarity"],
+        default="similarity",
+        help="the retrieval evaluator (similarity: what auto picks on the embedded backend)",
+    )
+    return parser.parse_args(argv)
+
+
+def select_questions(args: argparse.Namespace) -> tuple[list[Question], tuple[str, ...]]:
+    """The questions of ``--split`` and the corpus splits their knowledge base holds."""
     if args.calibrate:
-        questions = [q for q in load_questions() if q.split == "dev"]
+        return [q for q in load_questions() if q.split == "dev"], ("dev", "test")
+    if args.split == "holdout":
+        return load_questions(HOLDOUT), ("dev", "test", "holdout")
+    if args.split in WORDING_SETS:
+        return load_questions(QUESTIONS.with_name(f"{args.split}.jsonl")), WORDING_SETS[args.split]
+    return [q for q in load_questions() if args.split == "all" or q.split == args.split], ("dev", "test")
+
+
+def run_name(args: argparse.Namespace, settings: Settings) -> str:
+    """Model, grader and answer kind, so that runs of one split do not overwrite each other."""
+    model = args.model or (settings.embedded_gguf.stem if settings.embedded_gguf else "smollm2-135m")
+    return f"{model}-{args.grader}-{'written' if args.written else 'evidence'}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    questions, splits = select_questions(args)
+    gguf = fetch_model(args.model) if args.model else None
     with tempfile.TemporaryDirectory() as tmp:
         root = args.db or Path(tmp)
         settings = load_settings(
@@ -277,17 +322,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             embed_backend="local",
             web_search=False,
             answer_mode="generated" if args.written else "auto",
+            evaluator=args.grader,
+            **({"embedded_gguf": gguf} if gguf else {}),
         )
         build(settings, fetch_corpus(default_cache_dir(), splits))
         pipeline = Pipeline.from_settings(settings)
         rows = run_questions(pipeline, questions)
         summary = summarize(rows) | {"injection_filter": injection_filter(settings)}
-    results = {"split": "dev" if args.calibrate else args.split, "summary": summary, "rows": rows}
+    run = run_name(args, settings)
+    results = {"split": "dev" if args.calibrate else args.split, "run": run, "summary": summary, "rows": rows}
     if args.calibrate:
         results["calibrated"] = calibrate(rows)
     args.out.mkdir(parents=True, exist_ok=True)
-    name = f"answers-{results['split']}{'-written' if args.written else ''}.json"
-    (args.out / name).write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")
+    (args.out / f"answers-{results['split']}-{run}.json").write_text(
+        json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8"
+    )
     print(json.dumps({k: v for k, v in results.items() if k != "rows"}, ensure_ascii=False, indent=1))
     return 0
 
