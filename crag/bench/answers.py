@@ -152,6 +152,7 @@ def run_questions(pipeline: Pipeline, questions: Sequence[Question]) -> list[dic
                 "near_miss": q.near_miss,
                 "action": trace.action.value,
                 "scores": [round(g.score, 4) for g in trace.retrieved],
+                "graded_by": sorted({g.method for g in trace.retrieved}),
                 "missing_terms": list(trace.terms.missing),
                 "answer_kind": answer.kind.value,
                 # An evidence answer holds the fact only in what it quotes, not in a FAQ question shown before a quote.
@@ -197,6 +198,8 @@ def summarize(rows: Sequence[dict]) -> dict[str, Any]:
             "near_miss_incorrect": _rate([r for r in oos if r["near_miss"]], lambda r: r["action"] == "incorrect"),
             "unrelated_incorrect": _rate([r for r in oos if not r["near_miss"]], lambda r: r["action"] == "incorrect"),
         },
+        # The LLM grader falls back to similarity when the model fails or times out: its figures hold only this share.
+        "graded_by_llm": _rate(rows, lambda r: any(m.startswith("llm") for m in r.get("graded_by", []))),
         "answers_with_citation_problems": sum(1 for r in rows if r["citation_problems"]),
         "median_first_token_s_correct": round(statistics.median(correct), 3) if correct else None,
         "median_first_token_s": _median([r["first_token_s"] for r in rows]),
