@@ -36,6 +36,7 @@ import argparse
 import json
 import re
 import statistics
+import sys
 import tempfile
 import unicodedata
 from collections.abc import Sequence
@@ -138,9 +139,10 @@ def _median(values: Sequence[float | None]) -> float | None:
     return round(statistics.median(present), 3) if present else None
 
 
-def run_questions(pipeline: Pipeline, questions: Sequence[Question]) -> list[dict[str, Any]]:
+def run_questions(pipeline: Pipeline, questions: Sequence[Question], progress: bool = False) -> list[dict[str, Any]]:
+    """One row per question; ``progress`` prints a line per question on stderr (a written run takes many minutes)."""
     rows = []
-    for q in questions:
+    for i, q in enumerate(questions, 1):
         answer = pipeline.ask(q.question, web=False)
         trace = answer.trace
         rows.append(
@@ -171,6 +173,8 @@ def run_questions(pipeline: Pipeline, questions: Sequence[Question]) -> list[dic
                 "answer": answer.text,
             }
         )
+        if progress:
+            print(f"{i}/{len(questions)} {q.id}: {trace.action.value}, {trace.timings.get('total')} s", file=sys.stderr)
     return rows
 
 
@@ -330,7 +334,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         build(settings, fetch_corpus(default_cache_dir(), splits))
         pipeline = Pipeline.from_settings(settings)
-        rows = run_questions(pipeline, questions)
+        rows = run_questions(pipeline, questions, progress=True)
         summary = summarize(rows) | {"injection_filter": injection_filter(settings)}
     run = run_name(args, settings)
     results = {"split": "dev" if args.calibrate else args.split, "run": run, "summary": summary, "rows": rows}
