@@ -53,7 +53,7 @@ from crag.ingest import sync
 from crag.pipeline import Pipeline, decide_action
 from crag.refine import injection_reason
 from crag.store import open_store
-from crag.text import cjk_share, language, split_sentences
+from crag.text import language, split_sentences
 from crag.types import Action, Answer, AnswerKind, cited
 
 
@@ -126,12 +126,10 @@ def injection_filter(settings: Settings) -> dict[str, Any]:
     }
 
 
-MOSTLY_HAN = 0.5
-
-
 def in_question_language(question: str, answer: str) -> bool:
-    """A Chinese question's answer is mostly Chinese characters; any other question's is mostly not."""
-    return (cjk_share(answer) > MOSTLY_HAN) == (language(question) == "zh")
+    """The answer is in the question's language, by the rule the app answers by (Chinese characters against Latin
+    words: a Chinese answer naming commands is still Chinese, which a share of letters would miss)."""
+    return language(answer) == language(question)
 
 
 def _median(values: Sequence[float | None]) -> float | None:
