@@ -7,6 +7,10 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from crag.config import Settings, load_settings
+from tests.pdfs import manual_pdf
 
 # Two sentences that made one offline answer take minutes (a rule that backtracked over a long run of letters: a
 # Chinese clause is one, and so is a long name in a URL).
@@ -64,3 +68,13 @@ def http_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def widget_kb(root: Path) -> Settings:
+    """Settings over one manual, widget.pdf, not built: ``root/Files`` and ``root/db``, parsed with PyMuPDF."""
+    files = root / "Files"
+    files.mkdir()
+    manual_pdf(files / "widget.pdf", topic="widget")
+    return load_settings(
+        files_dir=files, chroma_dir=root / "db", parser="pymupdf", llm_backend="embedded", embed_backend="local"
+    )

@@ -10,12 +10,13 @@ import pytest
 from fastapi.testclient import TestClient
 
 from crag.api import create_app
-from crag.config import Settings, load_settings
+from crag.config import Settings
 from crag.ingest import sync
 from crag.retriever import Retriever
 from crag.store import Store
 from tests.apiclient import hash_embedder
 from tests.fakes import HashEmbedder
+from tests.helpers import widget_kb
 from tests.pdfs import manual_pdf
 
 QUESTION = "How much memory does the widget need?"
@@ -23,12 +24,7 @@ QUESTION = "How much memory does the widget need?"
 
 @pytest.fixture
 def kb(tmp_path: Path) -> Settings:
-    files = tmp_path / "Files"
-    files.mkdir()
-    manual_pdf(files / "widget.pdf", topic="widget")
-    return load_settings(
-        files_dir=files, chroma_dir=tmp_path / "db", parser="pymupdf", llm_backend="embedded", embed_backend="local"
-    )
+    return widget_kb(tmp_path)
 
 
 def collections(settings: Settings) -> set[str]:

@@ -12,13 +12,14 @@ from chromadb.api.models.Collection import Collection
 from chromadb.errors import InternalError
 
 import crag.store.local
-from crag.config import Settings, load_settings
+from crag.config import Settings
 from crag.errors import CragError
 from crag.ingest import sync
 from crag.retriever import Retriever
 from crag.store import Store
 from crag.store.chroma import forget_embedded
 from tests.fakes import HashEmbedder
+from tests.helpers import widget_kb
 from tests.pdfs import manual_pdf
 
 pytestmark = pytest.mark.reliability
@@ -29,12 +30,7 @@ DISK_FULL = "error returned from database: (code: 13) database or disk is full"
 
 @pytest.fixture
 def kb(tmp_path: Path) -> Settings:
-    files = tmp_path / "Files"
-    files.mkdir()
-    manual_pdf(files / "widget.pdf", topic="widget")
-    return load_settings(
-        files_dir=files, chroma_dir=tmp_path / "db", parser="pymupdf", llm_backend="embedded", embed_backend="local"
-    )
+    return widget_kb(tmp_path)
 
 
 def answers_from(settings: Settings, generation: str, retriever: Retriever | None = None) -> None:
