@@ -169,13 +169,13 @@ def language_hint(question: str, files: dict[str, str]) -> str:
 
 
 def unsupported_message(question: str, stated: Sequence[str]) -> str:
-    """Under a written answer that states names or numbers nothing the model was given mentions, in the question's
-    language: the model may have invented them, and the user is told to check before relying on it."""
+    """Under an answer whose model stated names or numbers nothing it was given mentions, in the question's language:
+    the sentences that stated them were cut, and the user is told why."""
     if not stated:
         return ""
     if language(question) == "zh":
-        return f"提供给模型的资料里没有{_quoted(stated, '、')}：可能是模型编造的，使用这个回答前请先核对来源。"
+        return f"模型的回答提到了资料里没有的{_quoted(stated, '、')}，可能是编造的：这些句子已删去。"
     return (
-        f"Not in the sources given to the model: {_quoted(stated)}. The model may have invented "
-        f"{'it' if len(stated) == 1 else 'them'}: check the sources before you rely on this answer."
+        f"The model's answer named {_quoted(stated)}, which no source given to it mentions: it may have invented "
+        f"{'it' if len(stated) == 1 else 'them'}, so those sentences were cut."
     )

@@ -37,7 +37,7 @@ from crag.retriever import Retriever, open_retriever
 from crag.scope import EVERYTHING, Scope
 from crag.steps import Condensed, Evaluation, Knowledge, Options, WebKnowledge, decide_action
 from crag.store import Mode, fuse, index_text
-from crag.support import unsupported
+from crag.support import Grounder, Grounding, unsupported
 from crag.terms import check_terms
 from crag.text import clean_question, content_words, language, warm_up
 from crag.types import Action, Answer, AnswerKind, ScoredChunk, Source, Strip, Trace, WebResult, cited
@@ -254,6 +254,7 @@ class AnswerStream:
         self.usage = Usage()
         self.timings: dict[str, float] = {}
         self.notes: list[str] = []
+        self.grounding = Grounding()  # what holding a written answer to its sources cut and cited
         self._start = 0.0
         self._running: weakref.ref[Generator[str, None, None]] | None = None  # weak: dropping it closes it
 
@@ -337,6 +338,11 @@ class AnswerStream:
         before_answer = self.usage.requests - condense_calls
         with self._stage("generating", "generate"):
             kind, error = yield from self._generate(knowledge, kind, chosen, sources)
+            if kind is AnswerKind.GENERATED and not error and not self.grounding.grounded:
+                # Nothing the model wrote is backed by its sources: their own words answer instead.
+                self.notes.append("the model's answer said nothing its sources back: the sources are quoted instead")
+                kind, chosen, sources = self._number_sources(knowledge, AnswerKind.EVIDENCE)
+                kind, error = yield from self._generate(knowledge, kind, chosen, sources)
         self.timings.setdefault("first_token", round(time.perf_counter() - self._start, 3))
         self.timings["total"] = round(time.perf_counter() - self._start, 3)
         if kind is AnswerKind.GENERATED:
@@ -379,10 +385,13 @@ class AnswerStream:
                 self.notes.append("no strip reached the floor: the closest passages are shown as such")
         return strips, action
 
-    def _number_sources(self, knowledge: Knowledge) -> tuple[AnswerKind, list[Strip], list[Source]]:
-        """The kind of answer to make, the strips it quotes, and the numbered sources. Quoted strips number their
-        sources first: an answer quoting two passages cites [1] and [2]. Without sources there is no answer."""
-        answering = self.p.answer_kind(self.options.answer_mode)
+    def _number_sources(
+        self, knowledge: Knowledge, answering: AnswerKind | None = None
+    ) -> tuple[AnswerKind, list[Strip], list[Source]]:
+        """The kind of answer to make (``answering``, else the settings'), the strips it quotes, and the numbered
+        sources. Quoted strips number their sources first: an answer quoting two passages cites [1] and [2]. Without
+        sources there is no answer."""
+        answering = answering or self.p.answer_kind(self.options.answer_mode)
         if knowledge.action is Action.INCORRECT and not any(s.kept and s.kind == "web" for s in knowledge.strips):
             answering = AnswerKind.EVIDENCE  # the closest passages are quoted: no model writes from what failed
         quoting = answering is AnswerKind.EVIDENCE
@@ -408,13 +417,29 @@ class AnswerStream:
         if kind is AnswerKind.NO_ANSWER:
             yield self._emit(no_answer(self.question, knowledge, self.options.web, self.options.scope.paths))
             return kind, ""
+        grounder, error = Grounder(sources, self._given(knowledge, sources), self.question), ""
         try:
             for delta in self.p.generate(knowledge.question, sources, self.usage):
-                yield self._emit(delta)
+                if kept := grounder.feed(delta):
+                    yield self._emit(kept)
         except Exception as exc:  # noqa: BLE001 - a dead model server must not lose the partial answer
             log.warning("the model failed while writing an answer: %r", exc)
-            return kind, model_failure_message(self.p.backend, exc)
+            error = model_failure_message(self.p.backend, exc)
+        finally:
+            self.grounding = grounder.counts
+        if kept := grounder.close(failed=bool(error)):  # the last sentence; or the one it was writing when it failed
+            yield self._emit(kept)
+        if error:
+            return kind, error
+        self.notes += grounder.counts.notes()
         return kind, ""
+
+    def _given(self, knowledge: Knowledge, sources: Sequence[Source]) -> list[str]:
+        """What the model was given to write from: the questions asked, and each source with where it comes from."""
+        given = [self.question, knowledge.question, *(said for role, said in self.history if role == "user")]
+        return given + [
+            f"{s.text}\n{s.file} {s.title} {s.url} {s.section} {' '.join(map(str, s.pages))}" for s in sources
+        ]
 
     def _answer(
         self, knowledge: Knowledge, sources: Sequence[Source], kind: AnswerKind, error: str, before_answer: int
@@ -425,14 +450,10 @@ class AnswerStream:
             self.notes.append(
                 "the answer cites none of its sources: they are listed as given to the model, not as cited"
             )
-        # A model may state what nothing it was given says: such names and numbers are shown as unsupported.
-        stated: tuple[str, ...] = ()
+        # A model may state what nothing it was given says: such names and numbers are shown, said to be cut.
+        stated = tuple(self.grounding.invented)  # cut from the answer, or from the model's answer set aside
         if kind is AnswerKind.GENERATED:  # quotes state only what their sources say: nothing to gather for them
-            given = [self.question, knowledge.question, *(said for role, said in self.history if role == "user")]
-            given += [
-                f"{s.text}\n{s.file} {s.title} {s.url} {s.section} {' '.join(map(str, s.pages))}" for s in sources
-            ]
-            stated = unsupported(text, given)
+            stated += tuple(t for t in unsupported(text, self._given(knowledge, sources)) if t not in stated)
         # A question in one language rarely finds passages in the other offline: the user is told to ask in theirs.
         crosses = knowledge.action is not Action.CORRECT and not p.retriever.embedder.multilingual
         trace = Trace(

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from crag.terms import SPECIFIC_ZIPF, Term, Vocabulary, is_identifier, mentions, specific_terms
-from crag.text import general_frequency, language
+from crag.text import content_words, general_frequency, language
+from crag.types import Source, cited
 
 # A Markdown bullet, quote, heading or list number opening a line: the line's first word starts a sentence.
 _LINE_MARK = re.compile(r"^\s*(?:[-*+>#]+|\d{1,2}[.)])\s+")
@@ -54,9 +56,36 @@ def unsupported(answer: str, texts: Sequence[str]) -> tuple[str, ...]:
     """The names, identifiers and numbers that a written answer states and none of ``texts`` (its sources, the
     question) mentions: what the model may have invented, such as a "PS_A" option for a PDF/A question.
     Citations and list numbers state nothing."""
+    return Given(texts).unsupported(answer)
+
+
+class Given:
+    """What the model was given (its sources and the question), prepared once for the checks of every sentence."""
+
+    def __init__(self, texts: Sequence[str]) -> None:
+        self.vocabulary = Vocabulary(texts)
+        self.plain = " ".join(texts)
+
+    def unsupported(self, answer: str) -> tuple[str, ...]:
+        """The claims of ``answer`` (``claims``) that nothing given mentions."""
+        terms, numbers = claims(answer)
+        found: dict[str, None] = {}
+        for term in terms:
+            said = term.text.lower()  # "dPS_A" (of "-dPS_A=1") says nothing that "PS_A" did not
+            if term.text in found or any(said in known.lower() or known.lower() in said for known in found):
+                continue
+            if not mentions(term, self.vocabulary):
+                found[term.text] = None
+        for number in numbers:
+            if number not in found and not _holds_number(self.plain, number):
+                found[number] = None
+        return tuple(found)
+
+
+def claims(answer: str) -> tuple[list[Term], list[str]]:
+    """What an answer states that a source must back: its names and identifiers (those of its code
+    included), and its numbers of two digits or more. Citations and list numbers state nothing."""
     answer = _CITATION.sub(" ", answer)
-    given = Vocabulary(texts)
-    plain = " ".join(_THOUSANDS.sub("", text) for text in texts)
     terms: list[Term] = []
     for match in _CODE.finditer(answer):
         for option, command, call in _CODE_TERM.findall(match[0]):
@@ -69,14 +98,198 @@ def unsupported(answer: str, texts: Sequence[str]) -> tuple[str, ...]:
         chinese = language(line) == "zh"
         terms += [t for t in specific_terms(line) if _states(t, chinese)]
         numbers += _numbers(line)
-    found: dict[str, None] = {}
-    for term in terms:
-        said = term.text.lower()  # "dPS_A" (of "-dPS_A=1") says nothing that "PS_A" did not
-        if term.text in found or any(said in known.lower() or known.lower() in said for known in found):
+    return terms, numbers
+
+
+# ---------------------------------------------------------------------------------------------
+# Grounding: a written answer, sentence by sentence, as it streams
+
+
+BACKED = 0.5  # the share of a sentence's claims (or, without any, of its words) a source must hold to back it
+STATING_WORDS = 3  # a sentence of fewer content words and no claim only frames the answer ("Here is how:")
+# A sentence ends at a stop and a space, or at Chinese sentence punctuation; a line at its newline.
+# A list's number ("1. ") ends nothing.
+_UNIT_END = re.compile(r"(?<=[^\d\s][.!?;])[ \t]+|(?<=[。！？；])[ \t]*|\n")
+_LETTER = re.compile(r"[^\W\d_]")
+_FENCE = "```"
+_CLOSING = re.compile(r"[\s.!?。！？；:：]*$")
+
+
+@dataclass
+class Grounding:
+    """What grounding did to a written answer: each count is of sentences (a code block counts as one)."""
+
+    stated: int = 0  # sentences that state something: a claim, or enough words
+    grounded: int = 0  # of them, those kept: each cites a source that holds its claims
+    attached: int = 0  # kept with a citation the app added: the model cited nothing, or a source that does not back it
+    repeated: int = 0  # cut: said before in the answer
+    unbacked: int = 0  # cut: no source holds its claims
+    other_language: int = 0  # cut: not in the question's language
+    invented: list[str] = field(default_factory=list)  # cut for these claims, which nothing given mentions
+
+    def notes(self) -> list[str]:
+        """What grounding cut or changed, for the answer's trace."""
+        named = ", ".join(f"“{t}”" for t in self.invented[:5])
+        cut = [
+            f"some named {named}, which nothing given mentions" if self.invented else "",
+            f"{self.unbacked} stated what no source holds" if self.unbacked else "",
+            f"{self.other_language} were not in the question's language" if self.other_language else "",
+            f"{self.repeated} repeated what was said before" if self.repeated else "",
+        ]
+        notes = [f"sentences of the model's answer were cut: {'; '.join(c for c in cut if c)}"] if any(cut) else []
+        if self.attached:
+            notes.append(
+                f"{self.attached} sentence(s) cited no source that holds what they say: the app cites one that does"
+            )
+        return notes
+
+
+class Grounder:
+    """A written answer held to its sources as it streams. Each sentence is let through only once whole, and only
+    when a source backs it; the citations it carries are those of the sources that back it, the model's when they do,
+    else the best one's. A sentence no source backs, one stating a name or number nothing given mentions, one in
+    another language than the question's, and one said before are cut. Framing ("Here is how:") waits for the first
+    sentence kept, so an answer nothing backs says nothing at all (``counts.grounded`` stays 0)."""
+
+    def __init__(self, sources: Sequence[Source], given: Sequence[str], asked: str) -> None:
+        self.given = Given(given)
+        self.sources = {}
+        for s in sources:
+            text = f"{s.text}\n{s.file} {s.title} {s.url} {s.section}"  # where it comes from backs a claim too
+            self.sources[s.n] = (text, Vocabulary([text]), set(content_words(text)))
+        self.language = language(asked)
+        self.counts = Grounding()
+        self._pending = ""  # text not yet whole: the end of a sentence, or an open code block
+        self._framing = ""  # text that states nothing, held until a sentence is kept
+        self._said: set[str] = set()
+
+    def feed(self, delta: str) -> str:
+        """The answer's next text in; out, the text of the sentences it completes that are kept."""
+        self._pending += delta
+        end = _whole(self._pending)
+        whole, self._pending = self._pending[:end], self._pending[end:]
+        return self._ground(whole)
+
+    def close(self, failed: bool = False) -> str:
+        """The rest, at the answer's end. An answer the model ``failed`` to end keeps its framing: the partial text
+        is shown as far as it went, with the error."""
+        rest, self._pending = self._pending, ""
+        kept = self._ground(rest)
+        return (self._framing + kept if failed else kept).rstrip()
+
+    def _ground(self, text: str) -> str:
+        out: list[str] = []
+        for unit, gap in _units(text):
+            kept = self._unit(unit)
+            if kept is None:
+                continue
+            if kept.stated:
+                out += [self._framing, kept.text, gap]
+                self._framing = ""
+            elif self.counts.grounded:
+                out += [kept.text, gap]
+            else:
+                self._framing += kept.text + gap
+        return "".join(out)
+
+    def _unit(self, unit: str) -> _Kept | None:
+        """One sentence or code block as kept (its citations set), or None when it is cut."""
+        said = _CITATION.sub("", unit)
+        words = content_words(said)
+        key = "".join(words) or said.strip()
+        if not key or key in self._said:  # only citations ("[1] [2]"), or said before
+            self.counts.repeated += bool(key)
+            return None
+        self._said.add(key)
+        if not unit.startswith(_FENCE) and not _LETTER.search(said):
+            return None  # a stray number or mark ("1", "4"): states nothing, reads as noise
+        terms, numbers = claims(unit)
+        if invented := self.given.unsupported(unit):
+            self.counts.stated += 1
+            self.counts.invented += [t for t in invented if t not in self.counts.invented]
+            return None
+        if unit.startswith(_FENCE):
+            return _Kept(unit, False)  # code takes no citation: kept when it names only what was given
+        backing = self._backing(terms, numbers, words)
+        if not backing and not (terms or numbers or len(words) >= STATING_WORDS):
+            return _Kept(_cite(said, ()), False)  # framing ("Here is how:"): it states nothing, so it cites nothing
+        self.counts.stated += 1
+        if language(said) != self.language and len(words) > STATING_WORDS:
+            self.counts.other_language += 1
+            return None
+        if not backing:
+            self.counts.unbacked += 1
+            return None
+        own = cited(unit) & set(backing)
+        if not own:
+            self.counts.attached += 1
+            own = {max(backing, key=backing.__getitem__)}
+        self.counts.grounded += 1
+        return _Kept(_cite(said, sorted(own)), True)
+
+    def _backing(self, terms: Sequence[Term], numbers: Sequence[str], words: Sequence[str]) -> dict[int, float]:
+        """The sources that back a sentence, each with the share of its claims (or, without any, of its words) it
+        holds: at least ``BACKED``."""
+        backing = {}
+        for n, (text, vocabulary, source_words) in self.sources.items():
+            if terms or numbers:
+                held = sum(mentions(t, vocabulary) for t in terms) + sum(_holds_number(text, x) for x in numbers)
+                share = held / (len(terms) + len(numbers))
+            else:
+                share = sum(w in source_words for w in words) / len(words) if words else 0.0
+            if share >= BACKED:
+                backing[n] = share
+        return backing
+
+
+@dataclass(frozen=True)
+class _Kept:
+    text: str
+    stated: bool
+
+
+def _holds_number(text: str, number: str) -> bool:
+    return re.search(rf"(?<![0-9]){re.escape(number)}(?![0-9])", _THOUSANDS.sub("", text)) is not None
+
+
+def _whole(text: str) -> int:
+    """How much of ``text`` is whole sentences and closed code blocks: up to the last sentence end outside code."""
+    end = 0
+    fences = [m.start() for m in re.finditer(_FENCE, text)]
+    open_at = fences[-1] if len(fences) % 2 else len(text)
+    for found in _UNIT_END.finditer(text, 0, open_at):
+        end = found.end()
+    if len(fences) >= 2 and not len(fences) % 2:
+        end = max(end, fences[-1] + len(_FENCE))
+    return end
+
+
+def _units(text: str) -> list[tuple[str, str]]:
+    """The sentences and code blocks of whole text, each with the space or line break after it."""
+    units: list[tuple[str, str]] = []
+    for i, part in enumerate(re.split(r"(```.*?```)", text, flags=re.DOTALL)):
+        if i % 2:
+            units.append((part, ""))
             continue
-        if not mentions(term, given):
-            found[term.text] = None
-    for number in numbers:
-        if number not in found and not re.search(rf"(?<![0-9]){re.escape(number)}(?![0-9])", plain):
-            found[number] = None
-    return tuple(found)
+        start = 0
+        for found in _UNIT_END.finditer(part):
+            if part[start : found.start()].strip():
+                units.append((part[start : found.start()], found.group()))
+            elif units:
+                units[-1] = (units[-1][0], units[-1][1] + found.group())
+            start = found.end()
+        if part[start:].strip():
+            units.append((part[start:], ""))
+    return units
+
+
+def _cite(sentence: str, numbers: Sequence[int]) -> str:
+    """The sentence with these citations (none: without any), set before its closing stop: "… in Deb [2]."."""
+    text = re.sub(r"[ \t]+(?=[.!?。！？；:：]*$)", "", _CITATION.sub("", sentence).rstrip())
+    closing = _CLOSING.search(text)
+    at = closing.start() if closing else len(text)
+    space = "" if at and re.match(r"[\u3000-\u9fff\uff00-\uffef]", text[at - 1]) else " "
+    marks = "".join(f"[{n}]" for n in numbers)
+    if not marks:
+        return text
+    return f"{text[:at]}{space}{marks}{text[at:]}"

@@ -140,21 +140,24 @@ def test_a_question_in_the_other_language_than_the_documents_is_told_to_ask_in_t
     assert "Tip:" not in texts(at.chat_message[3].caption) and "提示" not in texts(at.chat_message[3].caption)
 
 
-def test_what_a_written_answer_invents_is_flagged_on_its_badge_line(
+def test_what_a_written_answer_invents_is_cut_and_said_on_its_badge_line(
     monkeypatch: pytest.MonkeyPatch, files: Path
 ) -> None:
-    use_pipeline(monkeypatch, [0.9], answer="Enable TURBO_MODE to run it on 16 cores [1].")
+    use_pipeline(
+        monkeypatch, [0.9], answer="It needs two processor cores [1]. Enable TURBO_MODE to run it on 16 cores [1]."
+    )
     at = ask(app())
     assert not at.exception
     # One line: what CRAG judged (the passages, not the answer), what the answer states that they do not, who wrote it.
     judged, flagged, caption = badge_line(at.chat_message[1])
     assert judged == ":green-badge[:material/check_circle: Your documents: relevant (CRAG: Correct)]"
-    assert flagged.startswith(":orange-background[:material/report: Not in the sources given to the model")
-    assert "“TURBO_MODE”, “16”" in plain(flagged) and "check the sources" in plain(flagged)
+    assert flagged.startswith(":orange-background[:material/report: The model\\'s answer named")
+    assert "“TURBO_MODE”, “16”" in plain(flagged) and "those sentences were cut" in plain(flagged)
+    assert "TURBO_MODE" not in texts(at.chat_message[1].markdown)
     assert "written by ollama" in caption
     assert not at.chat_message[1].warning, "the warning is on the badge line, not a box below it"
     at = ask(at, "小部件需要几个核？")  # in the question's language
-    assert "提供给模型的资料里没有“TURBO_MODE”、“16”" in plain(badge_line(at.chat_message[3])[1])
+    assert "资料里没有的“TURBO_MODE”、“16”" in plain(badge_line(at.chat_message[3])[1])
 
 
 @pytest.mark.parametrize(("label", "weak"), [(PACKAGED_LABEL, True), ("qwen2.5-0.5b-instruct.gguf", False)])

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from pydantic_ai import Agent, NativeOutput
 
 from crag.models import LocalEmbedder, embedded_chat, embedded_chat_model, llama_cpp_model
+from crag.support import Grounder
 from tests.apiclient import DOC, QUESTION
 from tests.fakes import chunk, pipeline
 
@@ -38,9 +39,12 @@ def test_generation_streams_token_by_token(settings, real_models) -> None:
     assert "".join(deltas).strip()
 
 
-def test_a_stopped_answer_releases_the_model_for_the_next_question(settings, real_models) -> None:
+def test_a_stopped_answer_releases_the_model_for_the_next_question(settings, real_models, monkeypatch) -> None:
     """The Stop button, a closed tab, a dropped connection: an answer left after its first tokens must not
     keep llama.cpp locked, or the next question waits forever."""
+    # Each token let through as it comes: a sentence held until whole may be the model's last, and the stop then
+    # comes after the model's stream ended.
+    monkeypatch.setattr(Grounder, "feed", lambda self, delta: delta)
     settings = settings.model_copy(update={"max_answer_tokens": 48})
     chat = embedded_chat(settings)
     p = replace(pipeline(settings, [chunk(DOC)], [0.9]), model=llama_cpp_model(chat, chat.name))

@@ -21,8 +21,8 @@ def test_an_answer_exports_as_markdown_with_its_sources() -> None:
     uncited = answer_markdown("How many cores?", Answer("Two.", "ollama", "qwen3", answer().sources))
     assert "### Given to the model, not cited" in uncited
     trace = Trace("How many cores?", "How many cores?", unsupported=("TURBO_MODE",))
-    invented = answer_markdown("How many cores?", Answer("Use TURBO_MODE [1].", "ollama", "qwen3", (), trace))
-    assert "Use TURBO_MODE [1].\n\n> Not in the sources given to the model: “TURBO_MODE”." in invented
+    invented = answer_markdown("How many cores?", Answer("Two cores [1].", "ollama", "qwen3", (), trace))
+    assert "Two cores [1].\n\n> The model's answer named “TURBO_MODE”, which no source given to it mentions" in invented
 
 
 def test_a_source_exports_with_the_page_number_its_document_prints() -> None:

@@ -77,7 +77,7 @@ def test_search_names_the_near_miss_terms(settings: Settings) -> None:
 
 
 def test_ask_cites_file_and_page_with_the_app_warnings(settings: Settings) -> None:
-    model = ScriptedModel(answer="It needs eight hundred megabytes and the Quux-9 chip [1].")
+    model = ScriptedModel(answer="It needs eight hundred megabytes [1]. It needs the Quux-9 chip [1].")
     fake = pipeline(settings, [chunk(DOC, page=5)], [0.9], model)
     result = call(fake, settings, "ask", question=QUESTION)
     out = result.structured_content
@@ -85,11 +85,12 @@ def test_ask_cites_file_and_page_with_the_app_warnings(settings: Settings) -> No
     assert (cited["file"], cited["pages"], cited["uri"]) == ("manual.pdf", [5], "crag://files/manual.pdf?page=5")
     assert out["action"] == "correct" and out["kind"] == "generated" and out["complete"] is True
     assert out["warnings"] == [
-        "Not in the sources given to the model: “Quux-9”. The model may have invented it: check the sources before "
-        "you rely on this answer."
+        "The model's answer named “Quux-9”, which no source given to it mentions: it may have invented it, so those "
+        "sentences were cut."
     ]
     text = result.content[0].text
-    assert text.startswith(model.answer) and "[1] manual.pdf, page 5: “" in text and "Warning: Not in the" in text
+    assert text.startswith("It needs eight hundred megabytes [1].") and "Quux-9 chip" not in text
+    assert "[1] manual.pdf, page 5: “" in text and "Warning: The model's answer named" in text
 
 
 def test_ask_takes_the_conversation_for_a_follow_up(settings: Settings) -> None:

@@ -6,6 +6,7 @@ import pytest
 from pydantic_ai.models.function import FunctionModel
 
 from crag.config import load_settings
+from crag.evidence import quoted_lines
 from crag.pipeline import decide_action
 from crag.text import BadQuestion, quote
 from crag.types import Action, AnswerKind, WebResult, cited
@@ -149,25 +150,52 @@ def test_no_history_no_condensation(settings) -> None:
     assert len(model.prompts) == 1
 
 
-def test_an_uncited_answer_gets_no_citation_it_did_not_make(settings) -> None:
+def test_an_uncited_sentence_cites_the_source_that_holds_it(settings) -> None:
     p = pipeline(settings, [chunk(DOC)], [0.9], ScriptedModel(answer="Two cores."))
     answer = p.ask("How many cores does the widget need?")
-    assert answer.text == "Two cores." and cited(answer.text) == set()
-    assert answer.uncited and answer.cited_sources == () and len(answer.sources) == 1
-    assert any("cites none of its sources" in note for note in answer.trace.notes)
+    assert answer.text == "Two cores [1]." and [s.n for s in answer.cited_sources] == [1]
+    assert any("the app cites one that does" in note for note in answer.trace.notes)
 
 
-def test_what_a_written_answer_invents_is_flagged_and_what_it_quotes_is_not(settings) -> None:
-    invented = "Set the TURBO_MODE option to 16 cores [1]."
+def test_a_citation_moves_to_the_source_that_holds_the_sentence(settings) -> None:
+    model = ScriptedModel(answer="It needs eight hundred megabytes of memory [2].")
+    other = chunk("Bananas are yellow fruit.", page=9, n=1)
+    p = pipeline(settings, [other, chunk(DOC)], [0.9, 0.9], model)
+    answer = p.ask("How much memory does the widget need?")
+    [holds] = [s.n for s in answer.sources if "megabytes" in s.text]
+    assert answer.text == f"It needs eight hundred megabytes of memory [{holds}]."
+
+
+def test_what_a_written_answer_invents_is_cut_and_what_it_quotes_is_not(settings) -> None:
+    invented = "The widget needs two processor cores [1]. Set the TURBO_MODE option to 16 cores [1]."
     p = pipeline(settings, [chunk(DOC)], [0.9], ScriptedModel(answer=invented))
     answer = p.ask("How many cores does the widget need?")
-    assert answer.trace.unsupported == ("TURBO_MODE", "16")
+    assert answer.text == "The widget needs two processor cores [1]." and answer.kind is AnswerKind.GENERATED
+    assert any("“TURBO_MODE”, “16”" in note for note in answer.trace.notes)
     p = pipeline(settings, [chunk(DOC)], [0.9], ScriptedModel(answer="It needs two processor cores [1]."))
-    assert p.ask("How many cores does the widget need?").trace.unsupported == ()
+    assert p.ask("How many cores does the widget need?").text == "It needs two processor cores [1]."
     # The question and its conversation were given too: a name they say is no invention.
     p = pipeline(settings, [chunk(DOC)], [0.9], ScriptedModel(answer="The Widget Pro needs two cores [1]."))
     history = [("user", "Tell me about the Widget Pro."), ("assistant", "It is a widget.")]
-    assert p.ask("And how many cores?", history).trace.unsupported == ()
+    assert p.ask("And how many cores?", history).text == "The Widget Pro needs two cores [1]."
+
+
+def test_an_answer_its_sources_do_not_back_is_replaced_by_their_quotes(settings) -> None:
+    """A model's essay from what it knows (“Melbourne”), repeated lines and stray citations: nothing of it is shown."""
+    essay = "The capital of Australia is Melbourne.\nThe capital of Australia is Melbourne.\n[1] [2]"
+    p = pipeline(settings, [chunk(DOC)], [0.2], ScriptedModel(answer=essay))
+    answer = p.ask("What is the capital of Australia?", web=False)
+    assert answer.kind is AnswerKind.EVIDENCE and "Melbourne" not in answer.text
+    assert quoted_lines(answer.text) and answer.cited_sources
+    assert any("said nothing its sources back: the sources are quoted instead" in n for n in answer.trace.notes)
+
+
+def test_a_repeated_line_is_cut(settings) -> None:
+    again = "It needs two processor cores [1].\nIt needs two processor cores.\nIt needs two processor cores [1]."
+    p = pipeline(settings, [chunk(DOC)], [0.9], ScriptedModel(answer=again))
+    answer = p.ask("How many cores does the widget need?")
+    assert answer.text == "It needs two processor cores [1]."
+    assert any("2 repeated what was said before" in note for note in answer.trace.notes)
 
 
 def test_an_evidence_answer_is_never_flagged(settings, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -228,9 +256,9 @@ def test_model_dying_mid_stream_keeps_the_partial_answer(settings) -> None:
     p.model = FunctionModel(stream_function=dies)
     p.backend = p.backend.__class__("ollama", "qwen3:4b", "test")
     stream = p.stream("How many cores does the widget need?")
-    assert "".join(stream) == "The widget needs "
+    assert "".join(stream).startswith("The widget needs")
     answer = stream.answer
-    assert not answer.complete and answer.text == "The widget needs"
+    assert not answer.complete and answer.text.startswith("The widget needs")
     assert "connection reset by peer" in answer.error and "ollama serve" in answer.error
     assert answer.action is Action.CORRECT and answer.sources, "what was found is still shown"
 

@@ -74,9 +74,9 @@ def test_a_link_split_across_streamed_pieces_is_caught() -> None:
 
 
 def test_the_page_shows_a_written_answer_s_link_target(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
-    use_pipeline(monkeypatch, [0.9], answer="Two cores, says [the vendor's manual](https://attacker.example/x) [1].")
+    use_pipeline(monkeypatch, [0.9], answer="Two cores, says [the vendor's manual](manual.pdf) [1].")
     at = ask(app())
     assert not at.exception
     rendered = texts(at.markdown)
-    assert "[the vendor's manual]\\(https://attacker.example/x)" in rendered
+    assert "[the vendor's manual]\\(manual.pdf)" in rendered
     assert "](" not in rendered.replace("]\\(", ""), "no Markdown link is left to render"

@@ -264,7 +264,13 @@ def show(
                 pass
             answer_ui.text(stream.text, stream.answer.kind)
         else:
-            st.write_stream(safe_stream(saving(stream, store, reply)))
+            written = st.empty()
+            with written.container():
+                st.write_stream(safe_stream(saving(stream, store, reply)))
+            if stream.answer is not None and stream.answer.kind is not AnswerKind.GENERATED:
+                # The model's answer was set aside (nothing of it backed by its sources): its quotes, set as quotes.
+                with written.container():
+                    answer_ui.text(stream.answer.text, stream.answer.kind)
     except CragError as exc:
         return str(exc)
     except Exception as exc:  # noqa: BLE001 - a failing model must not take the page or the history down
