@@ -365,5 +365,25 @@ def quoted_lines(text: str) -> list[re.Match[str]]:
     return [found for line in text.splitlines() if (found := LINE.match(line.strip()))]
 
 
+# The scoped leads as patterns: their places are the question's folders or files.
+_SCOPED_LEAD = [re.compile(re.escape(lead).replace(re.escape("{places}"), "[^\n]+")) for lead in SCOPED_LEADS.values()]
+
+
+def is_lead(line: str) -> bool:
+    """Whether a line is one of the lead lines an evidence answer opens a group of quotes with."""
+    return line in LEADS.values() or any(lead.fullmatch(line) for lead in _SCOPED_LEAD)
+
+
+def split_quotes(text: str) -> tuple[str, str]:
+    """A written answer's own text, and the quotes under it: from the first lead line after which every line is a
+    lead or a quote. The quotes are "" when there are none."""
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        rest = [r.strip() for r in lines[i:] if r.strip()]
+        if is_lead(line.strip()) and all(is_lead(r) or LINE.match(r) for r in rest):
+            return "\n".join(lines[:i]).strip(), "\n".join(lines[i:]).strip()
+    return text, ""
+
+
 def _own_references(text: str) -> str:
     return BRACKETED.sub(r"［\1］", text)

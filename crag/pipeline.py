@@ -4,9 +4,10 @@
     retrieve      top-k chunks
     evaluate      the retrieval evaluator scores each (question, chunk) in [-1, 1]; near misses are capped
     decide_action Correct / Ambiguous / Incorrect, as the official code's ``process_flag``
+    doc_query     Ambiguous / Incorrect on a model server: the question in the documents' words, searched again
     refine        decompose -> score -> filter -> recompose, number the sources (Correct, Ambiguous)
     search_web    rewrite the question, search, refine the web text the same way (Incorrect, Ambiguous)
-    generate      the answer: quoted evidence, or written by the chat model, citing sources as [n]
+    generate      the answer: quoted evidence, or written by the chat model and held to its sources, citing them as [n]
 
 Each step takes and returns plain data (``crag.steps``); ``AnswerStream`` only sequences them and reports the stages
 through ``on_step``, so the UI, the CLI and the API show the same progress.
@@ -61,6 +62,7 @@ WEB_PAGES_FETCHED = 2
 answer_agent = Agent(instructions=prompts.ANSWER, name="answer")
 # The structured ones run in the output mode their model server accepts (``run_structured``).
 condense_agent = Agent(output_type=prompts.Standalone, instructions=prompts.CONDENSE, retries=1, name="condense")
+doc_query_agent = Agent(output_type=prompts.DocQuery, instructions=prompts.DOC_QUERY, retries=1, name="rewrite")
 web_query_agent = Agent(output_type=prompts.WebQuery, instructions=prompts.WEB_QUERY, retries=1, name="web_query")
 
 
@@ -202,6 +204,14 @@ class Pipeline:
         """The strips of the passages that came closest, when the action is Incorrect and the web gave nothing."""
         return refine_closest(question, local_strips(graded), self.scorer, CLOSEST_KEPT)
 
+    def doc_query(self, question: str, scope: Scope, usage: Usage, notes: list[str]) -> str:
+        """The question in the words of the documents ("stems point upward" → "stem direction \\stemUp"), by the model;
+        "" when it fails or says the same."""
+        languages = sorted({lang for lang in self.retriever.file_languages(scope).values() if lang != "mixed"})
+        out = self._structured(doc_query_agent, prompts.doc_query_prompt(question, languages), usage, notes)
+        query = " ".join(out.query.split()) if out is not None else ""
+        return query if content_words(query) and set(content_words(query)) != set(content_words(question)) else ""
+
     def search_web(self, question: str, suggested: str, usage: Usage, notes: list[str]) -> WebKnowledge:
         """Rewrite (no model call on the embedded backend, nor when the grader wrote the query), search, refine."""
         query = suggested
@@ -255,6 +265,7 @@ class AnswerStream:
         self.timings: dict[str, float] = {}
         self.notes: list[str] = []
         self.grounding = Grounding()  # what holding a written answer to its sources cut and cited
+        self.written = ""  # the model's own text, as kept: a written answer without the quotes under it
         self._start = 0.0
         self._running: weakref.ref[Generator[str, None, None]] | None = None  # weak: dropping it closes it
 
@@ -314,6 +325,11 @@ class AnswerStream:
             )
             action = self._decide_action(evaluation)
             question, evaluation, action = self._read_with_history(condensed, hits, evaluator, evaluation, action)
+        # Not offline (no one waits for a model there), nor for what the documents never mention (a search in other
+        # words finds it no more).
+        if action is not Action.CORRECT and p.backend.name != "embedded" and not evaluation.terms.decisive:
+            with self._stage("rewriting the question", "rewrite"):
+                hits, evaluation, action = self._retrieve_again(question, hits, evaluation, action, evaluator)
         if evaluation.terms.missing:
             self.notes.append(near_miss_note(evaluation.terms, [h.anchor for h in hits if h.anchor], o.scope.paths))
         strips: list[Strip] = []
@@ -373,6 +389,27 @@ class AnswerStream:
             return with_history, again, self._decide_action(again)
         return question, first, action
 
+    def _retrieve_again(
+        self, question: str, hits: list[ScoredChunk], first: Evaluation, action: Action, evaluator: Evaluator
+    ) -> tuple[list[ScoredChunk], Evaluation, Action]:
+        """CRAG's correction inside the documents, before any web search: the model rewrites the question in the
+        documents' words and retrieval runs again. The passages found are graded against the question itself, and
+        the ranking whose best passage grades higher is kept, as Ambiguous at best."""
+        p, o = self.p, self.options
+        query = p.doc_query(question, o.scope, self.usage, self.notes)
+        if not query:
+            return hits, first, action
+        found = p.retrieve([query], o.top_k, o.retrieval_mode, self.question, o.scope)
+        again = p.evaluate(question, self.question, found, evaluator, o.upper_threshold, self.usage, o.scope)
+        if again.best <= first.best:
+            self.notes.append(f"searched again as “{query}”: no passage graded better, the first ones are kept")
+            return hits, first, action
+        # Found through the model's words, not the user's: quoted at best, never a Correct of their own (as a passage
+        # found by one term of the question is not).
+        self.notes.append(f"searched again as “{query}”: its passages graded better and are used")
+        action = self._decide_action(again)
+        return found, again, Action.AMBIGUOUS if action is Action.CORRECT else action
+
     def _fall_back(self, strips: list[Strip], action: Action) -> tuple[list[Strip], Action]:
         """Refinement left no strip: Correct becomes Ambiguous, and Ambiguous keeps the closest passages."""
         if action is Action.CORRECT and not any(s.kept for s in strips):
@@ -392,10 +429,11 @@ class AnswerStream:
         sources. Quoted strips number their sources first: an answer quoting two passages cites [1] and [2]. Without
         sources there is no answer."""
         answering = answering or self.p.answer_kind(self.options.answer_mode)
-        if knowledge.action is Action.INCORRECT and not any(s.kept and s.kind == "web" for s in knowledge.strips):
-            answering = AnswerKind.EVIDENCE  # the closest passages are quoted: no model writes from what failed
-        quoting = answering is AnswerKind.EVIDENCE
-        chosen = evidence.select(knowledge.strips, self.question, self.notes) if quoting else []
+        if knowledge.action is not Action.CORRECT and not any(s.kept and s.kind == "web" for s in knowledge.strips):
+            # Passages the grader was unsure of (Ambiguous) or that failed (Incorrect), and nothing from the web: they
+            # are quoted as the closest ones. No model writes from what may not answer.
+            answering = AnswerKind.EVIDENCE
+        chosen = evidence.select(knowledge.strips, self.question, self.notes)  # a written answer shows them under it
         sources = number_sources(knowledge.strips, knowledge.evaluation.graded, chosen)
         return (answering if sources else AnswerKind.NO_ANSWER), chosen, sources
 
@@ -404,10 +442,10 @@ class AnswerStream:
     ) -> Generator[str, None, tuple[AnswerKind, str]]:
         """The answer's text: the quoted evidence, the chat model's, or a message that says why there is none.
         Returns the kind of answer made and, when the model failed, why."""
+        quoted = evidence.evidence_answer(
+            chosen, sources, language(self.question), knowledge.action, self.options.scope.paths
+        )
         if kind is AnswerKind.EVIDENCE:
-            quoted = evidence.evidence_answer(
-                chosen, sources, language(self.question), knowledge.action, self.options.scope.paths
-            )
             if quoted:
                 yield self._emit(
                     what_is_missing(self.question, knowledge, self.options.web, self.options.scope.paths) + quoted
@@ -417,7 +455,7 @@ class AnswerStream:
         if kind is AnswerKind.NO_ANSWER:
             yield self._emit(no_answer(self.question, knowledge, self.options.web, self.options.scope.paths))
             return kind, ""
-        grounder, error = Grounder(sources, self._given(knowledge, sources), self.question), ""
+        grounder, error, start = Grounder(sources, self._given(knowledge, sources), self.question), "", len(self.parts)
         try:
             for delta in self.p.generate(knowledge.question, sources, self.usage):
                 if kept := grounder.feed(delta):
@@ -429,9 +467,12 @@ class AnswerStream:
             self.grounding = grounder.counts
         if kept := grounder.close(failed=bool(error)):  # the last sentence; or the one it was writing when it failed
             yield self._emit(kept)
+        self.written = "".join(self.parts[start:]).strip()
         if error:
             return kind, error
         self.notes += grounder.counts.notes()
+        if self.written and quoted:  # what the answer rests on, in the sources' own words: a small model may misread
+            yield self._emit("\n\n" + quoted)
         return kind, ""
 
     def _given(self, knowledge: Knowledge, sources: Sequence[Source]) -> list[str]:

@@ -29,6 +29,12 @@ CONDENSE = "Rewrite the user's last question as a standalone question, in its la
 
 WEB_QUERY = "Turn the question into a short web search query of at most six keywords, in its language."
 
+DOC_QUERY = (
+    "The user's documents did not answer the question as worded. Rewrite it as a search query in the words the "
+    "documents would use: the commands, functions, options and technical terms of a manual on the subject, at most "
+    "twelve words, in the documents' language. Do not answer the question."
+)
+
 GRADER = (
     "You grade retrieved passages for a question. For each passage give a score from -1 to 1: "
     "1 = it answers the question, 0 = related but does not answer it, -1 = unrelated. "
@@ -45,6 +51,11 @@ def answer_prompt(question: str, sources: Sequence[Source]) -> str:
     # Said last, where a small model still heeds it: the language to write in, and the citations.
     ask = f"Answer in {LANGUAGE_NAMES[language(question)]}, and cite each source you use as [n]."
     return "Sources:\n" + "\n\n".join(blocks) + f"\n\nQuestion: {question}\n\n{ask}"
+
+
+def doc_query_prompt(question: str, languages: Sequence[str]) -> str:
+    names = " and ".join(LANGUAGE_NAMES[code] for code in languages) or "English"
+    return f"The documents are in {names}.\n\nQuestion: {question}"
 
 
 def condense_prompt(question: str, history: Sequence[tuple[str, str]]) -> str:
@@ -86,6 +97,10 @@ def grader_text(text: str) -> str:
 
 class Standalone(BaseModel):
     question: str = Field(max_length=300)
+
+
+class DocQuery(BaseModel):
+    query: str = Field(max_length=200)
 
 
 class WebQuery(BaseModel):

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from crag.terms import SPECIFIC_ZIPF, Term, Vocabulary, is_identifier, mentions, specific_terms
-from crag.text import content_words, general_frequency, language
+from crag.text import CJK, content_words, general_frequency, language
 from crag.types import Source, cited
 
 # A Markdown bullet, quote, heading or list number opening a line: the line's first word starts a sentence.
@@ -112,13 +112,14 @@ STATING_WORDS = 3  # a sentence of fewer content words and no claim only frames 
 _UNIT_END = re.compile(r"(?<=[^\d\s][.!?;])[ \t]+|(?<=[。！？；])[ \t]*|\n")
 _LETTER = re.compile(r"[^\W\d_]")
 _FENCE = "```"
-_CLOSING = re.compile(r"[\s.!?。！？；:：]*$")
+_STOPS = ".!?。！？；:："
 
 
 @dataclass
 class Grounding:
     """What grounding did to a written answer: each count is of sentences (a code block counts as one)."""
 
+    written: bool = False  # the model wrote an answer (none: the answer was quoted, or there was none)
     stated: int = 0  # sentences that state something: a claim, or enough words
     grounded: int = 0  # of them, those kept: each cites a source that holds its claims
     attached: int = 0  # kept with a citation the app added: the model cited nothing, or a source that does not back it
@@ -158,9 +159,10 @@ class Grounder:
             text = f"{s.text}\n{s.file} {s.title} {s.url} {s.section}"  # where it comes from backs a claim too
             self.sources[s.n] = (text, Vocabulary([text]), set(content_words(text)))
         self.language = language(asked)
-        self.counts = Grounding()
+        self.counts = Grounding(written=True)
         self._pending = ""  # text not yet whole: the end of a sentence, or an open code block
-        self._framing = ""  # text that states nothing, held until a sentence is kept
+        self._held: list[str] = []  # framing that states nothing, with its breaks: held until a sentence is kept
+        self._gap = ""  # the break after the last unit kept, let out before the next
         self._said: set[str] = set()
 
     def feed(self, delta: str) -> str:
@@ -171,25 +173,31 @@ class Grounder:
         return self._ground(whole)
 
     def close(self, failed: bool = False) -> str:
-        """The rest, at the answer's end. An answer the model ``failed`` to end keeps its framing: the partial text
-        is shown as far as it went, with the error."""
+        """The rest, at the answer's end. An answer the model ``failed`` to end keeps its framing and the sentence
+        it was writing, unjudged: the partial text is shown as far as it went, with the error."""
         rest, self._pending = self._pending, ""
-        kept = self._ground(rest)
-        return (self._framing + kept if failed else kept).rstrip()
+        if failed:  # the sentence it was writing, as far as it went (the answer says it is incomplete)
+            return "".join(self._held) + (self._gap + rest if rest.strip() else "")
+        return self._ground(rest)
 
     def _ground(self, text: str) -> str:
+        """The units of whole text that are kept, each after the break that ends the one before: a break is let out
+        only before what follows it, so text never ends in one, and a line cut between two keeps theirs apart."""
         out: list[str] = []
-        for unit, gap in _units(text):
+        lead, units = _units(text)
+        self._gap += lead
+        for unit, gap in units:
             kept = self._unit(unit)
             if kept is None:
+                if "\n" in gap and self._gap.count("\n") < gap.count("\n"):
+                    self._gap = gap
                 continue
-            if kept.stated:
-                out += [self._framing, kept.text, gap]
-                self._framing = ""
-            elif self.counts.grounded:
-                out += [kept.text, gap]
-            else:
-                self._framing += kept.text + gap
+            if kept.stated or self.counts.grounded:
+                out += [*self._held, self._gap, kept.text]
+                self._held = []
+            else:  # framing waits for a sentence a source backs
+                self._held += [self._gap, kept.text]
+            self._gap = gap
         return "".join(out)
 
     def _unit(self, unit: str) -> _Kept | None:
@@ -264,8 +272,10 @@ def _whole(text: str) -> int:
     return end
 
 
-def _units(text: str) -> list[tuple[str, str]]:
-    """The sentences and code blocks of whole text, each with the space or line break after it."""
+def _units(text: str) -> tuple[str, list[tuple[str, str]]]:
+    """The break that whole text starts with (the end of a unit fed before), then its sentences and code blocks, each
+    with the space or line break after it."""
+    lead = ""
     units: list[tuple[str, str]] = []
     for i, part in enumerate(re.split(r"(```.*?```)", text, flags=re.DOTALL)):
         if i % 2:
@@ -277,19 +287,22 @@ def _units(text: str) -> list[tuple[str, str]]:
                 units.append((part[start : found.start()], found.group()))
             elif units:
                 units[-1] = (units[-1][0], units[-1][1] + found.group())
+            else:
+                lead += found.group()
             start = found.end()
         if part[start:].strip():
             units.append((part[start:], ""))
-    return units
+    return lead, units
 
 
 def _cite(sentence: str, numbers: Sequence[int]) -> str:
     """The sentence with these citations (none: without any), set before its closing stop: "… in Deb [2]."."""
-    text = re.sub(r"[ \t]+(?=[.!?。！？；:：]*$)", "", _CITATION.sub("", sentence).rstrip())
-    closing = _CLOSING.search(text)
-    at = closing.start() if closing else len(text)
-    space = "" if at and re.match(r"[\u3000-\u9fff\uff00-\uffef]", text[at - 1]) else " "
-    marks = "".join(f"[{n}]" for n in numbers)
-    if not marks:
+    text = _CITATION.sub("", sentence).rstrip()
+    if not numbers:
         return text
-    return f"{text[:at]}{space}{marks}{text[at:]}"
+    at = len(text)
+    while at and text[at - 1] in _STOPS:  # a loop, not a pattern anchored at the end: linear on any text
+        at -= 1
+    body = text[:at].rstrip()
+    space = "" if body and CJK.match(body[-1]) else " "
+    return body + space + "".join(f"[{n}]" for n in numbers) + text[at:]

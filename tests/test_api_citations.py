@@ -7,7 +7,7 @@ chunk of a stream): each cited source with its file and pages, or URL, and what 
 from __future__ import annotations
 
 from crag.config import Settings
-from crag.types import WebResult
+from crag.types import WebResult, cited
 from tests.apiclient import DOC
 from tests.fakes import FakeSearcher, ScriptedModel, chunk, pipeline
 from tests.test_api_openai import ask, kb
@@ -19,17 +19,23 @@ def test_a_plain_answer_carries_only_the_sources_it_cites(settings: Settings) ->
     fake = pipeline(
         settings,
         [chunk(DOC, page=3, n=0), chunk(OTHER, file="gadget.pdf", page=7, n=1)],
-        [0.9, 0.9],
+        [0.9, 0.0],
         ScriptedModel(answer="It needs eight hundred megabytes [1]."),
     )
     with kb(settings, fake) as client:
         completion = ask(client)
     message = completion.choices[0].message
-    assert len(completion.model_extra["crag"]["sources"]) == 2
-    [cited] = message.model_extra["citations"]
-    assert (cited["n"], cited["kind"], cited["file"], cited["pages"]) == (1, "local", "manual.pdf", [3])
-    assert cited["section"] == "Intro" and cited["url"] is None
-    assert "eight hundred megabytes" in cited["quote"]
+    given = completion.model_extra["crag"]["sources"]
+    assert len(given) == 2
+    # What the text cites (the model's sentence and the quote under it), not the gadget's source it was given too.
+    text = message.content.split("**Sources**")[0]
+    citations = message.model_extra["citations"]
+    assert [c["n"] for c in citations] == sorted(cited(text)) == [1]
+    [manual] = [c for c in citations if c["file"] == "manual.pdf"]
+    assert (manual["n"], manual["kind"], manual["pages"]) == (1, "local", [3])
+    assert manual["section"] == "Intro" and manual["url"] is None
+    assert "eight hundred megabytes" in manual["quote"]
+    assert text.startswith("It needs eight hundred megabytes [1].")
 
 
 def test_an_evidence_answer_cites_the_sentences_it_quotes(settings: Settings) -> None:

@@ -87,10 +87,11 @@ def test_plain_answer_carries_citations_sources_and_the_trace(settings: Settings
         completion = ask(client)
     [choice] = completion.choices
     assert choice.finish_reason == "stop" and choice.message.role == "assistant"
-    assert choice.message.content == f"{ANSWER}\n\n**Sources**\n\n- [1] manual.pdf, page 1"
+    quotes = f"From your documents:\n“{DOC}” [1]"  # what the answer rests on, under it
+    assert choice.message.content == f"{ANSWER}\n\n{quotes}\n\n**Sources**\n\n- [1] manual.pdf, page 1"
     assert completion.model == "crag-kb" and completion.id.startswith("chatcmpl-")
     crag = completion.model_extra["crag"]
-    assert crag["action"] == "correct" and crag["answer"] == ANSWER and crag["complete"] is True
+    assert crag["action"] == "correct" and crag["answer"] == f"{ANSWER}\n\n{quotes}" and crag["complete"] is True
     assert crag["scores"][0]["score"] == 0.9 and crag["web_query"] is None
     [source] = crag["sources"]
     assert (source["file"], source["pages"], source["cited"]) == ("manual.pdf", [1], True)

@@ -44,6 +44,8 @@ def test_ask_streams_the_answer_with_its_badge_trace_and_sources(monkeypatch: py
     user, assistant = at.chat_message
     assert (user.name, assistant.name) == ("user", "assistant")
     assert assistant.markdown[0].value == ANSWER
+    # Under it, what it rests on: the source's sentences, set as quotes.
+    assert assistant.markdown[1].value.startswith("**From your documents\\:**\n\n> “The widget needs two processor")
     assert at.status[0].label.startswith("Answered in")
     stages = [c.value for c in at.status[0].caption]
     for stage in ("Retrieving passages", "Grading the passages", "Refining the knowledge", "Generating the answer"):
@@ -192,7 +194,7 @@ def test_history_survives_reruns_reloads_and_restarts(monkeypatch: pytest.Monkey
         "And how much memory does the widget need?",
     ]
     assert len(badges(at)) == 2
-    assert saved(files)[1].answer.text == ANSWER and saved(files)[1].complete
+    assert saved(files)[1].answer.text.startswith(ANSWER + "\n\nFrom your documents:") and saved(files)[1].complete
     chat = at.query_params["chat"]
 
     st.cache_resource.clear()  # a restart: nothing of the process is left, the store is

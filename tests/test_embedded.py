@@ -3,14 +3,26 @@
 from __future__ import annotations
 
 import math
+import shutil
 from dataclasses import replace
+from importlib import resources
+from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
 from pydantic_ai import Agent, NativeOutput
 
-from crag.models import LocalEmbedder, embedded_chat, embedded_chat_model, llama_cpp_model
+from crag.models import (
+    PACKAGED_GGUF,
+    LocalEmbedder,
+    embedded_chat,
+    embedded_chat_model,
+    embedded_label,
+    llama_cpp_model,
+)
 from crag.support import Grounder
+from crag.text import content_words, split_sentences
+from crag.types import AnswerKind, cited
 from tests.apiclient import DOC, QUESTION
 from tests.fakes import chunk, pipeline
 
@@ -103,3 +115,25 @@ def test_embeddings_rank_meaning(embedder: LocalEmbedder) -> None:
         ["How do I install the package?", "Installation: run pip install to set up the package.", "Bananas are yellow."]
     )
     assert _cos(query, near) > _cos(query, far)
+
+
+def test_a_gguf_named_by_the_setting_writes_an_answer_held_to_its_sources(settings, real_models, tmp_path) -> None:
+    """``CRAG_EMBEDDED_GGUF``: any instruct GGUF the user has (here a copy of the packaged one, renamed). What the model
+    writes reaches the user only as sentences a source backs, each citing it; else the sources are quoted."""
+    package, name = PACKAGED_GGUF
+    own = tmp_path / "my-model.gguf"
+    shutil.copyfile(Path(str(resources.files(package).joinpath(name))), own)
+    settings = settings.model_copy(update={"embedded_gguf": own, "max_answer_tokens": 64, "answer_mode": "generated"})
+    chat = embedded_chat(settings)
+    assert chat.name == "my-model" and embedded_label(settings) == "my-model.gguf"
+    p = replace(pipeline(settings, [chunk(DOC)], [0.9], backend="embedded"), model=llama_cpp_model(chat, chat.name))
+    with p.stream(QUESTION) as stream:
+        text = "".join(stream)
+    answer = stream.answer
+    assert answer.text == text.strip() and answer.text
+    if answer.kind is AnswerKind.GENERATED:
+        sentences = [s for s in split_sentences(answer.text) if content_words(s)]
+        assert all(cited(s) == {1} for s in sentences), answer.text
+    else:
+        assert answer.kind is AnswerKind.EVIDENCE and "“" in answer.text
+        assert any("the sources are quoted instead" in note for note in answer.trace.notes)

@@ -11,8 +11,8 @@ from pydantic_ai.models.function import FunctionModel
 from crag.config import load_settings
 from crag.evaluator import LLMEvaluator, SimilarityEvaluator, calibrate, coverage, word_weights
 from crag.evidence import LEADS
-from crag.support import unsupported
-from crag.types import Action, AnswerKind, WebResult
+from crag.support import Grounder, Grounding, unsupported
+from crag.types import Action, AnswerKind, Source, WebResult
 from tests.fakes import FakeSearcher, FakeStats, HashEmbedder, ScriptedModel, chunk, pipeline
 
 GHOSTSCRIPT = (
@@ -241,6 +241,69 @@ def test_what_a_written_answer_states_and_nothing_given_says_is_flagged(
     answer: str, given: list[str], stated: tuple
 ) -> None:
     assert unsupported(answer, given) == stated
+
+
+GROUNDING_SOURCES = [
+    Source(1, "local", "Use write.csv(df, file) to save a data frame. The console line limit is 4095 bytes."),
+    Source(2, "local", "LaTeX 中插入表格使用 tabular 环境。表格的列用 & 分隔。"),
+]
+
+
+def grounded(answer: str, question: str, pieces: int = 1) -> tuple[str, Grounding]:
+    """The answer as grounding lets it through, fed in ``pieces`` of about one size, as a stream comes."""
+    grounder = Grounder(GROUNDING_SOURCES, [question, *(s.text for s in GROUNDING_SOURCES)], question)
+    size = max(1, len(answer) // pieces)
+    out = "".join(grounder.feed(answer[i : i + size]) for i in range(0, len(answer), size))
+    return out + grounder.close(), grounder.counts
+
+
+@pytest.mark.parametrize(
+    ("answer", "question", "shown"),
+    [
+        # The model's citation of a source that does not hold the sentence moves to the one that does.
+        ("Save it with write.csv() [2].", "How do I save a data frame?", "Save it with write.csv() [1]."),
+        # Chinese: the citation before the full stop, no space; a sentence that cites nothing gets its source.
+        ("使用 tabular 环境插入表格。", "如何在 LaTeX 中插入表格？", "使用 tabular 环境插入表格[2]。"),
+        # An invented number, a stray list number, a line of citations only: cut.
+        (
+            "Here it is:\nThe limit is 3095 bytes [1].\nIt is 4095 bytes [1].\n4\n[1] [2]",
+            "What is the console line limit?",
+            "Here it is:\nIt is 4095 bytes [1].",
+        ),
+        # Code that names only what was given stays (it takes no citation); a sentence said again is cut.
+        (
+            "```r\nwrite.csv(df, 'out.csv')\n```\nwrite.csv() saves it [1]. write.csv() saves it [1].",
+            "How do I save a data frame?",
+            "```r\nwrite.csv(df, 'out.csv')\n```\nwrite.csv() saves it [1].",
+        ),
+        # A sentence in the other language than the question's is cut.
+        (
+            "使用 tabular 环境[2]。You insert a table with the tabular environment in LaTeX documents.",
+            "如何在 LaTeX 中插入表格？",
+            "使用 tabular 环境[2]。",
+        ),
+        # Nothing a source backs: nothing at all, not even the framing.
+        ("Sure! Here is how:\nThe capital of Australia is Melbourne.", "What is the capital of Australia?", ""),
+    ],
+)
+@pytest.mark.parametrize("pieces", [1, 7, 1000])
+def test_a_written_answer_is_let_through_as_its_sources_back_it(
+    answer: str, question: str, shown: str, pieces: int
+) -> None:
+    assert grounded(answer, question, pieces)[0] == shown
+
+
+def test_grounding_counts_what_it_cut_and_cited() -> None:
+    answer = "Use write.csv() [2]. Use write.csv() [1]. The limit is 3095 bytes. Paris is nice and sunny in spring."
+    text, counts = grounded(answer, "How do I save a data frame?")
+    assert text == "Use write.csv() [1]."
+    assert (counts.stated, counts.grounded, counts.attached, counts.repeated) == (3, 1, 1, 1)
+    assert (counts.invented, counts.unbacked) == (["3095"], 1)
+    assert counts.notes() == [
+        "sentences of the model's answer were cut: some named “3095”, which nothing given mentions; "
+        "1 stated what no source holds; 1 repeated what was said before",
+        "1 sentence(s) cited no source that holds what they say: the app cites one that does",
+    ]
 
 
 @pytest.mark.parametrize(

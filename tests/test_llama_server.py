@@ -10,28 +10,21 @@ answers: these tests check the plumbing (grading, condensing, streaming, failure
 from __future__ import annotations
 
 import json
-import re
 import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-import httpx
 import openai
 import pytest
 
 from crag.api import create_app
-from crag.config import Settings, cpu_threads, load_settings
+from crag.bench.model import LlamaServer, llama_server
+from crag.config import Settings, load_settings
 from crag.ingest import sync
 from crag.models import PACKAGED_GGUF, local_embedder
 from crag.pipeline import Pipeline
 from crag.types import AnswerKind
-from tests.helpers import free_port
 from tests.pdfs import manual_pdf
 from tests.test_api_openai import serving_app
 from tests.test_cli import run_cli
@@ -41,53 +34,11 @@ QUESTION = "How much memory does the widget need?"
 GRADED = "llm (json_object)"  # llama-cpp-python's server takes json_object with the schema, not json_schema
 
 
-@dataclass
-class LlamaServer:
-    process: subprocess.Popen
-    url: str  # the OpenAI base URL
-    log: Path
-
-    def refused(self) -> list[str]:
-        """The requests it answered with a 4xx or 5xx status, from its access log."""
-        return [line for line in self.log.read_text().splitlines() if re.search(r'HTTP/1\.1" [45]\d\d ', line)]
-
-    def chat_requests(self) -> int:
-        return self.log.read_text().count('"POST /v1/chat/completions HTTP/1.1"')
-
-
-@contextmanager
-def llama_server(folder: Path) -> Iterator[LlamaServer]:
-    package, name = PACKAGED_GGUF
-    gguf = Path(str(resources.files(package).joinpath(name)))
-    port = free_port()
-    log = folder / f"llama-server-{port}.log"
-    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", MODEL]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--n_threads", str(cpu_threads())]
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    server = LlamaServer(process, f"http://127.0.0.1:{port}/v1", log)
-    try:
-        deadline = time.monotonic() + 120
-        while not _answers(server):
-            assert process.poll() is None, f"the model server exited:\n{log.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, "the model server did not start in 120 s"
-            time.sleep(0.2)
-        yield server
-    finally:
-        process.kill()
-        process.wait(30)
-
-
-def _answers(server: LlamaServer) -> bool:
-    try:
-        return httpx.get(f"{server.url}/models", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
 @pytest.fixture(scope="session")
 def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
-    with llama_server(tmp_path_factory.mktemp("llama")) as server:
+    package, name = PACKAGED_GGUF
+    gguf = Path(str(resources.files(package).joinpath(name)))
+    with llama_server(gguf, MODEL, tmp_path_factory.mktemp("llama")) as server:
         yield server
 
 

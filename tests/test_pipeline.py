@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from pydantic_ai.models.function import FunctionModel
 
 from crag.config import load_settings
-from crag.evidence import quoted_lines
+from crag.evaluator import Grade, Grading
+from crag.evidence import quoted_lines, split_quotes
 from crag.pipeline import decide_action
+from crag.scope import EVERYTHING
 from crag.text import BadQuestion, quote
 from crag.types import Action, AnswerKind, WebResult, cited
-from tests.fakes import FakeSearcher, ScriptedModel, chunk, pipeline
+from tests.fakes import FakeRetriever, FakeSearcher, FixedEvaluator, ScriptedModel, chunk, pipeline
 
 DOC = (
     "The widget needs two processor cores. It also needs eight hundred megabytes of memory. "
@@ -22,6 +26,11 @@ WEB = WebResult(
     "snippet",
     "The widget was released in 2019 by ACME. Its latest version is 4.2 and it runs on Linux.",
 )
+
+
+def own(answer) -> str:
+    """A written answer's own words, without the quotes under them."""
+    return split_quotes(answer.text)[0]
 
 
 @pytest.fixture
@@ -52,7 +61,9 @@ def test_correct_refines_local_knowledge_only(settings) -> None:
     stream = p.stream("How many cores does the widget need?", on_step=steps.append)
     text = "".join(stream)
     answer = stream.answer
-    assert text.strip() == "It needs two cores [1]." == answer.text
+    assert text.strip() == answer.text and own(answer) == "It needs two cores [1]."
+    # Under the model's words, what they rest on in the sources' own: a small model may misread them.
+    assert split_quotes(answer.text)[1].startswith("From your documents:\n“The widget needs two processor cores.")
     assert answer.action is Action.CORRECT
     assert searcher.queries == [], "Correct never searches the web"
     assert [s.kind for s in answer.sources] == ["local"]
@@ -81,7 +92,7 @@ def test_incorrect_discards_local_and_searches_the_web(settings) -> None:
     assert "two processor cores" not in answer.trace.refined_context
     assert "4.2" in answer.trace.refined_context
     assert answer.trace.llm_calls == 2 and answer.trace.llm_calls_before_answer == 2  # rewrite + generate
-    assert answer.text == "Version 4.2 [1]."
+    assert own(answer) == "Version 4.2 [1]."
 
 
 def test_ambiguous_uses_both_labelled(settings) -> None:
@@ -89,10 +100,10 @@ def test_ambiguous_uses_both_labelled(settings) -> None:
     p = pipeline(settings, [chunk(DOC)], [0.1], model, FakeSearcher([WEB]))
     answer = p.ask("How many cores does the widget need and what is its latest version?")
     assert answer.action is Action.AMBIGUOUS
-    assert [s.kind for s in answer.sources] == ["local", "web"]
+    assert sorted(s.kind for s in answer.sources) == ["local", "web"]
     prompt = model.prompts[-1]
-    assert prompt.index('document="manual.pdf"') < prompt.index(f'web="{WEB.url}"')
-    assert cited(answer.text) == {1, 2}
+    assert 'document="manual.pdf"' in prompt and f'web="{WEB.url}"' in prompt
+    assert cited(own(answer)) == {1, 2}
 
 
 @pytest.mark.reliability
@@ -153,7 +164,7 @@ def test_no_history_no_condensation(settings) -> None:
 def test_an_uncited_sentence_cites_the_source_that_holds_it(settings) -> None:
     p = pipeline(settings, [chunk(DOC)], [0.9], ScriptedModel(answer="Two cores."))
     answer = p.ask("How many cores does the widget need?")
-    assert answer.text == "Two cores [1]." and [s.n for s in answer.cited_sources] == [1]
+    assert own(answer) == "Two cores [1]." and [s.n for s in answer.cited_sources] == [1]
     assert any("the app cites one that does" in note for note in answer.trace.notes)
 
 
@@ -163,27 +174,27 @@ def test_a_citation_moves_to_the_source_that_holds_the_sentence(settings) -> Non
     p = pipeline(settings, [other, chunk(DOC)], [0.9, 0.9], model)
     answer = p.ask("How much memory does the widget need?")
     [holds] = [s.n for s in answer.sources if "megabytes" in s.text]
-    assert answer.text == f"It needs eight hundred megabytes of memory [{holds}]."
+    assert own(answer) == f"It needs eight hundred megabytes of memory [{holds}]."
 
 
 def test_what_a_written_answer_invents_is_cut_and_what_it_quotes_is_not(settings) -> None:
     invented = "The widget needs two processor cores [1]. Set the TURBO_MODE option to 16 cores [1]."
     p = pipeline(settings, [chunk(DOC)], [0.9], ScriptedModel(answer=invented))
     answer = p.ask("How many cores does the widget need?")
-    assert answer.text == "The widget needs two processor cores [1]." and answer.kind is AnswerKind.GENERATED
+    assert own(answer) == "The widget needs two processor cores [1]." and answer.kind is AnswerKind.GENERATED
     assert any("“TURBO_MODE”, “16”" in note for note in answer.trace.notes)
     p = pipeline(settings, [chunk(DOC)], [0.9], ScriptedModel(answer="It needs two processor cores [1]."))
-    assert p.ask("How many cores does the widget need?").text == "It needs two processor cores [1]."
+    assert own(p.ask("How many cores does the widget need?")) == "It needs two processor cores [1]."
     # The question and its conversation were given too: a name they say is no invention.
     p = pipeline(settings, [chunk(DOC)], [0.9], ScriptedModel(answer="The Widget Pro needs two cores [1]."))
     history = [("user", "Tell me about the Widget Pro."), ("assistant", "It is a widget.")]
-    assert p.ask("And how many cores?", history).text == "The Widget Pro needs two cores [1]."
+    assert own(p.ask("And how many cores?", history)) == "The Widget Pro needs two cores [1]."
 
 
 def test_an_answer_its_sources_do_not_back_is_replaced_by_their_quotes(settings) -> None:
     """A model's essay from what it knows (“Melbourne”), repeated lines and stray citations: nothing of it is shown."""
     essay = "The capital of Australia is Melbourne.\nThe capital of Australia is Melbourne.\n[1] [2]"
-    p = pipeline(settings, [chunk(DOC)], [0.2], ScriptedModel(answer=essay))
+    p = pipeline(settings, [chunk(DOC)], [0.9], ScriptedModel(answer=essay))
     answer = p.ask("What is the capital of Australia?", web=False)
     assert answer.kind is AnswerKind.EVIDENCE and "Melbourne" not in answer.text
     assert quoted_lines(answer.text) and answer.cited_sources
@@ -194,7 +205,7 @@ def test_a_repeated_line_is_cut(settings) -> None:
     again = "It needs two processor cores [1].\nIt needs two processor cores.\nIt needs two processor cores [1]."
     p = pipeline(settings, [chunk(DOC)], [0.9], ScriptedModel(answer=again))
     answer = p.ask("How many cores does the widget need?")
-    assert answer.text == "It needs two processor cores [1]."
+    assert own(answer) == "It needs two processor cores [1]."
     assert any("2 repeated what was said before" in note for note in answer.trace.notes)
 
 
@@ -380,4 +391,60 @@ def test_the_agents_are_built_once_and_can_be_overridden(settings) -> None:
     p = pipeline(settings, [chunk(DOC)], [0.9], ScriptedModel(answer="not this"))
     with answer_agent.override(model=TestModel(custom_output_text="Two cores [1].")):
         answer = p.ask("How many processor cores does the widget need?")
-    assert answer.text == "Two cores [1]." and [s.n for s in answer.cited_sources] == [1]
+    assert own(answer) == "Two cores [1]." and [s.n for s in answer.cited_sources] == [1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Searching again in the documents' words
+
+
+SCORE = "The score is printed on A4 paper by default."
+STAFF = "Use set-global-staff-size to scale everything down."
+
+
+class WordRetriever(FakeRetriever):
+    """Ranks the chunks by the words they share with the query, as a lexical search would."""
+
+    def retrieve(self, question, k, mode="hybrid", scope=EVERYTHING):
+        self.asked.append(question)
+        return [replace(h, score=1.0) for h in self.lexical(question, k, scope)]
+
+
+class StaffGrader(FixedEvaluator):
+    """Grades a passage by whether it names the command that answers."""
+
+    def grade(self, question, texts, usage=None):
+        self.graded.append(question)
+        return Grading([Grade(0.9 if "staff-size" in t else 0.0, self.name) for t in texts])
+
+
+def searched_again(settings, query: str, backend: str = "ollama"):
+    model = ScriptedModel(answer="Use set-global-staff-size [1].", structured={"DocQuery": {"query": query}})
+    p = pipeline(settings, [], [], model, evaluator=StaffGrader([]), backend=backend)
+    p.retriever = WordRetriever([chunk(SCORE), chunk(STAFF, page=2, n=1)])
+    return p, model, p.ask("How do I make the score print smaller?", top_k=1, web=False)
+
+
+def test_an_ambiguous_question_is_searched_again_in_the_documents_words(settings) -> None:
+    p, model, answer = searched_again(settings, "set-global-staff-size staff size")
+    assert p.retriever.asked == ["How do I make the score print smaller?", "set-global-staff-size staff size"]
+    assert "The documents are in English." in model.prompts[0]
+    # Found through the model's words: quoted, never a Correct of their own.
+    assert answer.action is Action.AMBIGUOUS and [h.chunk.text for h in answer.trace.retrieved][:1] == [STAFF]
+    assert "searched again as “set-global-staff-size staff size”: its passages graded better and are used" in (
+        answer.trace.notes
+    )
+    assert answer.kind is AnswerKind.EVIDENCE and "“Use set-global-staff-size" in answer.text
+    assert answer.sources[0].pages == (2,)
+
+
+def test_passages_found_again_that_grade_no_better_are_not_used(settings) -> None:
+    p, _, answer = searched_again(settings, "score printed paper")
+    assert answer.action is Action.AMBIGUOUS and answer.trace.retrieved[0].chunk.text == SCORE
+    assert any("no passage graded better, the first ones are kept" in n for n in answer.trace.notes)
+
+
+def test_offline_no_one_waits_for_a_search_again(settings) -> None:
+    p, model, answer = searched_again(settings, "set-global-staff-size staff size", backend="embedded")
+    assert p.retriever.asked == ["How do I make the score print smaller?"]
+    assert not any("searched again" in n for n in answer.trace.notes)

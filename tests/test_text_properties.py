@@ -16,10 +16,10 @@ from crag.evidence import MAX_STRIPS, aside, evidence_answer, flatten, pieces, q
 from crag.followups import elliptical, rewrite_problem
 from crag.injection import injection_reason
 from crag.refine import decompose
-from crag.support import unsupported
+from crag.support import Grounder, unsupported
 from crag.terms import Vocabulary, check_terms, mentions, specific_terms
 from crag.text import content_words, lexical_tokens, phrase, quote, split_sentences
-from crag.types import Action, Source, Strip
+from crag.types import Action, Source, Strip, cited
 from tests.helpers import ISSUE_EN, ISSUE_ZH
 from ui.text import md_linked
 
@@ -134,3 +134,24 @@ def test_the_support_check_and_follow_up_rules_return(answer: str, given_texts: 
     assert isinstance(rewrite_problem(answer, QUESTION, [("user", t) for t in given_texts]), str)
     assert isinstance(elliptical(answer), bool)
     assert isinstance(md_linked(answer), str)
+
+
+@SETTINGS
+@given(any_text, st.lists(st.integers(min_value=1, max_value=50), max_size=20), questions)
+@example(ISSUE_ZH + "\n" + ISSUE_ZH, [3, 7], QUESTION)
+@example("```r\nx <- 1\n```\nIt is 2023 [1]. It is 2023 [1].", [1] * 40, QUESTION)
+def test_grounding_lets_the_same_text_through_however_the_stream_is_cut(
+    answer: str, cuts: list[int], question: str
+) -> None:
+    sources = [Source(1, "local", ISSUE_ZH, file="m.pdf"), Source(2, "local", ISSUE_EN, file="n.pdf")]
+    given = [question, ISSUE_ZH, ISSUE_EN]
+    whole = Grounder(sources, given, question)
+    expected = whole.feed(answer) + whole.close()
+    streamed, at = Grounder(sources, given, question), 0
+    out = []
+    for cut in cuts:
+        out.append(streamed.feed(answer[at : at + cut]))
+        at += cut
+    out += [streamed.feed(answer[at:]), streamed.close()]
+    assert "".join(out) == expected and streamed.counts == whole.counts
+    assert set(cited(expected)) <= {1, 2}

@@ -41,8 +41,13 @@ def text(content: str, kind: AnswerKind) -> None:
         st.markdown(evidence_markdown(content))
     elif kind is AnswerKind.NO_ANSWER:
         st.markdown(md_coded(content))
-    else:
-        st.markdown(model_markdown(content))
+    else:  # the model's text, then the quotes it rests on, set as quotes
+        from crag.evidence import split_quotes  # as evidence_markdown does: with the first answer, not the first page
+
+        written, quotes = split_quotes(content)
+        st.markdown(model_markdown(written))
+        if quotes:
+            st.markdown(evidence_markdown(quotes))
 
 
 def render(answer: Answer, question: str, files_dir: Path, key: int, previous: str = "") -> None:

@@ -267,8 +267,7 @@ def show(
             written = st.empty()
             with written.container():
                 st.write_stream(safe_stream(saving(stream, store, reply)))
-            if stream.answer is not None and stream.answer.kind is not AnswerKind.GENERATED:
-                # The model's answer was set aside (nothing of it backed by its sources): its quotes, set as quotes.
+            if stream.answer is not None:  # set as it is replayed: the quotes under it (or instead of it) as quotes
                 with written.container():
                     answer_ui.text(stream.answer.text, stream.answer.kind)
     except CragError as exc:

@@ -197,6 +197,7 @@ STAGES = {
     "retrieving": "Retrieving passages",
     "grading": "Grading the passages",
     "refining": "Refining the knowledge",
+    "rewriting the question": "Searching again in the documents' words",
     "searching the web": "Searching the web",
     "generating": "Generating the answer",
     "waiting for the models": "Waiting for the models to load",

@@ -40,21 +40,27 @@ import sys
 import tempfile
 import unicodedata
 from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from crag.bench.corpus import default_cache_dir, fetch_corpus
-from crag.bench.model import MODELS
+from crag.bench.model import MODELS, llama_server
 from crag.bench.model import fetch as fetch_model
 from crag.bench.retrieval import HOLDOUT, QUESTIONS, Question, load_questions
 from crag.config import Settings, load_settings
-from crag.evidence import flatten, quoted_lines
+from crag.evidence import flatten, quoted_lines, split_quotes
 from crag.ingest import sync
 from crag.pipeline import Pipeline, decide_action
 from crag.refine import injection_reason
 from crag.store import open_store
+from crag.support import claims
+from crag.terms import Vocabulary, mentions
 from crag.text import language, split_sentences
-from crag.types import Action, Answer, AnswerKind, cited
+from crag.types import Action, Answer, AnswerKind, Source, cited
+
+EMBEDDED_CONTEXT = Settings.model_fields["embedded_context"].default  # the server's window: the embedded model's
 
 
 def norm(text: str) -> str:
@@ -81,15 +87,32 @@ def citation_problems(answer: Answer) -> list[str]:
         problems.append(f"cites {sorted(missing)}, which are not sources")
     if any(s.n not in cited(answer.text) for s in answer.cited_sources):
         problems.append("shows a source as cited that the text does not cite")
-    if answer.kind is AnswerKind.EVIDENCE:
+    written, quotes = split_quotes(answer.text) if answer.kind is AnswerKind.GENERATED else ("", answer.text)
+    problems += _citations_without_terms(written, answer.sources)
+    if answer.kind is not AnswerKind.NO_ANSWER:
         # Pipes aside: a source joins its strips, and a table among them makes its other strips' pipes look like
         # table markup, which a quote of those strips alone keeps.
         by_n = {s.n: norm(flatten(s.text)).replace("|", "") for s in answer.sources}
-        for found in quoted_lines(answer.text):
+        for found in quoted_lines(quotes):
             quote, n = found["quote"], int(found["n"])
             for sentence in split_sentences(quote.replace("［", "[").replace("］", "]")):
                 if norm(sentence).replace("|", "") not in by_n.get(n, ""):
                     problems.append(f"quoted sentence not in source [{n}]: {sentence[:60]}")
+    return problems
+
+
+def _citations_without_terms(written: str, given: Sequence[Source]) -> list[str]:
+    """A written sentence's citations of a source that holds none of the names and numbers the sentence states."""
+    problems = []
+    sources = {s.n: f"{s.text}\n{s.file} {s.title} {s.url} {s.section}" for s in given}
+    for sentence in split_sentences(written):
+        terms, numbers = claims(sentence)
+        for n in cited(sentence) & set(sources):
+            where = Vocabulary([sources[n]])
+            if (terms or numbers) and not (
+                any(mentions(t, where) for t in terms) or any(x in sources[n] for x in numbers)
+            ):
+                problems.append(f"[{n}] holds none of what it is cited for: {sentence[:60]}")
     return problems
 
 
@@ -141,8 +164,10 @@ def run_questions(pipeline: Pipeline, questions: Sequence[Question], progress: b
     """One row per question; ``progress`` prints a line per question on stderr (a written run takes many minutes)."""
     rows = []
     for i, q in enumerate(questions, 1):
-        answer = pipeline.ask(q.question, web=False)
-        trace = answer.trace
+        with pipeline.stream(q.question, web=False) as stream:
+            for _ in stream:
+                pass
+        answer, trace = stream.answer, stream.answer.trace
         rows.append(
             {
                 "id": q.id,
@@ -168,6 +193,10 @@ def run_questions(pipeline: Pipeline, questions: Sequence[Question], progress: b
                 "total_s": trace.timings.get("total"),
                 "cites": sorted(cited(answer.text)),
                 "in_question_language": in_question_language(q.question, answer.text),
+                "grounding": asdict(stream.grounding),  # what holding the model's answer to its sources did
+                # The model's own sentences, without the quotes under them.
+                "key_fact_written": has_key_fact(stream.written, q.must_contain) if stream.written else None,
+                "notes": list(trace.notes),
                 "answer": answer.text,
             }
         )
@@ -215,6 +244,25 @@ def summarize(rows: Sequence[dict]) -> dict[str, Any]:
             "out_of_scope_flagged": _rate([r for r in written if not r["in_kb"]], lambda r: r["unsupported"]),
             "in_kb_uncited": _rate([r for r in written if r["in_kb"]], lambda r: not r["cites"]),
             "in_question_language": _rate(written, lambda r: r["in_question_language"]),
+            "in_kb_key_fact_own_sentences": _rate([r for r in written if r["in_kb"]], lambda r: r["key_fact_written"]),
+        }
+    if asked := [r for r in rows if r.get("grounding", {}).get("written")]:
+        # Answers the model wrote, before grounding: how many stayed written, and what grounding cut or cited.
+        g = [r["grounding"] for r in asked]
+        out["grounding"] = {
+            "n": len(asked),
+            "kept_written": _rate(asked, lambda r: r["answer_kind"] == "generated"),
+            "in_kb_kept_written": _rate([r for r in asked if r["in_kb"]], lambda r: r["answer_kind"] == "generated"),
+            "out_of_scope_kept_written": _rate(
+                [r for r in asked if not r["in_kb"]], lambda r: r["answer_kind"] == "generated"
+            ),
+            "sentences_stated": sum(x["stated"] for x in g),
+            "sentences_kept": sum(x["grounded"] for x in g),
+            "citations_attached": sum(x["attached"] for x in g),
+            "cut_invented": sum(1 for x in g if x["invented"]),
+            "cut_unbacked": sum(x["unbacked"] for x in g),
+            "cut_other_language": sum(x["other_language"] for x in g),
+            "cut_repeated": sum(x["repeated"] for x in g),
         }
     groups = {kind: [r for r in in_kb if r["kind"] == kind] for kind in ("en", "zh", "cross")}
     groups["same_language"] = groups["en"] + groups["zh"]
@@ -283,9 +331,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--db", type=Path, help="keep the index here between runs (default: a temporary folder)")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument("--calibrate", action="store_true", help="fit the thresholds on the dev split and print them")
-    parser.add_argument("--written", action="store_true", help="the embedded model writes the answers (opt-in mode)")
+    parser.add_argument("--written", action="store_true", help="the model writes the answers (else: evidence answers)")
     parser.add_argument(
         "--model", choices=sorted(MODELS), help="run this benchmark model in process (fetched first if need be)"
+    )
+    parser.add_argument(
+        "--server",
+        action="store_true",
+        help="run --model behind llama-cpp-python's OpenAI-compatible server on loopback (the openai backend)",
     )
     parser.add_argument(
         "--grader",
@@ -310,25 +363,29 @@ def select_questions(args: argparse.Namespace) -> tuple[list[Question], tuple[st
 def run_name(args: argparse.Namespace, settings: Settings) -> str:
     """Model, grader and answer kind, so that runs of one split do not overwrite each other."""
     model = args.model or (settings.embedded_gguf.stem if settings.embedded_gguf else "smollm2-135m")
-    return f"{model}-{args.grader}-{'written' if args.written else 'evidence'}"
+    served = "-server" if args.server else ""
+    return f"{model}{served}-{args.grader}-{'written' if args.written else 'evidence'}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     questions, splits = select_questions(args)
     gguf = fetch_model(args.model) if args.model else None
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as running:
         root = args.db or Path(tmp)
+        backend: dict[str, Any] = {"llm_backend": "embedded", **({"embedded_gguf": gguf} if gguf else {})}
+        if args.server and gguf:  # as a user with a model server runs it
+            server = running.enter_context(llama_server(gguf, args.model, Path(tmp), n_ctx=EMBEDDED_CONTEXT))
+            backend = {"llm_backend": "openai", "openai_base_url": server.url, "chat_model": args.model}
         settings = load_settings(
             files_dir=root / "Files",
             chroma_dir=root / "db",
             parser="pymupdf",
-            llm_backend="embedded",
             embed_backend="local",
             web_search=False,
-            answer_mode="generated" if args.written else "auto",
+            answer_mode="generated" if args.written else "evidence",
             evaluator=args.grader,
-            **({"embedded_gguf": gguf} if gguf else {}),
+            **backend,
         )
         build(settings, fetch_corpus(default_cache_dir(), splits))
         pipeline = Pipeline.from_settings(settings)

@@ -16,17 +16,24 @@ import argparse
 import hashlib
 import importlib.util
 import os
+import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from crag.bench.corpus import default_cache_dir
+import httpx
 
-__all__ = ["MODELS", "BenchModel", "fetch", "model_path"]
+from crag.bench.corpus import default_cache_dir
+from crag.config import cpu_threads
+
+__all__ = ["MODELS", "BenchModel", "LlamaServer", "fetch", "llama_server", "model_path"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,56 @@ MODELS = {
 DEFAULT_MODEL = "qwen2.5-0.5b"
 
 Installer = Callable[[list[str], Path], None]
+
+
+@dataclass
+class LlamaServer:
+    """llama-cpp-python's OpenAI-compatible server (``python -m llama_cpp.server``) on loopback."""
+
+    process: subprocess.Popen
+    url: str  # the OpenAI base URL
+    log: Path
+
+    def refused(self) -> list[str]:
+        """The requests it answered with a 4xx or 5xx status, from its access log."""
+        return [line for line in self.log.read_text().splitlines() if re.search(r'HTTP/1\.1" [45]\d\d ', line)]
+
+    def chat_requests(self) -> int:
+        return self.log.read_text().count('"POST /v1/chat/completions HTTP/1.1"')
+
+    def answers(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/models", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+
+@contextmanager
+def llama_server(
+    gguf: Path, alias: str, folder: Path, n_ctx: int = 2048, start_timeout: float = 120
+) -> Iterator[LlamaServer]:
+    """The GGUF served as model ``alias`` on a free loopback port, its log in ``folder``; stopped on exit."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = folder / f"llama-server-{port}.log"
+    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", alias]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", str(cpu_threads())]
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    server = LlamaServer(process, f"http://127.0.0.1:{port}/v1", log)
+    try:
+        deadline = time.monotonic() + start_timeout
+        while not server.answers():
+            if process.poll() is not None:
+                raise RuntimeError(f"the model server exited:\n{log.read_text()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the model server did not start in {start_timeout:g} s")
+            time.sleep(0.2)
+        yield server
+    finally:
+        process.kill()
+        process.wait(30)
 
 
 def models_dir(cache_dir: Path | None = None) -> Path:
