@@ -178,6 +178,9 @@ def test_an_answer_the_packaged_embedded_model_wrote_says_it_is_weak(
     assert not at.exception
     caption = texts(at.chat_message[1].caption)
     assert "written by embedded" in caption and ("a weak model that may invent facts" in caption) is weak
+    # The sidebar says the same: the packaged model is weak; a model of the user's own is held to its sources.
+    assert ("135M model writes the answers" in texts(at.sidebar.warning)) is weak
+    assert ("only the sentences its sources back" in texts(at.sidebar.markdown)) is not weak
     monkeypatch.setenv("CRAG_ANSWER_MODE", "evidence")
     at = ask(app())
     assert "weak model" not in texts(at.chat_message[-1].caption), "quotes: no model wrote them"

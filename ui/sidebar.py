@@ -11,7 +11,7 @@ import streamlit as st
 
 from crag.config import Settings
 from crag.errors import CragError
-from crag.models import rebuild_offer
+from crag.models import PACKAGED_LABEL, rebuild_offer
 from crag.types import AnswerKind
 from ui import builds, files, state
 from ui import settings as answer_settings
@@ -121,11 +121,16 @@ def model_status(settings: Settings, pipeline: crag.pipeline.Pipeline | None) ->
         st.caption(backend.reason)
         if pipeline.answer_kind(ss.get(answer_settings.ANSWER_MODE.key)) is AnswerKind.EVIDENCE:
             st.markdown(":blue[:material/format_quote:] Answers quote your documents: no model writes them.")
-        elif backend.name == "embedded":
+        elif backend.name == "embedded" and backend.model == PACKAGED_LABEL:
             st.warning(
                 "The built-in 135M model writes the answers: it is weak and may invent facts. "
                 "Check every answer against its sources, or choose quoted answers in Answer settings.",
                 icon=":material/warning:",
+            )
+        else:  # the user's own model, or a server's
+            st.markdown(
+                ":blue[:material/edit_note:] The model writes the answers: only the sentences its sources back, each "
+                "citing them, with the quotes they rest on under them."
             )
     else:
         st.markdown(":red[:material/error:] **No chat model**: see the message on the page.")
