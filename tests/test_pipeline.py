@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from dataclasses import replace
 
 import pytest
 from pydantic_ai.models.function import FunctionModel
 
 from crag.config import load_settings
-from crag.evaluator import Grade, Grading
+from crag.evaluator import Grade, Grading, Usage
 from crag.evidence import quoted_lines, split_quotes
+from crag.models.loops import own_event_loop
 from crag.pipeline import decide_action
 from crag.scope import EVERYTHING
 from crag.text import BadQuestion, quote
@@ -448,3 +451,41 @@ def test_offline_no_one_waits_for_a_search_again(settings) -> None:
     p, model, answer = searched_again(settings, "set-global-staff-size staff size", backend="embedded")
     assert p.retriever.asked == ["How do I make the score print smaller?"]
     assert not any("searched again" in n for n in answer.trace.notes)
+
+
+@pytest.mark.reliability
+def test_an_answer_on_its_own_loop_is_not_blocked_by_one_still_streaming_on_the_shared_loop(settings) -> None:
+    """Streamlit shares one event loop between a session's script runs: a run stopped by a new question may still
+    wait for its model's next token on it, from its own thread, while the next answer starts."""
+    shared = asyncio.new_event_loop()
+    waiting, release = threading.Event(), threading.Event()
+
+    async def slow(messages, info):
+        yield "It needs two processor cores. "
+        waiting.set()
+        await asyncio.to_thread(release.wait, 30)  # the old run, holding the shared loop running
+        yield "Done."
+
+    def old_run() -> None:
+        asyncio.set_event_loop(shared)
+        p = pipeline(settings, [chunk(DOC)], [0.9])
+        p.model = FunctionModel(stream_function=slow)
+        p.ask("How many cores does the widget need?")
+
+    old = threading.Thread(target=old_run)
+    old.start()
+    try:
+        assert waiting.wait(30)
+        asyncio.set_event_loop(shared)  # this thread is the next run of the same session
+        p = pipeline(settings, [chunk(DOC)], [0.9], ScriptedModel(answer="It needs two processor cores [1]."))
+        with pytest.raises(RuntimeError, match="already running"):
+            list(p.generate("How many cores?", [], Usage()))
+        with own_event_loop():
+            answer = p.ask("How many cores does the widget need?")
+        assert answer.complete and own(answer) == "It needs two processor cores [1]."
+        assert asyncio.get_event_loop() is shared, "the session's loop is put back"
+    finally:
+        release.set()
+        old.join(30)
+        asyncio.set_event_loop(None)
+        shared.close()

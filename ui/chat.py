@@ -21,6 +21,7 @@ from crag.config import Settings
 from crag.conversations import Conversations, Message, title_of
 from crag.errors import CragError
 from crag.markdown import safe_stream
+from crag.models.loops import own_event_loop
 from crag.scope import UnknownScope
 from crag.text import clean_question
 from crag.types import Answer, AnswerKind
@@ -135,6 +136,17 @@ class Turn:
         )
 
     def answer(
+        self,
+        settings: Settings,
+        loading: state.Loading,
+        options: dict[str, Any],
+        history: list[tuple[str, str]],
+        asked_before: str,
+    ) -> None:
+        with own_event_loop():  # the session's loop may be held by the answer a new question stopped
+            self._answer(settings, loading, options, history, asked_before)
+
+    def _answer(
         self,
         settings: Settings,
         loading: state.Loading,

