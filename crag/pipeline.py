@@ -204,11 +204,15 @@ class Pipeline:
         """The strips of the passages that came closest, when the action is Incorrect and the web gave nothing."""
         return refine_closest(question, local_strips(graded), self.scorer, CLOSEST_KEPT)
 
-    def doc_query(self, question: str, scope: Scope, usage: Usage, notes: list[str]) -> str:
+    def doc_query(self, question: str, graded: Sequence[ScoredChunk], usage: Usage, notes: list[str]) -> str:
         """The question in the words of the documents ("stems point upward" → "stem direction \\stemUp"), by the model;
-        "" when it fails or says the same."""
-        languages = sorted({lang for lang in self.retriever.file_languages(scope).values() if lang != "mixed"})
-        out = self._structured(doc_query_agent, prompts.doc_query_prompt(question, languages), usage, notes)
+        "" when it fails or says the same. The passages graded best give the language to write in (where the answer
+        is likeliest) and their headings some of the documents' words."""
+        best = sorted(graded, key=lambda g: -g.score)[:3]
+        prompt = prompts.doc_query_prompt(
+            question, language(best[0].chunk.text) if best else "en", [g.chunk.section for g in best]
+        )
+        out = self._structured(doc_query_agent, prompt, usage, notes)
         query = " ".join(out.query.split()) if out is not None else ""
         return query if content_words(query) and set(content_words(query)) != set(content_words(question)) else ""
 
@@ -396,7 +400,7 @@ class AnswerStream:
         documents' words and retrieval runs again. The passages found are graded against the question itself, and
         the ranking whose best passage grades higher is kept, as Ambiguous at best."""
         p, o = self.p, self.options
-        query = p.doc_query(question, o.scope, self.usage, self.notes)
+        query = p.doc_query(question, first.graded, self.usage, self.notes)
         if not query:
             return hits, first, action
         found = p.retrieve([query], o.top_k, o.retrieval_mode, self.question, o.scope)
@@ -440,8 +444,9 @@ class AnswerStream:
     def _generate(
         self, knowledge: Knowledge, kind: AnswerKind, chosen: Sequence[Strip], sources: Sequence[Source]
     ) -> Generator[str, None, tuple[AnswerKind, str]]:
-        """The answer's text: the quoted evidence, the chat model's, or a message that says why there is none.
-        Returns the kind of answer made and, when the model failed, why."""
+        """The answer's text: the quoted evidence; the chat model's, held to its sources as it streams, then the quotes
+        it rests on; or a message that says why there is none. Returns the kind of answer made and, when the model
+        failed, why."""
         quoted = evidence.evidence_answer(
             chosen, sources, language(self.question), knowledge.action, self.options.scope.paths
         )

@@ -32,7 +32,7 @@ WEB_QUERY = "Turn the question into a short web search query of at most six keyw
 DOC_QUERY = (
     "The user's documents did not answer the question as worded. Rewrite it as a search query in the words the "
     "documents would use: the commands, functions, options and technical terms of a manual on the subject, at most "
-    "twelve words, in the documents' language. Do not answer the question."
+    "twelve words. Do not answer the question."
 )
 
 GRADER = (
@@ -53,9 +53,10 @@ def answer_prompt(question: str, sources: Sequence[Source]) -> str:
     return "Sources:\n" + "\n\n".join(blocks) + f"\n\nQuestion: {question}\n\n{ask}"
 
 
-def doc_query_prompt(question: str, languages: Sequence[str]) -> str:
-    names = " and ".join(LANGUAGE_NAMES[code] for code in languages) or "English"
-    return f"The documents are in {names}.\n\nQuestion: {question}"
+def doc_query_prompt(question: str, language: str, headings: Sequence[str]) -> str:
+    sections = "; ".join(dict.fromkeys(h for h in headings if h))
+    near = f"Sections near the answer: {sections}\n" if sections else ""
+    return f"{near}Write the query in {LANGUAGE_NAMES[language]}.\n\nQuestion: {question}"
 
 
 def condense_prompt(question: str, history: Sequence[tuple[str, str]]) -> str:

@@ -2,6 +2,9 @@
 was given mentions. The near-miss check (``terms.check_terms``) turned around: there the question's terms are
 looked for in the passages, here the answer's terms are looked for in its sources and the question.
 
+``Grounder`` applies it to a written answer as it streams, sentence by sentence: what a source backs goes through,
+citing that source; what nothing given mentions, what no source backs, another language and repeats are cut.
+
 Only what a model cannot paraphrase counts. Everyday words, abbreviations ("i.e."), common acronyms ("PDF", "OK")
 and a code example's own variables and strings are not flagged; the commands, functions and options it uses are.
 """
@@ -68,7 +71,10 @@ class Given:
 
     def unsupported(self, answer: str) -> tuple[str, ...]:
         """The claims of ``answer`` (``claims``) that nothing given mentions."""
-        terms, numbers = claims(answer)
+        return self.missing(*claims(answer))
+
+    def missing(self, terms: Sequence[Term], numbers: Sequence[str]) -> tuple[str, ...]:
+        """Of these claims, those that nothing given mentions."""
         found: dict[str, None] = {}
         for term in terms:
             said = term.text.lower()  # "dPS_A" (of "-dPS_A=1") says nothing that "PS_A" did not
@@ -212,7 +218,7 @@ class Grounder:
         if not unit.startswith(_FENCE) and not _LETTER.search(said):
             return None  # a stray number or mark ("1", "4"): states nothing, reads as noise
         terms, numbers = claims(unit)
-        if invented := self.given.unsupported(unit):
+        if invented := self.given.missing(terms, numbers):
             self.counts.stated += 1
             self.counts.invented += [t for t in invented if t not in self.counts.invented]
             return None

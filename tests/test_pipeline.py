@@ -431,7 +431,7 @@ def searched_again(settings, query: str, backend: str = "ollama"):
 def test_an_ambiguous_question_is_searched_again_in_the_documents_words(settings) -> None:
     p, model, answer = searched_again(settings, "set-global-staff-size staff size")
     assert p.retriever.asked == ["How do I make the score print smaller?", "set-global-staff-size staff size"]
-    assert "The documents are in English." in model.prompts[0]
+    assert "Write the query in English." in model.prompts[0]
     # Found through the model's words: quoted, never a Correct of their own.
     assert answer.action is Action.AMBIGUOUS and [h.chunk.text for h in answer.trace.retrieved][:1] == [STAFF]
     assert "searched again as “set-global-staff-size staff size”: its passages graded better and are used" in (

@@ -105,7 +105,7 @@ def _citations_without_terms(written: str, given: Sequence[Source]) -> list[str]
     """A written sentence's citations of a source that holds none of the names and numbers the sentence states."""
     problems = []
     sources = {s.n: f"{s.text}\n{s.file} {s.title} {s.url} {s.section}" for s in given}
-    for sentence in split_sentences(written):
+    for sentence in (s for line in written.splitlines() for s in split_sentences(line)):
         terms, numbers = claims(sentence)
         for n in cited(sentence) & set(sources):
             where = Vocabulary([sources[n]])
@@ -191,6 +191,7 @@ def run_questions(pipeline: Pipeline, questions: Sequence[Question], progress: b
                 "unsupported": list(trace.unsupported),
                 "first_token_s": trace.timings.get("first_token"),
                 "total_s": trace.timings.get("total"),
+                "rewrite_s": trace.timings.get("rewrite"),  # searching again in the documents' words
                 "cites": sorted(cited(answer.text)),
                 "in_question_language": in_question_language(q.question, answer.text),
                 "grounding": asdict(stream.grounding),  # what holding the model's answer to its sources did
