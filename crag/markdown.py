@@ -47,10 +47,13 @@ def model_markdown(markdown: str, html: bool = False) -> str:
 
 def safe_stream(deltas: Iterable[str], html: bool = False) -> Iterator[str]:
     """``model_markdown`` for a stream. A ``!``, ``]`` (or ``<`` with ``html``) at the end of what came waits for
-    what follows it."""
+    what follows it. An empty delta passes as "": the stream is alive, and its reader may stop it there."""
     held = ("!", "]", "<") if html else ("!", "]")
     text, shown = "", ""
     for delta in deltas:
+        if not delta:
+            yield ""
+            continue
         text += delta
         ready = model_markdown(text[:-1] if text.endswith(held) else text, html)
         if len(ready) > len(shown):

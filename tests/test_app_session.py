@@ -90,6 +90,13 @@ def test_models_that_fail_to_load_say_why_and_the_waiting_question_is_kept(
     assert [m.name for m in at.chat_message] == ["user", "assistant"], "the question and why it failed are kept"
 
 
+# A written answer shows sentence by sentence: three, to stop it after the first.
+THREE_SENTENCES = (
+    "The widget needs two processor cores [1]. It needs eight hundred megabytes of memory [1]. "
+    "Install the dependencies before you run the widget [2]."
+)
+
+
 # ---------------------------------------------------------------------------------------------
 # Stop
 
@@ -99,13 +106,13 @@ def test_stop_ends_a_written_answer_at_once_and_says_it_was_stopped(
 ) -> None:
     import ui.chat
 
-    use_pipeline(monkeypatch, [0.9], answer="The widget needs two processor cores and a fan to keep it cool [1].")
+    use_pipeline(monkeypatch, [0.9], answer=THREE_SENTENCES)
     streamed, clicks = ui.chat.saving, []
 
     def clicked_stop(stream, store, reply):
-        for n, delta in enumerate(streamed(stream, store, reply)):
+        for delta in streamed(stream, store, reply):
             yield delta
-            if n == 2 and not clicks:  # a few words into the first answer, the user clicks its Stop button
+            if delta and not clicks:  # a sentence into the first answer, the user clicks its Stop button
                 clicks.append(reply)
                 click_while_running(f"stop-{reply}")
 
@@ -115,7 +122,7 @@ def test_stop_ends_a_written_answer_at_once_and_says_it_was_stopped(
     # The click's own run shows the answer as far as it went, and says it was stopped: no second click needed.
     assert [m.name for m in at.chat_message] == ["user", "assistant"]
     answer = at.chat_message[1]
-    assert answer.markdown[0].value.startswith("The widget needs") and "keep it cool" not in answer.markdown[0].value
+    assert answer.markdown[0].value.startswith("The widget needs") and "dependencies" not in answer.markdown[0].value
     assert "You stopped this answer" in texts(answer.info)
     assert not answer.get("status"), "no answer is being made any more"
     [message] = [m for m in saved(files) if m.role == "assistant"]
@@ -133,16 +140,17 @@ def test_a_stop_the_next_run_takes_before_the_stopped_run_ends_is_kept(
     import ui.chat
     from ui.chat import mark_stopped
 
-    use_pipeline(monkeypatch, [0.9], answer="The widget needs two processor cores and a fan to keep it cool [1].")
+    use_pipeline(monkeypatch, [0.9], answer=THREE_SENTENCES)
     streamed, store = ui.chat.saving, Conversations(files.parent / "chroma_db" / "conversations.sqlite3")
 
     def stopped_meanwhile(stream, conversations, reply):
-        for n, delta in enumerate(streamed(stream, conversations, reply)):
+        said = (d for d in streamed(stream, conversations, reply) if d)  # sentences, not the beats between them
+        for n, delta in enumerate(said):
             yield delta
-            if n == 2 and not store.messages(store.list()[0].id)[1].error:
+            if n == 0 and not store.messages(store.list()[0].id)[1].error:
                 ui.chat.SAVE_EVERY = 0.0  # the stopped run saves its text once more, as it would a second later
                 mark_stopped(store, store.list()[0].id, reply, "How many cores does the widget need?")
-            elif n == 3:
+            elif n == 1:
                 click_while_running(None)  # the stopped run ends at its next call into Streamlit
 
     monkeypatch.setattr(ui.chat, "saving", stopped_meanwhile)

@@ -190,21 +190,23 @@ def test_upload_rebuild_ask_and_inspect_in_a_real_browser(streamlit_url: str, tm
         page.keyboard.press("ArrowDown")  # opens the list
         page.get_by_role("option").filter(has_text="a model writes the answer").click()
         expect(combo).to_have_value(re.compile("^a model writes the answer"), timeout=30_000)
-        chat.fill("Explain in detail, step by step, everything the widget manual says about processor cores.")
+        # (A model writes only from passages graded relevant: the question is one the manual answers. What the 135M
+        # model writes may all be cut by grounding: then the sources are quoted instead.)
+        chat.fill("How many processor cores does the widget need?")
         chat.press("Enter")
         expect(messages).to_have_count(2, timeout=60_000)
-        expect(messages.nth(1)).to_contain_text("a weak model that may invent facts", timeout=300_000)
+        weak_or_quoted = re.compile("a weak model that may invent facts|no model wrote this")
+        expect(messages.nth(1)).to_contain_text(weak_or_quoted, timeout=300_000)
         expect(chat).to_be_enabled(timeout=15_000)
         page.screenshot(path=str(OUTPUT / "browser-written.png"), full_page=True)
 
         # Stop: a written answer stopped as it streams says so at once, and the chat box takes the next question.
-        chat.fill("Describe the widget manual in as much detail as you can, chapter by chapter.")
+        chat.fill("How much memory does the widget need?")
         chat.press("Enter")
         expect(messages).to_have_count(4, timeout=60_000)
         stopping = messages.nth(3)
         expect(stopping).to_contain_text("Generating the answer", timeout=300_000)
-        page.wait_for_timeout(1500)  # a few words in: said or not, the answer says it was stopped
-        stopping.get_by_role("button", name="Stop").click()
+        stopping.get_by_role("button", name="Stop").click()  # as it writes: said or not, the answer says it was stopped
         expect(stopping).to_contain_text("You stopped this answer", timeout=30_000)
         expect(chat).to_be_enabled()
         page.screenshot(path=str(OUTPUT / "browser-stopped.png"), full_page=True)

@@ -16,6 +16,7 @@ from crag.evidence import (
     pieces,
     quoted_lines,
     select,
+    split_quotes,
 )
 from crag.text import language, split_sentences, width
 from crag.types import Action, AnswerKind, Chunk, Source, Strip, cited
@@ -134,7 +135,7 @@ def test_the_small_model_writes_only_when_asked_to(settings) -> None:
     model = ScriptedModel(answer="It needs two cores [1].")
     p = pipeline(settings, [chunk(DOC)], [0.9], model, backend="embedded")
     answer = p.ask("How many processor cores does the widget need?", answer_mode="generated")
-    assert answer.kind is AnswerKind.GENERATED and answer.text == "It needs two cores [1]."
+    assert answer.kind is AnswerKind.GENERATED and split_quotes(answer.text)[0] == "It needs two cores [1]."
     assert len(model.prompts) == 1
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import signal
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from importlib import resources
 from pathlib import Path
 
@@ -34,11 +35,15 @@ QUESTION = "How much memory does the widget need?"
 GRADED = "llm (json_object)"  # llama-cpp-python's server takes json_object with the schema, not json_schema
 
 
+def smollm2_server(folder: Path) -> AbstractContextManager[LlamaServer]:
+    """The packaged SmolLM2 GGUF behind llama-cpp-python's server, as the benchmark serves its models."""
+    package, name = PACKAGED_GGUF
+    return llama_server(Path(str(resources.files(package).joinpath(name))), MODEL, folder)
+
+
 @pytest.fixture(scope="session")
 def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
-    package, name = PACKAGED_GGUF
-    gguf = Path(str(resources.files(package).joinpath(name)))
-    with llama_server(gguf, MODEL, tmp_path_factory.mktemp("llama")) as server:
+    with smollm2_server(tmp_path_factory.mktemp("llama")) as server:
         yield server
 
 
@@ -105,7 +110,7 @@ def test_a_follow_up_is_condensed_by_the_model(llama: LlamaServer, index: Path, 
 @pytest.mark.integration
 def test_a_model_server_that_dies_mid_answer(index: Path, tmp_path: Path, real_models) -> None:
     """Killed while it streams: the text so far is kept, and the answer says it is incomplete and what to do."""
-    with llama_server(tmp_path) as server:
+    with smollm2_server(tmp_path) as server:
         settings = settings_for(server, index, evaluator="similarity", max_answer_tokens=200)
         deltas = []
         with Pipeline.from_settings(settings).stream(QUESTION) as stream:

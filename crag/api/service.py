@@ -151,7 +151,8 @@ class Answering:
                 for delta in safe_stream(stream, html=True):
                     if self._stop.is_set():
                         return
-                    put(("token", delta))
+                    if delta:  # "" only says the answer goes on (a sentence is being held)
+                        put(("token", delta))
             assert stream.answer is not None  # a stream iterated to its end has its answer
             put(("end", outgoing(for_client(stream.answer))))
         except ClientGone:
