@@ -193,7 +193,8 @@ def run_questions(pipeline: Pipeline, questions: Sequence[Question], progress: b
                 "total_s": trace.timings.get("total"),
                 "rewrite_s": trace.timings.get("rewrite"),  # searching again in the documents' words
                 "cites": sorted(cited(answer.text)),
-                "in_question_language": in_question_language(q.question, answer.text),
+                # A written answer's own sentences: the quotes under it are in their documents' language.
+                "in_question_language": in_question_language(q.question, stream.written or answer.text),
                 "grounding": asdict(stream.grounding),  # what holding the model's answer to its sources did
                 # The model's own sentences, without the quotes under them.
                 "key_fact_written": has_key_fact(stream.written, q.must_contain) if stream.written else None,
