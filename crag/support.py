@@ -119,6 +119,7 @@ MAX_UNIT = 300  # characters of a sentence held before it is judged as it is: a 
 _UNIT_END = re.compile(r"(?<=[^\d\s][.!?;])[ \t]+|(?<=[。！？；])[ \t]*|\n")
 _LETTER = re.compile(r"[^\W\d_]")
 _FENCE = "```"
+_PROSE_FENCE = re.compile(r"```(?:text|plaintext|plain|markdown|md)[ \t]*\n")  # a fence whose language is prose
 _STOPS = ".!?。！？；:："
 
 
@@ -218,6 +219,9 @@ class Grounder:
         self._said.add(key)
         if not unit.startswith(_FENCE) and not _LETTER.search(said):
             return None  # a stray number or mark ("1", "4"): states nothing, reads as noise
+        if _PROSE_FENCE.match(unit):  # prose in a fence ("```text"): judged as prose, shown without the fence
+            unit = _PROSE_FENCE.sub("", unit).removesuffix(_FENCE).strip()
+            said = _CITATION.sub("", unit)
         terms, numbers = claims(unit)
         if invented := self.given.missing(terms, numbers):
             self.counts.stated += 1

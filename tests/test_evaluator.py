@@ -276,6 +276,9 @@ def grounded(answer: str, question: str, pieces: int = 1) -> tuple[str, Groundin
             "How do I save a data frame?",
             "```r\nwrite.csv(df, 'out.csv')\n```\nwrite.csv() saves it [1].",
         ),
+        # Prose in a fence is prose: judged and cited as such, shown without the fence; cut when nothing backs it.
+        ("```text\nIt is 4095 bytes.\n```", "What is the console line limit?", "It is 4095 bytes [1]."),
+        ("```plaintext\nThe capital of Australia is Melbourne.\n```", "What is the capital of Australia?", ""),
         # A sentence in the other language than the question's is cut.
         (
             "使用 tabular 环境[2]。You insert a table with the tabular environment in LaTeX documents.",
