@@ -67,7 +67,7 @@ class Given:
 
     def __init__(self, texts: Sequence[str]) -> None:
         self.vocabulary = Vocabulary(texts)
-        self.plain = " ".join(texts)
+        self.plain = _THOUSANDS.sub("", " ".join(texts))  # numbers as ``_numbers`` reads them: "1,000" is 1000
 
     def unsupported(self, answer: str) -> tuple[str, ...]:
         """The claims of ``answer`` (``claims``) that nothing given mentions."""
@@ -165,7 +165,7 @@ class Grounder:
         self.sources = {}
         for s in sources:
             text = f"{s.text}\n{s.file} {s.title} {s.url} {s.section}"  # where it comes from backs a claim too
-            self.sources[s.n] = (text, Vocabulary([text]), set(content_words(text)))
+            self.sources[s.n] = (_THOUSANDS.sub("", text), Vocabulary([text]), set(content_words(text)))
         self.language = language(asked)
         self.counts = Grounding(written=True)
         self._pending = ""  # text not yet whole: the end of a sentence, or an open code block
@@ -250,9 +250,9 @@ class Grounder:
         """The sources that back a sentence, each with the share of its claims (or, without any, of its words) it
         holds: at least ``BACKED``."""
         backing = {}
-        for n, (text, vocabulary, source_words) in self.sources.items():
+        for n, (plain, vocabulary, source_words) in self.sources.items():
             if terms or numbers:
-                held = sum(mentions(t, vocabulary) for t in terms) + sum(_holds_number(text, x) for x in numbers)
+                held = sum(mentions(t, vocabulary) for t in terms) + sum(_holds_number(plain, x) for x in numbers)
                 share = held / (len(terms) + len(numbers))
             else:
                 share = sum(w in source_words for w in words) / len(words) if words else 0.0
@@ -267,8 +267,9 @@ class _Kept:
     stated: bool
 
 
-def _holds_number(text: str, number: str) -> bool:
-    return re.search(rf"(?<![0-9]){re.escape(number)}(?![0-9])", _THOUSANDS.sub("", text)) is not None
+def _holds_number(plain: str, number: str) -> bool:
+    """Whether ``plain`` (thousands separators dropped once, by its owner) holds the number whole."""
+    return re.search(rf"(?<![0-9]){re.escape(number)}(?![0-9])", plain) is not None
 
 
 def _whole(text: str) -> int:

@@ -114,7 +114,8 @@ def ask(
         st.text(question)
     with st.chat_message("assistant"):
         reply = store.add(chat, "assistant", "", complete=False)
-        Turn(store, chat, reply, question).answer(settings, loading, options, history, asked_before)
+        with own_event_loop():  # the session's loop may be held by the answer a new question stopped
+            Turn(store, chat, reply, question).answer(settings, loading, options, history, asked_before)
 
 
 class Turn:
@@ -136,17 +137,6 @@ class Turn:
         )
 
     def answer(
-        self,
-        settings: Settings,
-        loading: state.Loading,
-        options: dict[str, Any],
-        history: list[tuple[str, str]],
-        asked_before: str,
-    ) -> None:
-        with own_event_loop():  # the session's loop may be held by the answer a new question stopped
-            self._answer(settings, loading, options, history, asked_before)
-
-    def _answer(
         self,
         settings: Settings,
         loading: state.Loading,
