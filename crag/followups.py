@@ -95,6 +95,36 @@ def _leans_on(question: str) -> bool:
     return elliptical(question) or not _own_words(question)
 
 
+# Words that point back to what was said before: "Does it run on Windows?", "How do I undo that?", "它支持吗？".
+# "it" that stands for nothing ("Is it possible to…", "How long does it take to…") and "that" after a noun ("a
+# command that lists…") point at nothing said before.
+_POINTS_BACK = re.compile(
+    r"\b(?:they|them|their|theirs|themselves|itself|its)\b"
+    r"|\bit\b(?!\s+(?:is\s+)?(?:possible|necessary|safe|ok|okay|true|important|better|worth|recommended|takes?)"
+    r"\s+(?:to|that|if|for|\d))"
+    r"|(?:^|\b(?:do|does|did|doing|done|is|are|was|were|about|of|for|with|mean|means|in|on|from|to|use|undo|fix)\s+)"
+    r"(?:this|that|these|those)\b"
+    r"|它|这个|那个|这些|那些|这种|那种|这样|那样",
+    re.IGNORECASE,
+)
+# A fragment ("Windows?", "On a Mac?", "怎么卸载？") has no subject of its own: it is asked of the topic before. A
+# short question that opens as questions do ("What is gnuplot?") asks about what it names.
+FRAGMENT_WORDS = 3
+FRAGMENT_HAN = 4
+_ASKS = re.compile(r"^\W*(?:what|how|why|when|where|who|which|is|are|do|does|can|could|should)\b", re.IGNORECASE)
+
+
+def stands_alone(question: str) -> bool:
+    """Whether a question can be understood without the conversation before it: it names its own subject, and
+    neither points back ("Does it…", "那个…") nor goes on from the question before (``elliptical``). Only a question
+    that cannot stand alone is read with the one before: two unrelated questions in a row are two questions."""
+    if _leans_on(question) or _POINTS_BACK.search(question):
+        return False
+    words = TOKEN.findall(question)
+    han = sum(len(w) for w in words if has_han(w))
+    return han > FRAGMENT_HAN if han else len(words) > FRAGMENT_WORDS or _ASKS.search(question) is not None
+
+
 def _own_words(question: str) -> list[str]:
     return [word for word in content_words(question) if word not in MORE_OF_THE_SAME]
 

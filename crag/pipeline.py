@@ -1,6 +1,6 @@
 """The CRAG run (arXiv:2401.15884, Algorithm 1), one named step per stage of the paper:
 
-    condense      a follow-up becomes a standalone question (only with history)
+    condense      a follow-up becomes a standalone question (only one that cannot stand alone)
     retrieve      top-k chunks
     evaluate      the retrieval evaluator scores each (question, chunk) in [-1, 1]; near misses are capped
     decide_action Correct / Ambiguous / Incorrect, as the official code's ``process_flag``
@@ -30,7 +30,15 @@ from pydantic_ai.usage import RequestUsage
 from crag import evidence, prompts
 from crag.config import Settings
 from crag.evaluator import Evaluator, LLMEvaluator, SimilarityEvaluator, Usage, cap_near_miss, decisive
-from crag.followups import READ_ON, History, conversation_query, elliptical, reading, rewrite_problem
+from crag.followups import (
+    READ_ON,
+    History,
+    conversation_query,
+    elliptical,
+    reading,
+    rewrite_problem,
+    stands_alone,
+)
 from crag.messages import language_hint, model_failure_message, near_miss_note, no_answer, what_is_missing
 from crag.models import COUNTED, BackendInfo, build_chat_model, resolve_backend, run_structured
 from crag.refine import keep_closest, local_strips, number_sources, refine, refine_closest, web_strips
@@ -145,7 +153,7 @@ class Pipeline:
     # ---- the steps of Algorithm 1
 
     def condense(self, question: str, history: History, usage: Usage) -> Condensed:
-        if not history:
+        if not history or stands_alone(question):  # two unrelated questions in a row are two questions
             return Condensed(question, (question,))
         with_history = conversation_query(question, history)
         if self.backend.name == "embedded":

@@ -10,7 +10,7 @@ import pytest
 
 from crag.config import load_settings
 from crag.evaluator import Evaluator, Grade, Grading, Usage
-from crag.followups import conversation_query
+from crag.followups import conversation_query, stands_alone
 from crag.types import Action, ScoredChunk
 from tests.fakes import ScriptedModel, chunk, pipeline
 from tests.test_pipeline import DOC
@@ -93,12 +93,13 @@ class KeyedEvaluator(Evaluator):
     ("question", "action", "follow_up"),
     [
         ("How much memory does it need?", Action.CORRECT, True),
-        ("What is the capital of Australia?", Action.INCORRECT, False),
+        ("And what is the capital of Australia?", Action.INCORRECT, False),
     ],
 )
 def test_a_new_question_is_not_answered_with_the_words_of_the_one_before(settings, question, action, follow_up) -> None:
     """Read with the previous question's words, the widget manual matches any question; only a follow-up whose
-    own words the passage names ("memory") is answered from it. A new topic gets "not in your documents"."""
+    own words the passage names ("memory") is answered from it. A new topic, though it opens as a follow-up does,
+    gets "not in your documents"."""
     p = pipeline(settings, [chunk(DOC)], [], evaluator=KeyedEvaluator("processor"), backend="embedded")
     history = [("user", "How many processor cores does the widget need?"), ("assistant", "“…two…” [1]")]
     answer = p.ask(question, history=history, web=False)
@@ -247,14 +248,14 @@ class PassageEvaluator(Evaluator):
 
 
 def test_a_name_found_only_with_the_words_of_the_question_before_does_not_vouch_for_a_passage(settings) -> None:
-    """After "How do I run R in batch mode?", "R 里怎么删除工作空间里的所有对象？" is not Correct on a tlmgr page
+    """After "How do I run R in batch mode?", "那 R 里怎么删除所有的对象？" is not Correct on a tlmgr page
     about deleting backups, which never says R, though the words of the question before find passages on R. The
     question's own names must be in what its own words find."""
     on_r = chunk("Use rm(list = ls()) in R to remove every object.", file="r.pdf", n=0)
     backups = chunk("删除备份目录中的所有旧备份。", file="tlmgr.pdf", n=1)
     evaluator = PassageEvaluator({"rm(": -0.9, "备份": 0.9})
     p = pipeline(settings, [on_r, backups], [0.0, 0.0], evaluator=evaluator, backend="embedded")
-    question = "R 里怎么删除所有的对象？"
+    question = "那 R 里怎么删除所有的对象？"
     p.retriever.retrieve = lambda q, k, mode="hybrid", scope=None: (
         [ScoredChunk(backups, 1.0)]
         if q == question
@@ -266,3 +267,43 @@ def test_a_name_found_only_with_the_words_of_the_question_before_does_not_vouch_
     answer = p.ask(question, history=[("user", "How do I run R in batch mode?"), ("assistant", "“R CMD BATCH” [1]")])
     assert answer.action is not Action.CORRECT and answer.trace.terms.missing == ("R",)
     assert {h.chunk.file: h.from_history for h in answer.trace.retrieved} == {"r.pdf": True, "tlmgr.pdf": False}
+
+
+@pytest.mark.parametrize("backend", ["embedded", "ollama"])
+def test_a_question_that_stands_alone_is_searched_and_answered_as_asked(settings, backend) -> None:
+    """Two unrelated questions in a row are two questions: the second is searched with its own words only, never
+    fused with the one before, and no model is asked to rewrite it."""
+    p = pipeline(settings, [chunk(DOC)], [], evaluator=KeyedEvaluator("processor"), backend=backend)
+    searched: list[str] = []
+    retrieve = p.retriever.retrieve
+    p.retriever.retrieve = lambda q, *args, **kwargs: searched.append(q) or retrieve(q, *args, **kwargs)
+    history = [("user", "How many processor cores does the widget need?"), ("assistant", "“…two…” [1]")]
+    answer = p.ask("What is the capital of Australia?", history=history, web=False)
+    assert searched == ["What is the capital of Australia?"]
+    assert answer.trace.standalone_question == "What is the capital of Australia?"
+    assert answer.trace.llm_calls_before_answer == 0 and not any("follow-up" in n for n in answer.trace.notes)
+
+
+@pytest.mark.parametrize(
+    ("question", "alone"),
+    [
+        ("What is the capital of Australia?", True),
+        ("Is it possible to install R without root?", True),  # "it" that stands for nothing
+        ("Is there a command that lists packages?", True),  # "that" after a noun
+        ("What is gnuplot?", True),
+        ("小部件需要几个处理器核心？", True),
+        ("How much memory does it need?", False),
+        ("Is it safe?", False),
+        ("How do I undo that?", False),
+        ("What does this option do?", False),
+        ("Windows?", False),
+        ("On a Mac?", False),
+        ("And on Windows?", False),
+        ("Tell me more", False),
+        ("它支持 Windows 吗？", False),
+        ("那内存呢？", False),
+        ("怎么卸载？", False),
+    ],
+)
+def test_a_question_stands_alone_unless_it_points_back_goes_on_or_is_a_fragment(question, alone) -> None:
+    assert stands_alone(question) is alone
