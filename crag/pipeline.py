@@ -27,7 +27,7 @@ from pydantic_ai import Agent
 from pydantic_ai.models import Model
 from pydantic_ai.usage import RequestUsage
 
-from crag import evidence, prompts
+from crag import evidence, overview, prompts
 from crag.config import Settings
 from crag.evaluator import Evaluator, LLMEvaluator, SimilarityEvaluator, Usage, cap_near_miss, decisive
 from crag.followups import (
@@ -41,6 +41,7 @@ from crag.followups import (
 )
 from crag.messages import language_hint, model_failure_message, near_miss_note, no_answer, what_is_missing
 from crag.models import COUNTED, BackendInfo, build_chat_model, resolve_backend, run_structured
+from crag.overview import Overview, asks_about_documents, documents_asked, without_names
 from crag.refine import keep_closest, local_strips, number_sources, refine, refine_closest, web_strips
 from crag.retriever import Retriever, open_retriever
 from crag.scope import EVERYTHING, Scope
@@ -49,7 +50,7 @@ from crag.store import Mode, fuse, index_text
 from crag.support import Grounder, Grounding, unsupported
 from crag.terms import check_terms
 from crag.text import clean_question, content_words, language, warm_up
-from crag.types import Action, Answer, AnswerKind, ScoredChunk, Source, Strip, Trace, WebResult, cited
+from crag.types import Action, Answer, AnswerKind, ScoredChunk, Source, Strip, TermCheck, Trace, WebResult, cited
 from crag.websearch import OFF_REASON, Searcher, WebSearchUnavailable, build_searcher, fetch_pages
 
 OnStep = Callable[[str], None]
@@ -169,10 +170,23 @@ class Pipeline:
             )
         return Condensed(question, (question, with_history), with_history, tuple(notes))
 
+    def documents(self, question: str, scope: Scope) -> list[Overview]:
+        """What each document a question about whole documents asks of is ("What is this document about?",
+        "总结一下 R-intro.pdf"); [] for any other question."""
+        languages = self.retriever.file_languages(scope)
+        if not languages or not asks_about_documents(question, languages):
+            return []
+        return self.retriever.overviews(documents_asked(question, languages))
+
+    def _own_terms(self, asked: str, scope: Scope) -> str:
+        """The question without the files it names: "R-intro.pdf" is no term a passage must mention."""
+        return without_names(asked, self.retriever.file_languages(scope))
+
     def retrieve(
         self, queries: Sequence[str], k: int, mode: Mode, asked: str, scope: Scope = EVERYTHING
     ) -> list[ScoredChunk]:
         rankings = [self.retriever.retrieve(q, k, mode, scope=scope) for q in dict.fromkeys(queries)]
+        asked = self._own_terms(asked, scope)
         if len(rankings) == 1:
             return self.retriever.anchor(asked, rankings[0], scope=scope)
         own = {h.chunk.id for h in rankings[0]}
@@ -198,6 +212,7 @@ class Pipeline:
         found = [(t, h.from_history) for t, h in zip(texts, hits, strict=True) if not h.anchor]
         first = [t for t, from_history in found if not from_history] or [t for t, _ in found]
         stats = self.retriever.term_stats(scope)
+        asked = self._own_terms(asked, scope)
         terms = check_terms(asked, first, stats)
         terms = replace(terms, decisive=decisive(asked, terms, first, stats))
         grades = cap_near_miss(grading.grades, terms, upper)
@@ -278,6 +293,7 @@ class AnswerStream:
         self.notes: list[str] = []
         self.grounding = Grounding()  # what holding a written answer to its sources cut and cited
         self.written = ""  # the model's own text, as kept: a written answer without the quotes under it
+        self._condense_calls = 0  # model calls made to condense a follow-up: they come before the answer's
         self._start = 0.0
         self._running: weakref.ref[Generator[str, None, None]] | None = None  # weak: dropping it closes it
 
@@ -319,13 +335,52 @@ class AnswerStream:
         return steps
 
     def _steps(self) -> Generator[str, None, None]:
-        """Algorithm 1: each step is a method of its own; this only puts them in order and reports the stages."""
-        p, o = self.p, self.options
+        """Algorithm 1: each step is a method of its own; this only puts them in order and reports the stages. A
+        question about whole documents is answered from the documents themselves instead (``crag.overview``)."""
         self._start = time.perf_counter()
+        documents = self.p.documents(self.question, self.options.scope)
+        knowledge = self._about(documents) if documents else self._search()
+        kind, chosen, sources = self._number_sources(knowledge)
+        before_answer = self.usage.requests - self._condense_calls
+        with self._stage("generating", "generate"):
+            if documents and (kind is not AnswerKind.GENERATED or len(documents) > 1):
+                # Quoted: what each document says it is, with its outline. A model summarises one document only.
+                kind, error = AnswerKind.EVIDENCE, ""
+                yield self._emit(overview.render(documents, sources, language(self.question)))
+            else:
+                kind, error = yield from self._generate(knowledge, kind, chosen, sources)
+            if kind is AnswerKind.GENERATED and not error and not self.grounding.grounded:
+                # Nothing the model wrote is backed by its sources: their own words answer instead.
+                self.notes.append("the model's answer said nothing its sources back: the sources are quoted instead")
+                kind, chosen, sources = self._number_sources(knowledge, AnswerKind.EVIDENCE)
+                kind, error = yield from self._generate(knowledge, kind, chosen, sources)
+            outline = overview.outline_text(documents[0], language(self.question)) if documents else ""
+            if outline and kind is AnswerKind.GENERATED and not error:
+                yield self._emit("\n\n" + outline)
+        self.timings.setdefault("first_token", round(time.perf_counter() - self._start, 3))
+        self.timings["total"] = round(time.perf_counter() - self._start, 3)
+        if kind is AnswerKind.GENERATED:
+            before_answer += 1  # the answer's own call
+        self.answer = self._answer(knowledge, sources, kind, error, before_answer)
+
+    def _about(self, documents: Sequence[Overview]) -> Knowledge:
+        """A question about whole documents: their opening sentences are the knowledge, quoted as they are."""
+        self.notes.append(
+            "a question about the whole document: answered from what its opening pages say it is and its outline, "
+            "not from the passages a search for the question's words finds"
+        )
+        strips = tuple(s for d in documents for s in d.said)
+        graded = tuple(ScoredChunk(c, 1.0, "document") for d in documents for c in d.opening)
+        evaluation = Evaluation(graded, TermCheck())
+        return Knowledge(self.question, evaluation, Action.CORRECT, strips, WebKnowledge(), tuple(documents))
+
+    def _search(self) -> Knowledge:
+        """Algorithm 1 up to generation: condense, retrieve, evaluate, decide, correct, refine, search the web."""
+        p, o = self.p, self.options
         with self._stage("understanding the follow-up" if self.history else "", "condense"):
             condensed = p.condense(self.question, self.history, self.usage)
         self.notes += condensed.notes
-        condense_calls = self.usage.requests
+        self._condense_calls = self.usage.requests
         with self._stage("retrieving", "retrieve"):
             hits = p.retrieve(condensed.queries, o.top_k, o.retrieval_mode, self.question, o.scope)
         if p.retriever.lexical_only:  # the index's embedder is missing: its dense half could not be searched
@@ -360,22 +415,7 @@ class AnswerStream:
                 strips = p.closest(question, evaluation.graded) + strips
         if dropped := sum(1 for s in strips if s.reason.startswith("possible prompt injection")):
             self.notes.append(f"{dropped} strip(s) looked like prompt injection and were dropped (see their reasons)")
-
-        knowledge = Knowledge(question, evaluation, action, tuple(strips), web)
-        kind, chosen, sources = self._number_sources(knowledge)
-        before_answer = self.usage.requests - condense_calls
-        with self._stage("generating", "generate"):
-            kind, error = yield from self._generate(knowledge, kind, chosen, sources)
-            if kind is AnswerKind.GENERATED and not error and not self.grounding.grounded:
-                # Nothing the model wrote is backed by its sources: their own words answer instead.
-                self.notes.append("the model's answer said nothing its sources back: the sources are quoted instead")
-                kind, chosen, sources = self._number_sources(knowledge, AnswerKind.EVIDENCE)
-                kind, error = yield from self._generate(knowledge, kind, chosen, sources)
-        self.timings.setdefault("first_token", round(time.perf_counter() - self._start, 3))
-        self.timings["total"] = round(time.perf_counter() - self._start, 3)
-        if kind is AnswerKind.GENERATED:
-            before_answer += 1  # the answer's own call
-        self.answer = self._answer(knowledge, sources, kind, error, before_answer)
+        return Knowledge(question, evaluation, action, tuple(strips), web)
 
     def _decide_action(self, evaluation: Evaluation) -> Action:
         o = self.options
@@ -445,7 +485,12 @@ class AnswerStream:
             # Passages the grader was unsure of (Ambiguous) or that failed (Incorrect), and nothing from the web: they
             # are quoted as the closest ones. No model writes from what may not answer.
             answering = AnswerKind.EVIDENCE
-        chosen = evidence.select(knowledge.strips, self.question, self.notes)  # a written answer shows them under it
+        # A written answer shows them under it. What documents say they are is quoted whole.
+        chosen = (
+            list(knowledge.strips)
+            if knowledge.documents
+            else evidence.select(knowledge.strips, self.question, self.notes)
+        )
         sources = number_sources(knowledge.strips, knowledge.evaluation.graded, chosen)
         return (answering if sources else AnswerKind.NO_ANSWER), chosen, sources
 

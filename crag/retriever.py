@@ -9,7 +9,7 @@ moves it to the multilingual one."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from crag.config import Settings
@@ -21,6 +21,7 @@ from crag.models import (
     local_embedder,
     rebuild_offer,
 )
+from crag.overview import Overview
 from crag.scope import EVERYTHING, Scope, UnknownScope
 from crag.store import POINTER_MAX_AGE, IndexReader, Mode, RebuildNeeded, index_text, open_store
 from crag.terms import TermStats, check_terms, mention_test
@@ -98,6 +99,11 @@ class Retriever:
         except RebuildNeeded:
             return {}
         return reader.file_languages(scope) if reader else {}
+
+    def overviews(self, files: Sequence[str]) -> list[Overview]:
+        """What each of these documents is (title, opening sentences, outline), for the ones the index holds."""
+        reader = self.current()
+        return [o for f in files if (o := reader.overview(f))] if reader else []
 
     def retrieve(self, question: str, k: int, mode: Mode = "hybrid", scope: Scope = EVERYTHING) -> list[ScoredChunk]:
         """The top ``k`` chunks of the scope (every chunk by default), filtered before the top k."""

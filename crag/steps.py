@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from crag.config import Settings
+from crag.overview import Overview
 from crag.scope import EVERYTHING, Scope
 from crag.store import Mode
 from crag.types import Action, ScoredChunk, Strip, TermCheck, WebResult
@@ -53,6 +54,7 @@ class Knowledge:
     action: Action
     strips: tuple[Strip, ...]  # local and web, kept and dropped
     web: WebKnowledge
+    documents: tuple[Overview, ...] = ()  # a question about whole documents: what each is (``crag.overview``)
 
 
 def decide_action(scores: Sequence[float], upper: float, lower: float) -> Action:

@@ -300,9 +300,16 @@ class FileResult:
     size: int = 0
     mtime_ns: int = 0
     ocr_pages: int = 0  # of ``pages``, those read with OCR (a scan); 0 in manifests of older builds
+    # The PDF's own title and bookmarks (level, heading, page), for questions about the whole document
+    # (``crag.overview``); empty when it has none, and in manifests of older builds.
+    title: str = ""
+    outline: tuple[tuple[int, str, int], ...] = ()
 
     @classmethod
     def from_json(cls, data: dict) -> FileResult:
         """A manifest entry as written by an older or newer build: unknown keys ignored."""
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known} | {"warnings": tuple(data.get("warnings", ()))})
+        return cls(
+            **{k: v for k, v in data.items() if k in known}
+            | {"warnings": tuple(data.get("warnings", ())), "outline": tuple(map(tuple, data.get("outline", ())))}
+        )

@@ -15,6 +15,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from crag.config import Settings
 from crag.evaluator import Evaluator, Grade, Grading, SimilarityEvaluator, Usage
 from crag.models import BackendInfo, Embedder, EmbedderUnavailable
+from crag.overview import Overview, overview
 from crag.pipeline import Pipeline
 from crag.retriever import anchor
 from crag.scope import EVERYTHING, Scope, resolve
@@ -74,6 +75,9 @@ class FakeRetriever:
     def file_languages(self, scope: Scope = EVERYTHING) -> dict[str, str]:
         held = self.held(scope)
         return {f: document_language([c.text for c in held if c.file == f]) for f in {c.file for c in held}}
+
+    def overviews(self, files: Sequence[str]) -> list[Overview]:
+        return [o for f in files if (o := overview(f, [c for c in self.chunks if c.file == f], None))]
 
     def lexical(self, query: str, n: int, scope: Scope = EVERYTHING) -> list[ScoredChunk]:
         """Every chunk of the scope, those sharing most words with the query first."""

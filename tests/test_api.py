@@ -133,6 +133,9 @@ class RebuildRetriever:
     def retrieve(self, question: str, k: int, mode: str = "hybrid", scope=None):
         raise RebuildNeeded("The index was built with another embedder: rebuild the knowledge base.")
 
+    def file_languages(self, scope=None) -> dict[str, str]:
+        return {}  # as the retriever says of an index that needs a rebuild
+
 
 def test_index_needing_a_rebuild_is_409(settings: Settings) -> None:
     fake = pipeline(settings, [], [])
@@ -147,6 +150,9 @@ class BrokenRetriever:
 
     def retrieve(self, question: str, k: int, mode: str = "hybrid", scope=None):
         raise RuntimeError("boom at /home/alice/secret-path")
+
+    def file_languages(self, scope=None) -> dict[str, str]:
+        return {}
 
 
 def test_unexpected_error_is_500_without_internals(settings: Settings) -> None:

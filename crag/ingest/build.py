@@ -9,11 +9,14 @@ until its last page came back, embedding the first pages meanwhile, so pages per
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+import pymupdf
 
 from crag.config import Settings
 from crag.errors import BuildCancelled
@@ -90,10 +93,41 @@ def _record(item: Planned, result: FileResult, parser_version: str) -> FileResul
 
 
 def _indexed(item: Planned, parsed: ParsedPDF, chunks: int, seconds: float) -> FileResult:
+    title, outline = read_outline(item.path)
     result = FileResult(
-        item.name, "indexed", parsed.pages, chunks, seconds, warnings=parsed.warnings, ocr_pages=parsed.ocr_pages
+        item.name,
+        "indexed",
+        parsed.pages,
+        chunks,
+        seconds,
+        warnings=parsed.warnings,
+        ocr_pages=parsed.ocr_pages,
+        title=title,
+        outline=outline,
     )
     return _record(item, replace(result, parser=parsed.parser), parsed.parser_version)
+
+
+OUTLINE_LEVELS = 2  # bookmark levels kept: an overview lists the top ones
+OUTLINE_KEPT = 300
+_NO_TITLE = re.compile(r"^(?:untitled|microsoft word|title)\b|\.(?:docx?|tex|dvi|pdf|odt|indd)$", re.IGNORECASE)
+
+
+def read_outline(path: Path) -> tuple[str, tuple[tuple[int, str, int], ...]]:
+    """A PDF's own title and the top levels of its bookmarks, from its catalogue (no page is read); nothing when
+    it has none or they cannot be read: questions about the whole document then use the headings found."""
+    try:
+        with pymupdf.open(path) as doc:
+            toc, title = doc.get_toc(simple=True), (doc.metadata or {}).get("title") or ""
+    except Exception:  # noqa: BLE001 - an outline only helps; the parser has read the file already
+        return "", ()
+    title = " ".join(title.split())
+    outline = tuple(
+        (int(level), " ".join(str(heading).split()), int(page))
+        for level, heading, page, *_ in toc
+        if level <= OUTLINE_LEVELS and page > 0 and str(heading).strip()
+    )
+    return ("" if len(title) < 3 or _NO_TITLE.search(title) else title[:200]), outline[:OUTLINE_KEPT]
 
 
 def _labelled(chunks: Sequence[Chunk], parsed: ParsedPDF) -> list[Chunk]:

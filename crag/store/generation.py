@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from crag.overview import Overview, overview
 from crag.scope import EVERYTHING, Scope, resolve
 from crag.store.common import (
     Generation,
@@ -164,6 +165,7 @@ class IndexReader:
         # Resolved scopes, the last asked last; None for a scope that holds every chunk (searched as unscoped).
         self._views: OrderedDict[tuple[str, ...], ScopeView | None] = OrderedDict()
         self._views_lock = threading.Lock()
+        self._overviews: dict[str, Overview | None] = {}
         self._vectors = VectorCache(self.chunks, self.vectors)
 
     def scoped(self, scope: Scope, files_dir: Path | None = None) -> ScopeView | None:
@@ -213,6 +215,16 @@ class IndexReader:
             self._languages = {file: document_language(texts) for file, texts in passages.items()}
         view = self.scoped(scope)
         return {f: lang for f, lang in self._languages.items() if f in view.files} if view else self._languages
+
+    def overview(self, file: str) -> Overview | None:
+        """What one document is, for questions about the whole of it (``crag.overview``), made once per generation
+        from its chunks and its manifest entry; None for a file this generation does not hold."""
+        with self._views_lock:
+            if file not in self._overviews:
+                chunks = [c for c in self.chunks if c.file == file]
+                record = next((m for m in self.manifest if m.file == file), None)
+                self._overviews[file] = overview(file, chunks, record)
+            return self._overviews[file]
 
     def vectors(self, ids: Sequence[str]) -> list[list[float]]:
         """The stored vectors of these chunks, in order."""

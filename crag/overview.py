@@ -1,0 +1,289 @@
+"""Questions about whole documents: "What is this document about?", "Summarize R-intro.pdf", "这份文档讲了什么".
+
+A search for such a question's words finds whatever passage says "document" (an appendix, a licence), so these are
+answered from each document itself: its title, the sentences of its opening pages that say what it is, and its
+outline. The outline comes from the PDF's bookmarks, kept in the manifest when the file is indexed, or else from the
+headings the parser found; the opening sentences from the first chunks of the file as indexed. Nothing reads the
+pages again.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from crag.text import HAN, content_words, fold, split_sentences, width
+from crag.types import Chunk, FileResult, Source, Strip
+
+# "What is this document about?", "Summarize it", "give me an overview of the manual", "what does the PDF cover".
+_DOCUMENT = r"(?:document|doc|pdf|file|manual|guide|handbook|book|paper|tutorial|report|text|faq)s?"
+_ABOUT_EN = re.compile(
+    rf"\b(?:summar(?:y|ise|ize|ising|izing)|overview|outline|table of contents|gist|tl;?dr)\b"
+    rf"(?:\W+(?:of|for|on|about))?(?:\W+(?:this|the|that|these|those|it|them|my|each|every|all))?"
+    rf"(?:\W+(?:\w+\W+){{0,3}}?{_DOCUMENT}\b|\W*$)"
+    rf"|\bwhat\b.{{0,40}}\b{_DOCUMENT}\b.{{0,30}}\b(?:about|cover|covers|contain|contains|describe|describes)\b"
+    rf"|\bwhat(?:'s| is| are)\s+(?:this|it|they)\s+about\b",
+    re.IGNORECASE,
+)
+# "这份文档主要讲了什么", "<file> 讲的是什么", "总结一下", "这个 PDF 的主要内容", "概述一下这本手册".
+_DOCUMENT_ZH = r"(?:文档|文件|手册|资料|PDF|pdf|书|指南|文章|教程|材料)"
+_ABOUT_ZH = re.compile(
+    rf"(?:这|那|该|本|此)[份个篇本部]?{_DOCUMENT_ZH}?.{{0,8}}(?:讲|说|介绍|写|谈|讲述|关于|涉及)(?:了|的|些)*(?:是)?(?:什么|啥|哪些)"
+    rf"|{_DOCUMENT_ZH}.{{0,8}}(?:讲|说|介绍|写|谈|讲述|关于|涉及)(?:了|的|些)*(?:是)?(?:什么|啥|哪些)"
+    rf"|总结|概括|概述|概要|摘要|大纲|主要内容|内容简介|内容提要"
+)
+
+
+def asks_about_documents(question: str, files: Iterable[str] = ()) -> bool:
+    """Whether a question asks what whole documents are about, rather than something inside them. Naming one of
+    ``files`` makes "what is <file> about", "介绍一下 <file>" or "What is <file>?" such a question too."""
+    if _ABOUT_EN.search(question) or _ABOUT_ZH.search(question):
+        return True
+    if not named_files(question, files):
+        return False
+    about = re.search(r"\babout\b|summar|overview|讲|介绍|是什么", question, re.IGNORECASE) is not None
+    return about or not content_words(without_names(question, files))
+
+
+def _spoken(text: str) -> str:
+    """Text as words, the way a question writes a file name: "R-intro" → "r intro"."""
+    return " ".join(re.split(r"[\W_]+", fold(text).lower())).strip()
+
+
+def named_files(question: str, files: Iterable[str]) -> list[str]:
+    """The files a question names, by file name ("R-intro.pdf") or by its stem as words ("r intro")."""
+    asked, spoken = fold(question).lower(), f" {_spoken(question)} "
+    found = []
+    for file in files:
+        name, stem = fold(PurePosixPath(file).name).lower(), _spoken(PurePosixPath(file).stem)
+        if name in asked or (len(stem) >= 4 and f" {stem} " in spoken):
+            found.append(file)
+    return found
+
+
+def without_names(question: str, files: Iterable[str]) -> str:
+    """The question without the files it names: a file's name is no term a passage must mention."""
+    for file in named_files(question, files):
+        name = PurePosixPath(file).name
+        question = re.sub(re.escape(name), " ", question, flags=re.IGNORECASE)
+        words = r"[\W_]+".join(map(re.escape, _spoken(PurePosixPath(file).stem).split()))
+        question = re.sub(rf"(?<!\w){words}(?!\w)(?:\.pdf)?", " ", question, flags=re.IGNORECASE)
+    return " ".join(question.split())
+
+
+_LANGUAGE_ASKED = {
+    "zh": re.compile(r"\bchinese\b|中文|汉语|简体", re.IGNORECASE),
+    "en": re.compile(r"\benglish\b|英文|英语", re.IGNORECASE),
+}
+
+
+def documents_asked(question: str, languages: Mapping[str, str]) -> list[str]:
+    """The documents a question about whole documents is about, of ``languages`` (each file of the scope with its
+    language): those it names; else those of the language it names ("the Chinese PDF"); else every one."""
+    files = list(languages)
+    if named := named_files(question, files):
+        return named
+    for lang, asked in _LANGUAGE_ASKED.items():
+        if asked.search(question) and (in_it := [f for f in files if languages[f] == lang]):
+            return in_it
+    return files
+
+
+@dataclass(frozen=True)
+class Overview:
+    """What one document is: its title, the sentences that say so (as strips to quote and cite), its outline."""
+
+    file: str
+    title: str
+    pages: int
+    said: tuple[Strip, ...]
+    outline: tuple[tuple[int, str, int], ...]  # (depth from 0, heading, page), the top levels
+    from_bookmarks: bool = False  # the outline is the PDF's own, not the headings the parser found
+    opening: tuple[Chunk, ...] = ()  # the chunks ``said`` quotes
+
+
+OPENING = 12  # chunks of a document's opening read for what it is: title page, preface, introduction
+SAID = 2  # sentences quoted for what a document is
+OUTLINE = 14  # headings listed, at most
+# A sentence that says what its document is: it defines ("R is an integrated suite…", "…是一种…") or describes
+# ("This manual describes…", "本文档描述…"); one that names the document ("this manual", "本文档") says more.
+_DEFINES = re.compile(
+    r"\b(?:is|are)\s+(?:a|an|the)\b|\b(?:describ|explain|introduc|cover|present|document)(?:e|es|s|ed)?\b"
+    r"|\bpurpose\b|(?<![只就还也不都总])是一(?:个|种|款|份|本|套)|介绍|描述|讲述|说明|目的|旨在|用于|适用于|致力于",
+    re.IGNORECASE,
+)
+_NAMES_ITSELF = re.compile(
+    r"\b(?:this|the present)\s+(?:manual|document|guide|book|tutorial|introduction|faq|paper|text)\b"
+    r"|本(?:文|书|手册|文档|指南|教程)|这(?:份|本|篇)",
+    re.IGNORECASE,
+)
+# A version, a date: front matter ("This manual is for R, version 4.2.2 (2022-11-10).").
+_DATED = re.compile(r"\bversion\b|\d{4}-\d{2}|\d+\.\d+\.\d+|版本|\d{4}\s*年", re.IGNORECASE)
+# Front matter that says nothing of what a document is about.
+_FRONT_MATTER = re.compile(
+    r"copyright|permission|licen[cs]e|warrant|all rights|trademark|版权|许可|授权|©|@", re.IGNORECASE
+)
+_INTRODUCTION = re.compile(
+    r"introduction|preface|overview|about|foreword|前言|简介|概述|引言|介绍|序|说明|起点", re.IGNORECASE
+)
+
+
+def overview(file: str, chunks: Sequence[Chunk], record: FileResult | None) -> Overview | None:
+    """A document's overview from its chunks as indexed (in order) and its manifest entry; None without chunks."""
+    if not chunks:
+        return None
+    title = (record.title if record else "") or _title(chunks)
+    opening = [c for c in chunks[:OPENING] if c.pages and c.pages[0] <= chunks[0].pages[0] + 10]
+    opening += [c for c in chunks[OPENING : OPENING * 4] if _INTRODUCTION.search(c.section.split(" > ")[0])][:4]
+    said = _said(opening, title)
+    bookmarks = _bookmarks(record)
+    pages = record.pages if record else max(chunks[-1].pages, default=0)
+    quoted = {s.chunk_id for s in said}
+    opening = tuple(c for c in dict.fromkeys(opening) if c.id in quoted)
+    return Overview(file, title, pages, said, bookmarks or _headings(chunks, title), bool(bookmarks), opening)
+
+
+def _title(chunks: Sequence[Chunk]) -> str:
+    """The heading the document opens with, unless that is a chapter's ("1 Introduction"): then it has none found."""
+    first = chunks[0]
+    top = first.section.split(" > ")[0].strip() if first.section else ""
+    if not top:
+        top = next((line.strip() for line in first.text.splitlines() if line.strip()), "")[:120]
+    return "" if _NUMBERED.match(top) else top
+
+
+def _said(opening: Sequence[Chunk], title: str) -> tuple[Strip, ...]:
+    """The sentences of the opening that say best what the document is, best first: one that defines what the title
+    names ("R is an integrated suite…" in "An Introduction to R") counts most, then one that defines or describes;
+    naming the document or the title's words adds, a version or a date takes away. The first readable sentence when
+    none defines or describes."""
+    words = _title_words(title)
+    subject = re.compile(
+        rf"^(?:\W*\w+\W+){{0,2}}?(?:{'|'.join(map(re.escape, words))})\s*(?:is|are|是)\b", re.IGNORECASE
+    )
+    scored: list[tuple[float, int, int, str, Chunk]] = []
+    for i, chunk in enumerate(opening):
+        for j, sentence in enumerate(_sentences(chunk.text)):
+            folded = fold(sentence)
+            score = (
+                2.0 * bool(_DEFINES.search(sentence))
+                + 2.0 * bool(words and subject.search(sentence))
+                + bool(_NAMES_ITSELF.search(sentence))
+                + min(1.0, sum(w in folded for w in words) / 2)
+                - bool(_DATED.search(sentence))
+            )
+            scored.append((score, i, j, sentence, chunk))
+    if not scored:
+        return ()
+    best = sorted((s for s in scored if s[0] >= 2.0), key=lambda s: (-s[0], s[1], s[2]))[:SAID] or scored[:1]
+    return tuple(
+        Strip(sentence, 1.0, True, "local", file=c.file, pages=c.pages, order=(i, j), chunk_id=c.id, section=c.section)
+        for _, i, j, sentence, c in best
+    )
+
+
+_TITLE_STOP = frozenset("a an the of to and for on in with its guide manual introduction notes version".split())
+
+
+def _title_words(title: str) -> list[str]:
+    """What a title names: its words but the generic ones ("An Introduction to R" → R), and the pairs of Chinese
+    characters of its Chinese part ("新维护者手册" → 新维, 维护, …)."""
+    latin = [w for w in re.findall(r"[^\W\d_]+(?:[+#]+)?", fold(title)) if not HAN.match(w) and w not in _TITLE_STOP]
+    han = "".join(HAN.findall(title))
+    return latin + [han[i : i + 2] for i in range(len(han) - 1)]
+
+
+def _sentences(text: str) -> list[str]:
+    """The sentences of a passage worth quoting for what a document is: prose, not a table, a list or a licence."""
+    out = []
+    for paragraph in text.split("\n\n"):
+        if paragraph.lstrip().startswith(("|", "•", "-", "`")):
+            continue
+        for sentence in split_sentences(" ".join(paragraph.split())):
+            if 40 <= width(sentence) <= 480 and not _FRONT_MATTER.search(sentence):
+                out.append(sentence)
+    return out
+
+
+def _bookmarks(record: FileResult | None) -> tuple[tuple[int, str, int], ...]:
+    """The PDF's own outline, its top level; the second too when the top has fewer than four entries."""
+    if record is None or not record.outline:
+        return ()
+    top = min(level for level, _, _ in record.outline)
+    levels = 1 if sum(level == top for level, _, _ in record.outline) >= 4 else 2
+    return tuple((level - top, title, page) for level, title, page in record.outline if level < top + levels)[:OUTLINE]
+
+
+_NUMBERED = re.compile(r"^(?:chapter\s+)?(?:\d+|[A-Z])(?:[.\s]|$)|^第.{1,3}[章部篇]", re.IGNORECASE)
+
+
+def _headings(chunks: Sequence[Chunk], title: str) -> tuple[tuple[int, str, int], ...]:
+    """The top headings the parser found, with their first page: chapters ("2 Objects", "第一章"), or every top
+    heading when none is numbered as a chapter."""
+    seen: dict[str, int] = {}
+    for chunk in chunks:
+        top = chunk.section.split(" > ")[0].strip()
+        if top and top != title and top not in seen and chunk.pages:
+            seen[top] = chunk.pages[0]
+    chapters = {h: p for h, p in seen.items() if _NUMBERED.match(h) and not re.match(r"^(?:\d+|[A-Z])\.\d", h)}
+    return tuple((0, heading, page) for heading, page in (chapters or seen).items())[:OUTLINE]
+
+
+# How an answer about whole documents reads, in the question's language.
+_SAYS = {
+    "en": "{title} ({file}, {pages} pages). What it says it is:",
+    "zh": "{title}（{file}，共 {pages} 页）。它自己的介绍：",
+}
+_OUTLINE = {
+    "en": "Its outline ({how}):",
+    "zh": "文档目录（{how}）：",
+}
+_HOW = {
+    ("en", True): "its bookmarks",
+    ("en", False): "the headings found",
+    ("zh", True): "PDF 书签",
+    ("zh", False): "识别出的标题",
+}
+_PAGE = {"en": "p. {page}", "zh": "第 {page} 页"}
+_SEVERAL = {"en": "{count} documents. What each says it is:", "zh": "共 {count} 份文档，各自的介绍："}
+
+
+def numbered(strips: Sequence[Strip], sources: Sequence[Source]) -> list[str]:
+    """Each strip as an evidence line, “sentence” [n], with the number of the source holding its chunk."""
+    by_chunk = {chunk_id: s.n for s in sources for chunk_id in s.chunk_ids}
+    return [f"“{s.text}” [{by_chunk[s.chunk_id]}]" for s in strips if s.chunk_id in by_chunk]
+
+
+def heading(document: Overview, language: str) -> str:
+    title = document.title or PurePosixPath(document.file).stem
+    return _SAYS[language].format(title=f"**{title}**", file=document.file, pages=document.pages)
+
+
+def outline_text(document: Overview, language: str) -> str:
+    """The document's outline as a list, each heading with its page; "" when none is known."""
+    if not document.outline:
+        return ""
+    how = _HOW[(language, bool(document.from_bookmarks))]
+    lines = [
+        f"{'  ' * depth}- {title} ({_PAGE[language].format(page=page)})" for depth, title, page in document.outline
+    ]
+    return "\n".join([_OUTLINE[language].format(how=how), *lines])
+
+
+def render(documents: Sequence[Overview], sources: Sequence[Source], language: str) -> str:
+    """The answer about whole documents, quoted: for one, its title, what it says it is, and its outline; for
+    several, one paragraph each, title and what it says it is."""
+    if len(documents) == 1:
+        document = documents[0]
+        parts = [
+            heading(document, language),
+            "\n".join(numbered(document.said, sources)),
+            outline_text(document, language),
+        ]
+        return "\n\n".join(p for p in parts if p)
+    paragraphs = [_SEVERAL[language].format(count=len(documents))]
+    for document in documents:
+        paragraphs.append("\n".join([heading(document, language), *numbered(document.said[:1], sources)]))
+    return "\n\n".join(paragraphs)
