@@ -1,11 +1,24 @@
-"""The benchmark's question sets and documents: the holdout set stays apart from the dev and test splits."""
+"""The question sets and their documents: the holdout and newcomer sets stay apart from the dev and test splits."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
-from crag.bench.check_questions import check
-from crag.bench.corpus import CORPUS, fetch_corpus
+import pytest
+
+from crag.bench.check_questions import (
+    CATEGORIES,
+    NEWCOMER,
+    NEWCOMER_SPLITS,
+    check,
+    check_loader,
+    check_newcomer,
+    newcomer_counts,
+    page_texts,
+)
+from crag.bench.corpus import CORPUS, default_cache_dir, fetch_corpus
 from crag.bench.retrieval import HOLDOUT, load_questions
 
 
@@ -51,3 +64,67 @@ def test_a_holdout_question_is_checked_against_its_own_document() -> None:
     assert check([{**row, "split": "test"}], texts, counts=False) == [
         "h-1: split is 'test', but R-lang.pdf is a holdout document"
     ]
+
+
+NEWCOMER_ROWS = [json.loads(line) for line in NEWCOMER.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def test_the_newcomer_manuals_come_only_when_asked_for(tmp_path: Path) -> None:
+    cache = _cache(tmp_path)
+    others = set(fetch_corpus(cache, ("dev", "test", "holdout", "first")))
+    newcomer = set(fetch_corpus(cache, NEWCOMER_SPLITS)) - set(fetch_corpus(cache))
+    assert newcomer == {"gnuplot.pdf", "ctex.pdf"} and not newcomer & others
+    assert {CORPUS[name].lang for name in newcomer} == {"en", "zh"}
+    assert all(CORPUS[name].pages >= 100 for name in newcomer)
+
+
+def test_the_newcomer_set_keeps_its_promises_and_its_own_manuals() -> None:
+    assert newcomer_counts(NEWCOMER_ROWS) == []
+    questions = load_questions(NEWCOMER)
+    assert {q.split for q in questions} == {"newcomer"}
+    in_kb_files = {q.file for q in questions if q.in_kb} | {p["file"] for q in questions for p in q.parts}
+    assert in_kb_files == {"gnuplot.pdf", "ctex.pdf"}
+    others = [*load_questions(), *load_questions(HOLDOUT)]
+    assert not {q.id for q in questions} & {q.id for q in others}
+    assert not {q.file for q in others} & in_kb_files
+    two = [q for q in questions if q.category == "two-part"]
+    assert all(len(q.parts) >= 2 for q in two) and any(len({p["file"] for p in q.parts}) == 2 for q in two)
+
+
+def test_a_newcomer_line_is_checked_part_by_part() -> None:
+    texts = {"gnuplot.pdf": ["gnuplot 5.4 An Interactive Plotting Program", "set logscale y; unset logscale"]}
+    row = {
+        "id": "nc-en-99", "lang": "en", "kind": "en", "question": "How do I log the y axis, and undo it?",
+        "file": "gnuplot.pdf", "pages": [2], "in_kb": True, "must_contain": ["set logscale"], "near_miss": False,
+        "missing_term": None, "split": "newcomer", "category": "two-part",
+        "parts": [
+            {"file": "gnuplot.pdf", "pages": [2], "must_contain": ["set logscale"]},
+            {"file": "gnuplot.pdf", "pages": [2], "must_contain": ["unset logscale"]},
+        ],
+    }  # fmt: skip
+    assert check_newcomer([row], texts, counts=False) == []
+    wrong_page = {**row, "parts": [row["parts"][0], {**row["parts"][1], "pages": [1]}]}
+    assert check_newcomer([wrong_page], texts, counts=False) == [
+        "nc-en-99: part 2: must_contain 'unset logscale' is not on page(s) [1] of gnuplot.pdf"
+    ]
+    assert check_newcomer([{**row, "parts": row["parts"][:1]}], texts, counts=False) == [
+        f"nc-en-99: a two-part question lists two parts or more, not {row['parts'][:1]!r}"
+    ]
+    document = {**row, "category": "document", "pages": [1], "must_contain": ["Interactive Plotting Program"]}
+    del document["parts"]
+    assert check_newcomer([document], texts, counts=False) == []
+    assert check_newcomer([{**document, "pages": [2], "must_contain": ["set logscale"]}], texts, counts=False) == [
+        "nc-en-99: a whole-document question lists the document's first page, which says what it is"
+    ]
+    assert check_newcomer([{**document, "category": "guess"}], texts, counts=False) == [
+        f"nc-en-99: category must be one of {CATEGORIES}, not 'guess'"
+    ]
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("apt-get") is None, reason="the corpus comes from Debian packages (apt-get)")
+def test_the_newcomer_set_is_sound_against_its_pdfs() -> None:
+    """Every string on its page of the real manuals, every near-miss term absent from the whole knowledge base."""
+    texts = page_texts(fetch_corpus(default_cache_dir(), NEWCOMER_SPLITS))
+    assert check_newcomer(NEWCOMER_ROWS, texts) == []
+    assert check_loader(NEWCOMER) == []

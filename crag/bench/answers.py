@@ -1,8 +1,9 @@
 """Answer quality, out of sample: does the default offline answer hold the key fact, say "not in your
 documents" when the documents do not answer, and cite only what it quotes?
 
-    python -m crag.bench.answers [--split test|dev|holdout|paraphrase|first|paraphrase-dev|first-dev|all]
+    python -m crag.bench.answers [--split test|dev|holdout|paraphrase|first|paraphrase-dev|first-dev|newcomer|all]
                                  [--db DIR] [--out DIR] [--calibrate] [--written]
+    python -m crag.bench.answers --rows answers-*.json ...   # the figures below, again, from stored rows
 
 The knowledge base is every corpus PDF, dev and test documents together, as in a user's folder. The holdout
 split (``holdout.jsonl``, a fresh set written later by someone who never ran the app) asks about two more
@@ -10,8 +11,10 @@ documents, which join the others in its knowledge base. The paraphrase set (``pa
 holds a word its document never uses) and the first questions (``first.jsonl``: what a newcomer asks first) are
 asked of a knowledge base of all eleven documents. Their dev twins (``paraphrase-dev.jsonl``, ``first-dev.jsonl``)
 ask the same kinds of question of the dev documents, in a knowledge base of the dev and test documents: they are in
-sample, the ones to tune on. The backend is the embedded one with web search off, so answers are evidence answers:
-quoted sentences.
+sample, the ones to tune on. The newcomer set (``newcomer.jsonl``) asks two long manuals nobody here had used
+(``gnuplot.pdf``, ``ctex.pdf``) how-to, whole-document, two-part, cross-lingual and out-of-scope questions, in a
+knowledge base of those two and the dev and test documents. The backend is the embedded one with web search off, so
+answers are evidence answers: quoted sentences.
 Thresholds and the evaluator's constants were fitted on the dev split only (``--calibrate`` refits and
 prints them); the test split's documents and questions were never used to tune anything, so its figures
 are the out-of-sample ones. Measured per question:
@@ -25,6 +28,13 @@ are the out-of-sample ones. Measured per question:
   the top of the scale (>= 0.95), where they can no longer tell an answer from a passage on the same topic.
 
 Cross-lingual questions are reported apart (``cross``) and left out of the ``same_language`` figures.
+
+Every run also reports ``correct_without_key_fact``: the share of in-KB answers whose action is Correct (a green
+badge) but whose quotes lack the key fact, per kind (en, zh, cross) and overall. A set whose lines have a
+``category`` (the newcomer set) is also reported per category and question language (``by_category``): the key fact
+(in-KB), a whole-document question's pass (the answer names what the document is, one of its ``must_contain``
+strings, and cites a source from that file), a two-part question's both-parts rate (every part's key fact quoted),
+and an out-of-scope question's Incorrect rate.
 
 ``--written`` has the embedded model write the answers instead (the opt-in "generated" mode), and counts the
 answers that state names or numbers none of their sources mention (``unsupported``), which the app flags.
@@ -48,7 +58,7 @@ from typing import Any
 from crag.bench.corpus import default_cache_dir, fetch_corpus
 from crag.bench.model import MODELS, llama_server
 from crag.bench.model import fetch as fetch_model
-from crag.bench.retrieval import HOLDOUT, QUESTIONS, Question, load_questions
+from crag.bench.retrieval import HOLDOUT, NEWCOMER, QUESTIONS, Question, load_questions
 from crag.config import Settings, load_settings
 from crag.evidence import flatten, quoted_lines, split_quotes
 from crag.ingest import sync
@@ -193,6 +203,13 @@ def run_questions(pipeline: Pipeline, questions: Sequence[Question], progress: b
                 "total_s": trace.timings.get("total"),
                 "rewrite_s": trace.timings.get("rewrite"),  # searching again in the documents' words
                 "cites": sorted(cited(answer.text)),
+                "file": q.file,
+                "category": q.category or None,
+                # The files of the sources the text cites: a whole-document answer must quote its document.
+                "cited_files": sorted({s.file for s in answer.sources if s.n in cited(answer.text) and s.file}),
+                # A whole-document answer names what the document is, in its own words or in a quote.
+                "names_document": has_key_fact(answer.text, q.must_contain) if q.category == "document" else None,
+                "parts_found": [has_key_fact(quoted(answer), part["must_contain"]) for part in q.parts] or None,
                 # A written answer's own sentences: the quotes under it are in their documents' language.
                 "in_question_language": in_question_language(q.question, stream.written or answer.text),
                 "grounding": asdict(stream.grounding),  # what holding the model's answer to its sources did
@@ -277,6 +294,80 @@ def summarize(rows: Sequence[dict]) -> dict[str, Any]:
                 "incorrect": _rate(group, lambda r: r["action"] == "incorrect"),
             }
     out["grade_spread"] = grade_spread(rows)
+    out["correct_without_key_fact"] = correct_without_key_fact(rows)
+    if categories := by_category(rows):
+        out["by_category"] = categories
+    return out
+
+
+def correct_without_key_fact(rows: Sequence[dict]) -> dict[str, Any]:
+    """Per kind (en, zh, cross) and overall: of the in-KB answers, the share whose action is Correct but whose quotes
+    lack the key fact; a green badge on an answer that does not hold it. Reads the rows of any run, old or new."""
+    in_kb = [r for r in rows if r["in_kb"]]
+    groups = {kind: [r for r in in_kb if r["kind"] == kind] for kind in ("en", "zh", "cross")} | {"all": in_kb}
+    out = {}
+    for name, group in groups.items():
+        if group:
+            count = sum(1 for r in group if r["action"] == "correct" and not r["key_fact"])
+            out[name] = {"n": len(group), "count": count, "rate": round(count / len(group), 3)}
+    return out
+
+
+CATEGORIES = ("howto", "document", "two-part", "cross", "out-of-scope")
+
+
+def document_pass(row: dict) -> bool:
+    """A whole-document answer names what the document is and quotes it: one of its ``must_contain`` strings is in
+    the answer, and the answer cites a source from that file."""
+    return bool(row.get("names_document")) and row.get("file") in row.get("cited_files", [])
+
+
+def both_parts(row: dict) -> bool:
+    """A two-part answer holds a key fact of every part."""
+    return bool(row.get("parts_found")) and all(row["parts_found"])
+
+
+def category_figures(rows: Sequence[dict]) -> dict[str, Any]:
+    """One category's figures: the key fact and the actions for in-KB questions, the whole-document pass and the
+    both-parts rate where they apply, and the Incorrect rate of out-of-scope ones."""
+    in_kb = [r for r in rows if r["in_kb"]]
+    out: dict[str, Any] = {"n": len(rows)}
+    if in_kb:
+        out["key_fact"] = _rate(in_kb, lambda r: r["key_fact"])
+        out["correct"] = _rate(in_kb, lambda r: r["action"] == "correct")
+        out["correct_without_key_fact"] = _rate(in_kb, lambda r: r["action"] == "correct" and not r["key_fact"])
+    if documents := [r for r in in_kb if r.get("category") == "document"]:
+        out["document_pass"] = _rate(documents, document_pass)
+        out["names_document"] = _rate(documents, lambda r: r.get("names_document"))
+        out["cites_document"] = _rate(documents, lambda r: r.get("file") in r.get("cited_files", []))
+    if two := [r for r in in_kb if r.get("category") == "two-part"]:
+        out["both_parts"] = _rate(two, both_parts)
+        out["one_part_or_more"] = _rate(two, lambda r: any(r.get("parts_found") or ()))
+    out["incorrect"] = _rate(rows, lambda r: r["action"] == "incorrect")
+    return out
+
+
+def by_category(rows: Sequence[dict]) -> dict[str, Any]:
+    """Per category (rows without one are left out), overall and per language of the question."""
+    out = {}
+    for category in CATEGORIES:
+        group = [r for r in rows if r.get("category") == category]
+        if group:
+            out[category] = category_figures(group)
+            for lang in ("en", "zh"):
+                if part := [r for r in group if r.get("lang") == lang]:
+                    out[category][lang] = category_figures(part)
+    return out
+
+
+def stored_figures(path: Path) -> dict[str, Any]:
+    """The figures added since a stored run was made, from its rows (``--rows``)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    rows = data["rows"]
+    out = {"file": str(path), "split": data.get("split"), "run": data.get("run")}
+    out["correct_without_key_fact"] = correct_without_key_fact(rows)
+    if categories := by_category(rows):
+        out["by_category"] = categories
     return out
 
 
@@ -288,6 +379,7 @@ WORDING_SETS = {
     "paraphrase-dev": ("dev", "test"),
     "first-dev": ("dev", "test"),
 }
+NEWCOMER_SPLITS = ("dev", "test", "newcomer")  # newcomer.jsonl's two manuals, with the dev and test ones as distractors
 GAP_KINDS = ("derived", "number", "abbreviation", "compound", "everyday", "segmentation")
 SATURATED = 0.95
 
@@ -329,7 +421,7 @@ def calibrate(rows: Sequence[dict]) -> dict[str, float]:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m crag.bench.answers", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--split", choices=["dev", "test", "holdout", *WORDING_SETS, "all"], default="test")
+    parser.add_argument("--split", choices=["dev", "test", "holdout", *WORDING_SETS, "newcomer", "all"], default="test")
     parser.add_argument("--db", type=Path, help="keep the index here between runs (default: a temporary folder)")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument("--calibrate", action="store_true", help="fit the thresholds on the dev split and print them")
@@ -348,6 +440,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default="similarity",
         help="the retrieval evaluator (similarity: what auto picks on the embedded backend)",
     )
+    parser.add_argument(
+        "--rows", type=Path, nargs="+", help="print the newer figures of stored answers-*.json files; run nothing"
+    )
     return parser.parse_args(argv)
 
 
@@ -357,6 +452,8 @@ def select_questions(args: argparse.Namespace) -> tuple[list[Question], tuple[st
         return [q for q in load_questions() if q.split == "dev"], ("dev", "test")
     if args.split == "holdout":
         return load_questions(HOLDOUT), ("dev", "test", "holdout")
+    if args.split == "newcomer":
+        return load_questions(NEWCOMER), NEWCOMER_SPLITS
     if args.split in WORDING_SETS:
         return load_questions(QUESTIONS.with_name(f"{args.split}.jsonl")), WORDING_SETS[args.split]
     return [q for q in load_questions() if args.split == "all" or q.split == args.split], ("dev", "test")
@@ -371,6 +468,9 @@ def run_name(args: argparse.Namespace, settings: Settings) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.rows:
+        print(json.dumps([stored_figures(path) for path in args.rows], ensure_ascii=False, indent=1))
+        return 0
     questions, splits = select_questions(args)
     gguf = fetch_model(args.model) if args.model else None
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as running:

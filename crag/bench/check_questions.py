@@ -1,6 +1,6 @@
 """Check ``questions.jsonl`` against the corpus PDFs and print what the set holds.
 
-    python -m crag.bench.check_questions [--holdout]
+    python -m crag.bench.check_questions [--holdout | --newcomer]
 
 Fetches the corpus (``fetch_corpus(default_cache_dir())``) and checks, with the text PyMuPDF extracts
 (``page.get_text()``):
@@ -14,6 +14,10 @@ Fetches the corpus (``fetch_corpus(default_cache_dir())``) and checks, with the 
 
 ``--holdout`` checks ``holdout.jsonl`` line by line the same way, against all nine PDFs (a near-miss term must be
 in none of them), without the main set's counts.
+
+``--newcomer`` checks ``newcomer.jsonl`` the same way against its knowledge base (the dev, test and newcomer PDFs),
+and also each line's ``category`` and, for a two-part question, that every part's strings are on its own pages;
+then the counts per category that the set promises (``NEWCOMER_PROMISES``).
 
 Matching is on normalised text: NFKC (which also undoes the ``fi``/``fl`` ligatures), lower case, and
 whitespace collapsed to one space, or removed entirely for a Chinese document (Chinese text has no
@@ -35,6 +39,7 @@ from crag.bench.corpus import CORPUS, default_cache_dir, fetch_corpus
 
 QUESTIONS = Path(__file__).with_name("questions.jsonl")
 HOLDOUT = Path(__file__).with_name("holdout.jsonl")
+NEWCOMER = Path(__file__).with_name("newcomer.jsonl")
 # The fields of crag.bench.retrieval.Question, in file order. That module is not imported at the top
 # because it loads the whole retrieval stack; main() compares the two when it can import it.
 KEYS = [
@@ -45,6 +50,11 @@ LANGS = ("en", "zh")
 KINDS = ("en", "zh", "cross")
 SPLITS = ("dev", "test", "holdout")
 MAIN_SPLITS = ("dev", "test")  # questions.jsonl; holdout.jsonl is the holdout split
+NEWCOMER_SPLITS = ("dev", "test", "newcomer")  # newcomer.jsonl's knowledge base: its manuals among distractors
+ROW_SPLITS = (*SPLITS, "newcomer")
+CATEGORIES = ("howto", "document", "two-part", "cross", "out-of-scope")
+# What newcomer.jsonl must hold at least, per category (see README.md, "Newcomer questions").
+NEWCOMER_PROMISES = {"total": 30, "howto": 8, "document": 6, "two-part": 6, "cross": 4, "out-of-scope": 6}
 
 # What the set must hold at least (see README.md, "Question set").
 MIN_TOTAL = 180
@@ -118,8 +128,8 @@ def row_problems(r: dict, corpus: Corpus) -> list[str]:
     if missing or extra:
         return [f"fields missing {missing}, unknown {extra}"]
     lang, kind, split = r["lang"], r["kind"], r["split"]
-    if lang not in LANGS or kind not in KINDS or split not in SPLITS:
-        return [f"lang/kind/split must be in {LANGS}/{KINDS}/{SPLITS}, not {lang}/{kind}/{split}"]
+    if lang not in LANGS or kind not in KINDS or split not in ROW_SPLITS:
+        return [f"lang/kind/split must be in {LANGS}/{KINDS}/{ROW_SPLITS}, not {lang}/{kind}/{split}"]
     problems = [] if isinstance(r["question"], str) and r["question"].strip() else ["empty question"]
     if r["in_kb"] is True:
         return problems + in_kb_problems(r, corpus)
@@ -239,6 +249,96 @@ def summary(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def check_newcomer(rows: list[dict], texts: dict[str, list[str]], counts: bool = True) -> list[str]:
+    """``check`` for newcomer.jsonl: each line without its ``category`` and ``parts``, then those two, then the
+    counts per category."""
+    seen: Counter[str] = Counter(str(r.get("id")) for r in rows)
+    problems = [f"{qid}: duplicate id ({n} lines)" for qid, n in seen.items() if n > 1]
+    corpus = Corpus(texts)
+    for r in rows:
+        base = {k: v for k, v in r.items() if k not in ("category", "parts")}
+        found = row_problems(base, corpus) + newcomer_problems(r, corpus)
+        if r.get("split") != "newcomer":
+            found.append(f"split is {r.get('split')!r}, not 'newcomer'")
+        problems += [f"{r.get('id')!s}: {message}" for message in found]
+    return problems + (newcomer_counts(rows) if counts else [])
+
+
+def newcomer_problems(r: dict, corpus: Corpus) -> list[str]:
+    """A newcomer line's category, and a two-part question's parts, each string on its own part's pages."""
+    category, parts = r.get("category"), r.get("parts")
+    if category not in CATEGORIES:
+        return [f"category must be one of {CATEGORIES}, not {category!r}"]
+    problems = []
+    if (category == "out-of-scope") != (r.get("in_kb") is False):
+        problems.append("a question is out-of-scope exactly when in_kb is false")
+    if category == "cross" and r.get("kind") != "cross":
+        problems.append("a cross question asks a document in the other language (kind 'cross')")
+    if category in ("howto", "two-part", "document") and r.get("kind") not in KINDS:
+        problems.append(f"kind {r.get('kind')!r} is not one of {KINDS}")
+    if category == "document" and 1 not in (r.get("pages") or []):
+        problems.append("a whole-document question lists the document's first page, which says what it is")
+    if category != "two-part":
+        return problems + (["only a two-part question has parts"] if parts is not None else [])
+    if not isinstance(parts, list) or len(parts) < 2:
+        return [*problems, f"a two-part question lists two parts or more, not {parts!r}"]
+    for i, part in enumerate(parts, 1):
+        problems += [f"part {i}: {message}" for message in part_problems(part, corpus)]
+    first = parts[0] if isinstance(parts[0], dict) else {}
+    if r.get("file") != first.get("file"):
+        problems.append("the question's file is its first part's")
+    return problems
+
+
+def part_problems(part: object, corpus: Corpus) -> list[str]:
+    if not isinstance(part, dict) or set(part) != {"file", "pages", "must_contain"}:
+        return [f"a part has exactly file, pages and must_contain, not {part!r}"]
+    name, pages, mc = part["file"], part["pages"], part["must_contain"]
+    if name not in CORPUS or name not in corpus.texts:
+        return [f"file {name!r} is not in the corpus"]
+    count, lang = len(corpus.texts[name]), CORPUS[name].lang
+    if not pages or any(not isinstance(p, int) or not 1 <= p <= count for p in pages):
+        return [f"pages {pages} not within 1..{count} of {name}"]
+    if not isinstance(mc, list) or not 1 <= len(mc) <= 3 or not all(isinstance(s, str) and s for s in mc):
+        return [f"must_contain must list 1 to 3 strings, not {mc!r}"]
+    return [
+        f"must_contain {s!r} is not on page(s) {pages} of {name}"
+        for s in mc
+        if not any(norm(s, lang) in corpus.normalised[name][lang][p - 1] for p in pages)
+    ]
+
+
+def newcomer_counts(rows: list[dict]) -> list[str]:
+    """The counts newcomer.jsonl promises: per category, how-to in both languages, cross-lingual both ways."""
+    problems = []
+    by = Counter(r.get("category") for r in rows)
+    for what, minimum in NEWCOMER_PROMISES.items():
+        n = len(rows) if what == "total" else by[what]
+        if n < minimum:
+            problems.append(f"counts: {what} is {n}, at least {minimum} expected")
+    for category in ("howto", "document", "out-of-scope"):
+        langs = {r.get("lang") for r in rows if r.get("category") == category}
+        if langs != set(LANGS):
+            problems.append(f"counts: the {category} questions are in {sorted(map(str, langs))}, en and zh expected")
+    cross = {r.get("lang") for r in rows if r.get("category") == "cross"}
+    if cross != set(LANGS):
+        problems.append(f"counts: cross-lingual questions are asked in {sorted(map(str, cross))}, both ways expected")
+    manuals = {name for name, doc in CORPUS.items() if doc.split == "newcomer"}
+    if missing := manuals - {r.get("file") for r in rows}:
+        problems.append(f"counts: no question on {sorted(missing)}")
+    return problems
+
+
+def newcomer_summary(rows: list[dict]) -> str:
+    """Counts per category x language of the question x kind."""
+    table = Counter((r.get("category"), r.get("lang"), r.get("kind")) for r in rows)
+    lines = [f"{'category':<13} {'lang':<5} {'kind':<6} {'count':>5}"]
+    for (category, lang, kind), n in sorted(table.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        lines.append(f"{category!s:<13} {lang!s:<5} {kind!s:<6} {n:>5}")
+    lines.append(f"{'total':<26} {len(rows):>5}")
+    return "\n".join(lines)
+
+
 def check_loader(path: Path) -> list[str]:
     """The benchmark's own loader must accept every line and know every field."""
     try:
@@ -246,8 +346,9 @@ def check_loader(path: Path) -> list[str]:
     except ImportError as exc:  # the app around it is broken or half-installed: not this file's fault
         print(f"note: load_questions not tried, crag.bench.retrieval does not import ({exc})")
         return []
-    if [f.name for f in fields(Question)] != KEYS:
-        return [f"Question's fields {[f.name for f in fields(Question)]} differ from this checker's {KEYS}"]
+    # The fields after these are optional ones of the other sets (gap, gap_kind, category, parts).
+    if [f.name for f in fields(Question)][: len(KEYS)] != KEYS:
+        return [f"Question's fields {[f.name for f in fields(Question)]} do not start with this checker's {KEYS}"]
     try:
         load_questions(path)
     except (TypeError, KeyError) as exc:
@@ -256,12 +357,29 @@ def check_loader(path: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    holdout = "--holdout" in (sys.argv[1:] if argv is None else argv)
+    args = sys.argv[1:] if argv is None else argv
+    if "--newcomer" in args:
+        return main_newcomer()
+    holdout = "--holdout" in args
     path = HOLDOUT if holdout else QUESTIONS
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     texts = page_texts(fetch_corpus(default_cache_dir(), SPLITS if holdout else MAIN_SPLITS))
     print(summary(rows))
     problems = check(rows, texts, counts=not holdout) + check_loader(path)
+    print()
+    if problems:
+        print(f"{len(problems)} problem(s):")
+        print("\n".join(f"  {p}" for p in problems))
+        return 1
+    print(f"OK: {len(rows)} questions checked against {len(texts)} PDFs.")
+    return 0
+
+
+def main_newcomer() -> int:
+    rows = [json.loads(line) for line in NEWCOMER.read_text(encoding="utf-8").splitlines() if line.strip()]
+    texts = page_texts(fetch_corpus(default_cache_dir(), NEWCOMER_SPLITS))
+    print(newcomer_summary(rows))
+    problems = check_newcomer(rows, texts) + check_loader(NEWCOMER)
     print()
     if problems:
         print(f"{len(problems)} problem(s):")

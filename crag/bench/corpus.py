@@ -1,4 +1,4 @@
-"""The benchmark corpus: eleven public PDFs taken from Debian packages, fetched once and cached.
+"""The benchmark corpus: thirteen public PDFs taken from Debian packages, fetched once and cached.
 
 Debian packages are used as the source because they are versioned, mirrored, and reachable through
 ``apt-get`` on machines whose only network access is a Debian mirror. ``questions.jsonl`` cites page
@@ -37,7 +37,8 @@ class CorpusFile:
     split: str = "dev"
     """``dev``: questions on it may be used while tuning; ``test``: held out for the final measurement;
     ``holdout``: a later, fresh measurement (``holdout.jsonl``), written by someone who never ran the app;
-    ``first``: a newcomer's first manual, asked only by the first questions (``first.jsonl``)."""
+    ``first``: a newcomer's first manual, asked only by the first questions (``first.jsonl``);
+    ``newcomer``: a long manual nobody here had used, asked only by ``newcomer.jsonl``."""
 
 
 CORPUS: dict[str, CorpusFile] = {
@@ -143,6 +144,26 @@ CORPUS: dict[str, CorpusFile] = {
         title="一份（不太）简短的 LaTeX2ε 介绍 (lshort-zh-cn 6.03)",
         split="first",
     ),
+    # Two long manuals nobody here had used before: only the newcomer questions (``newcomer.jsonl``) ask about them,
+    # in a knowledge base that also holds the dev and test documents as distractors.
+    "gnuplot.pdf": CorpusFile(
+        package="gnuplot-doc",
+        member="usr/share/doc/gnuplot/gnuplot.pdf",
+        lang="en",
+        pages=311,
+        sha256="df68dd0613f043141512fc4436d17aaf96727d5a758d85233915ac5056a97206",
+        title="gnuplot 5.4: An Interactive Plotting Program",
+        split="newcomer",
+    ),
+    "ctex.pdf": CorpusFile(
+        package="texlive-lang-chinese",
+        member="usr/share/doc/texlive-doc/latex/ctex/ctex.pdf",
+        lang="zh",
+        pages=175,
+        sha256="372421fadf1a7cc053f129e89ab53800c80643865498e4b0b297fc180e21e5d7",
+        title="CTEX 宏集手册 v2.5.10 (2022/07/14)",
+        split="newcomer",
+    ),
 }
 
 _HINT = "The benchmark corpus is fetched with apt-get download and dpkg -x, so it needs a Debian-based system."
@@ -156,8 +177,8 @@ def default_cache_dir() -> Path:
 
 def fetch_corpus(cache_dir: Path, splits: tuple[str, ...] = ("dev", "test")) -> dict[str, Path]:
     """Return ``{file name: path}`` for the corpus PDFs of ``splits``, downloading the packages only when one is
-    missing. The holdout and first documents come only when asked for: every other benchmark and test is on dev and
-    test."""
+    missing. The holdout, first and newcomer documents come only when asked for: every other benchmark and test is
+    on dev and test."""
     pdf_dir = Path(cache_dir) / "pdfs"
     paths = {name: pdf_dir / name for name, entry in CORPUS.items() if entry.split in splits}
     missing = [name for name, path in paths.items() if not path.is_file()]

@@ -32,6 +32,7 @@ from crag.text import lexical_tokens
 
 QUESTIONS = Path(__file__).with_name("questions.jsonl")
 HOLDOUT = QUESTIONS.with_name("holdout.jsonl")  # the fresh held-out set: answers.py --split holdout
+NEWCOMER = QUESTIONS.with_name("newcomer.jsonl")  # two long manuals nobody here had used: answers.py --split newcomer
 MODES = ("dense", "lexical", "hybrid")
 FLOOR_WINDOW, FLOOR_STRIDE = 200, 150  # words
 
@@ -56,6 +57,10 @@ class Question:
     """Paraphrase questions: the question's words that its document never uses in any form."""
     gap_kind: str = ""
     """derived | number | abbreviation | compound | everyday | segmentation"""
+    category: str = ""
+    """Newcomer questions: howto | document | two-part | cross | out-of-scope."""
+    parts: tuple[dict[str, Any], ...] = ()
+    """Two-part questions: each part's ``file``, ``pages`` and ``must_contain`` (any one string holds that part)."""
 
 
 def load_questions(path: Path = QUESTIONS) -> list[Question]:
@@ -63,7 +68,7 @@ def load_questions(path: Path = QUESTIONS) -> list[Question]:
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.strip():
             data = json.loads(line)
-            lists = {k: tuple(data.get(k) or ()) for k in ("pages", "must_contain", "gap")}
+            lists = {k: tuple(data.get(k) or ()) for k in ("pages", "must_contain", "gap", "parts")}
             out.append(Question(**{**data, **lists}))
     return out
 
