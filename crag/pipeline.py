@@ -48,7 +48,7 @@ from crag.scope import EVERYTHING, Scope
 from crag.steps import Condensed, Evaluation, Knowledge, Options, WebKnowledge, decide_action
 from crag.store import Mode, fuse, index_text
 from crag.support import Grounder, Grounding, unsupported
-from crag.terms import check_terms
+from crag.terms import check_terms, unanswered
 from crag.text import clean_question, content_words, language, warm_up
 from crag.types import Action, Answer, AnswerKind, ScoredChunk, Source, Strip, TermCheck, Trace, WebResult, cited
 from crag.websearch import OFF_REASON, Searcher, WebSearchUnavailable, build_searcher, fetch_pages
@@ -178,7 +178,7 @@ class Pipeline:
             return []
         return self.retriever.overviews(documents_asked(question, languages))
 
-    def _own_terms(self, asked: str, scope: Scope) -> str:
+    def own_terms(self, asked: str, scope: Scope) -> str:
         """The question without the files it names: "R-intro.pdf" is no term a passage must mention."""
         return without_names(asked, self.retriever.file_languages(scope))
 
@@ -186,7 +186,7 @@ class Pipeline:
         self, queries: Sequence[str], k: int, mode: Mode, asked: str, scope: Scope = EVERYTHING
     ) -> list[ScoredChunk]:
         rankings = [self.retriever.retrieve(q, k, mode, scope=scope) for q in dict.fromkeys(queries)]
-        asked = self._own_terms(asked, scope)
+        asked = self.own_terms(asked, scope)
         if len(rankings) == 1:
             return self.retriever.anchor(asked, rankings[0], scope=scope)
         own = {h.chunk.id for h in rankings[0]}
@@ -212,7 +212,7 @@ class Pipeline:
         found = [(t, h.from_history) for t, h in zip(texts, hits, strict=True) if not h.anchor]
         first = [t for t, from_history in found if not from_history] or [t for t, _ in found]
         stats = self.retriever.term_stats(scope)
-        asked = self._own_terms(asked, scope)
+        asked = self.own_terms(asked, scope)
         terms = check_terms(asked, first, stats)
         terms = replace(terms, decisive=decisive(asked, terms, first, stats))
         grades = cap_near_miss(grading.grades, terms, upper)
@@ -404,6 +404,8 @@ class AnswerStream:
             with self._stage("refining", "refine"):
                 strips = p.refine(question, evaluation.graded, o.lower_threshold)
             strips, action = self._fall_back(strips, action)
+        if action is Action.CORRECT and evaluator.name != "llm":
+            action = self._held_to_terms(strips)
         web = WebKnowledge(error=OFF_REASON) if action is not Action.CORRECT and not o.web else WebKnowledge()
         if action is not Action.CORRECT and o.web:
             with self._stage("searching the web", "web"):
@@ -461,6 +463,17 @@ class AnswerStream:
         self.notes.append(f"searched again as “{query}”: its passages graded better and are used")
         action = self._decide_action(again)
         return found, again, Action.AMBIGUOUS if action is Action.CORRECT else action
+
+    def _held_to_terms(self, strips: Sequence[Strip]) -> Action:
+        """Correct only when what is kept answers: the passages graded relevant must hold the question's specific
+        terms in some form (or most of its words, for one in plain words). A similarity grade says a passage is on
+        the topic, not that it answers; a model's grade is trusted."""
+        p, o = self.p, self.options
+        kept = [s.scored_text for s in strips if s.kept and s.kind == "local"]
+        if why := unanswered(p.own_terms(self.question, o.scope), kept, p.retriever.term_stats(o.scope)):
+            self.notes.append(f"graded relevant, but {why}: shown as the closest passages (Ambiguous)")
+            return Action.AMBIGUOUS
+        return Action.CORRECT
 
     def _fall_back(self, strips: list[Strip], action: Action) -> tuple[list[Strip], Action]:
         """Refinement left no strip: Correct becomes Ambiguous, and Ambiguous keeps the closest passages."""

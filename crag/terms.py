@@ -32,6 +32,7 @@ from crag.text import (
     HAN_RUN,
     chinese_words,
     cjk_share,
+    content_words,
     fold,
     general_frequency,
     language,
@@ -427,3 +428,43 @@ def mention_test(question: str, term: str) -> Callable[[str], bool]:
     """Whether a text mentions ``term``, one of the question's specific terms, in any of its forms."""
     found = next(t for t in specific_terms(question) if t.text == term)
     return lambda text: mentions(found, Vocabulary([text]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Whether the passages kept for an answer answer it: what a Correct badge promises
+
+COVERED = 0.5  # of a question's own words (one in plain words), the share the kept passages must hold
+# Words any question may use that no answer need repeat: how it asks, not what it asks about.
+_ASKING = frozenset(
+    stem(w)
+    for w in "use using used make get set way want need possible can could should would please help tell show "
+    "explain find work works".split()
+) | frozenset("怎么 怎样 如何 什么 为什么 可以 能否 能不能 需要 应该 办法 方法 请问 一下 使用".split())
+
+
+def unanswered(question: str, texts: Sequence[str], stats: TermStats | None = None) -> str:
+    """Why passages graded relevant still do not answer a question ("" when they may): they never mention one of
+    its specific terms in any form, or, for a question in plain words, they hold fewer than ``COVERED`` of its
+    words. Passages in the other language than the question's are not asked to repeat its words."""
+    check = check_terms(question, texts, stats)
+    if check.missing:
+        return "the passages kept never mention “" + "”, “".join(check.missing) + "”"
+    if check.terms:
+        return ""
+    chinese = language(question) == "zh"
+    same = [t for t in texts if (cjk_share(t) > 0.2) == chinese]
+    words = [w for w in content_words(question) if w not in _ASKING]
+    if not same or not words:
+        return ""
+    held = _held(words, " ".join(same))
+    if len(held) >= COVERED * len(words):
+        return ""
+    return f"the passages kept hold {len(held)} of the question's {len(words)} words"
+
+
+def _held(words: Sequence[str], text: str) -> list[str]:
+    """The words a text holds: English ones by their stem, Chinese ones as written or with a character between."""
+    stems_held = {stem(w) for w in lexical_tokens(text)} | set(re.findall(r"[a-z0-9]+", fold(text).lower()))
+    return [
+        w for w in words if (re.search(".?".join(map(re.escape, w)), text) if HAN_RUN.fullmatch(w) else w in stems_held)
+    ]

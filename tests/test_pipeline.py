@@ -196,9 +196,9 @@ def test_what_a_written_answer_invents_is_cut_and_what_it_quotes_is_not(settings
 
 def test_an_answer_its_sources_do_not_back_is_replaced_by_their_quotes(settings) -> None:
     """A model's essay from what it knows (“Melbourne”), repeated lines and stray citations: nothing of it is shown."""
-    essay = "The capital of Australia is Melbourne.\nThe capital of Australia is Melbourne.\n[1] [2]"
+    essay = "The widget was made in Melbourne.\nThe widget was made in Melbourne.\n[1] [2]"
     p = pipeline(settings, [chunk(DOC)], [0.9], ScriptedModel(answer=essay))
-    answer = p.ask("What is the capital of Australia?", web=False)
+    answer = p.ask("What does the widget need?", web=False)
     assert answer.kind is AnswerKind.EVIDENCE and "Melbourne" not in answer.text
     assert quoted_lines(answer.text) and answer.cited_sources
     assert any("said nothing its sources back: the sources are quoted instead" in n for n in answer.trace.notes)
@@ -489,3 +489,34 @@ def test_an_answer_on_its_own_loop_is_not_blocked_by_one_still_streaming_on_the_
         old.join(30)
         asyncio.set_event_loop(None)
         shared.close()
+
+
+ZH_DOC = "小部件需要两个处理器核心。它还需要八百兆内存。"
+# Graded far below the widget's manual: never kept, but the index knows the name it holds.
+FROBNICATOR = chunk("The Frobnicator ships with its own power supply.", file="frob.pdf", n=1)
+
+
+@pytest.mark.parametrize(
+    ("doc", "question", "why"),
+    [
+        (DOC, "How many cores does the Frobnicator need?", "the passages kept never mention “Frobnicator”"),
+        (DOC, "How do I bake bread quickly?", "the passages kept hold 0 of the question's 3 words"),
+        (ZH_DOC, "面包要烤多久？", "the passages kept hold 0 of the question's 2 words"),
+    ],
+)
+def test_a_passage_graded_relevant_that_does_not_hold_what_is_asked_is_only_the_closest(settings, doc, question, why):
+    """A similarity grade says a passage is on the topic, not that it answers: Correct needs the question's specific
+    terms, or most of its words, in what is kept. Shown as the closest passages, with the reason."""
+    p = pipeline(settings, [chunk(doc), FROBNICATOR], [0.95, -0.9], backend="embedded")
+    answer = p.ask(question, web=False)
+    assert answer.action is Action.AMBIGUOUS
+    assert answer.text.startswith(("The closest passages in your documents", "文档中最接近的内容"))
+    assert f"graded relevant, but {why}: shown as the closest passages (Ambiguous)" in answer.trace.notes
+
+
+def test_a_passage_that_holds_what_is_asked_or_that_a_model_graded_stays_correct(settings) -> None:
+    held = pipeline(settings, [chunk(DOC)], [0.95], backend="embedded").ask("How much memory does it need?", web=False)
+    assert held.action is Action.CORRECT and held.text.startswith("From your documents:")
+    grader = FixedEvaluator([0.95, -0.9], name="llm")
+    model = pipeline(settings, [chunk(DOC), FROBNICATOR], [], evaluator=grader, backend="ollama")
+    assert model.ask("How many cores does the Frobnicator need?", web=False).action is Action.CORRECT
