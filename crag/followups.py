@@ -114,11 +114,16 @@ FRAGMENT_HAN = 4
 _ASKS = re.compile(r"^\W*(?:what|how|why|when|where|who|which|is|are|do|does|can|could|should)\b", re.IGNORECASE)
 
 
+def points_back(question: str) -> bool:
+    """Whether a question points back to something said before it ("Does it…", "How do I undo that?", "那个…")."""
+    return _POINTS_BACK.search(question) is not None
+
+
 def stands_alone(question: str) -> bool:
     """Whether a question can be understood without the conversation before it: it names its own subject, and
     neither points back ("Does it…", "那个…") nor goes on from the question before (``elliptical``). Only a question
     that cannot stand alone is read with the one before: two unrelated questions in a row are two questions."""
-    if _leans_on(question) or _POINTS_BACK.search(question):
+    if _leans_on(question) or points_back(question):
         return False
     words = TOKEN.findall(question)
     han = sum(len(w) for w in words if has_han(w))

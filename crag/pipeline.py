@@ -28,6 +28,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.usage import RequestUsage
 
 from crag import evidence, overview, prompts
+from crag.asks import asks
 from crag.config import Settings
 from crag.evaluator import Evaluator, LLMEvaluator, SimilarityEvaluator, Usage, cap_near_miss, decisive
 from crag.followups import (
@@ -273,6 +274,24 @@ class Pipeline:
             usage.add(replace(result.usage, **exact) if counted.has_values() else result.usage)
 
 
+_Made = tuple[AnswerKind, str, list[Source]]  # what ``AnswerStream._write`` returns
+
+
+def joined(question: str, found: Sequence[Knowledge]) -> Knowledge:
+    """What the asks of one question found, as one: every passage, grade and strip, their terms, and one action:
+    theirs when they agree, else Ambiguous (part of the question is answered, part is not)."""
+    actions = {k.action for k in found}
+    action = actions.pop() if len(actions) == 1 else Action.AMBIGUOUS
+    checks = [k.evaluation.terms for k in found]
+    terms = TermCheck(
+        *(tuple(dict.fromkeys(t for c in checks for t in getattr(c, f))) for f in ("terms", "missing", "unknown")),
+        decisive=all(c.decisive for c in checks),
+    )
+    graded = tuple(g for k in found for g in k.evaluation.graded)
+    web = next((k.web for k in found if k.web.query or k.web.error), WebKnowledge())
+    return Knowledge(question, Evaluation(graded, terms), action, tuple(s for k in found for s in k.strips), web)
+
+
 class AnswerStream:
     """Iterate to get the answer's text as it is made; ``answer`` is set when it ends.
 
@@ -294,6 +313,7 @@ class AnswerStream:
         self.grounding = Grounding()  # what holding a written answer to its sources cut and cited
         self.written = ""  # the model's own text, as kept: a written answer without the quotes under it
         self._condense_calls = 0  # model calls made to condense a follow-up: they come before the answer's
+        self._before_answer = 0  # of a question of several asks: model calls before the first ask's answer
         self._start = 0.0
         self._running: weakref.ref[Generator[str, None, None]] | None = None  # weak: dropping it closes it
 
@@ -336,32 +356,83 @@ class AnswerStream:
 
     def _steps(self) -> Generator[str, None, None]:
         """Algorithm 1: each step is a method of its own; this only puts them in order and reports the stages. A
-        question about whole documents is answered from the documents themselves instead (``crag.overview``)."""
+        question about whole documents is answered from the documents themselves instead (``crag.overview``), and a
+        question of several asks ask by ask (``crag.asks``)."""
         self._start = time.perf_counter()
         documents = self.p.documents(self.question, self.options.scope)
-        knowledge = self._about(documents) if documents else self._search()
-        kind, chosen, sources = self._number_sources(knowledge)
-        before_answer = self.usage.requests - self._condense_calls
-        with self._stage("generating", "generate"):
-            if documents and (kind is not AnswerKind.GENERATED or len(documents) > 1):
-                # Quoted: what each document says it is, with its outline. A model summarises one document only.
-                kind, error = AnswerKind.EVIDENCE, ""
-                yield self._emit(overview.render(documents, sources, language(self.question)))
-            else:
-                kind, error = yield from self._generate(knowledge, kind, chosen, sources)
-            if kind is AnswerKind.GENERATED and not error and not self.grounding.grounded:
-                # Nothing the model wrote is backed by its sources: their own words answer instead.
-                self.notes.append("the model's answer said nothing its sources back: the sources are quoted instead")
-                kind, chosen, sources = self._number_sources(knowledge, AnswerKind.EVIDENCE)
-                kind, error = yield from self._generate(knowledge, kind, chosen, sources)
-            outline = overview.outline_text(documents[0], language(self.question)) if documents else ""
-            if outline and kind is AnswerKind.GENERATED and not error:
-                yield self._emit("\n\n" + outline)
+        several = asks(self.question) if not documents and not self.history else [self.question]
+        if len(several) > 1:
+            knowledge, kind, error, sources = yield from self._asks(several)
+            before_answer = self._before_answer
+        else:
+            knowledge = self._about(documents) if documents else self._search()
+            before_answer = self.usage.requests - self._condense_calls
+            with self._stage("generating", "generate"):
+                kind, error, sources = yield from self._write(knowledge)
         self.timings.setdefault("first_token", round(time.perf_counter() - self._start, 3))
         self.timings["total"] = round(time.perf_counter() - self._start, 3)
         if kind is AnswerKind.GENERATED:
             before_answer += 1  # the answer's own call
         self.answer = self._answer(knowledge, sources, kind, error, before_answer)
+
+    def _write(
+        self, knowledge: Knowledge, first: int = 1
+    ) -> Generator[str, None, tuple[AnswerKind, str, list[Source]]]:
+        """The answer from what was found: quoted, or written by the model and held to its sources (quoted when
+        nothing it wrote is backed). Sources are numbered from ``first``. Returns the kind of answer made, why the
+        model failed ("" when it did not), and the sources."""
+        documents = knowledge.documents
+        kind, chosen, sources = self._number_sources(knowledge, first=first)
+        if documents and (kind is not AnswerKind.GENERATED or len(documents) > 1):
+            # Quoted: what each document says it is, with its outline. A model summarises one document only.
+            yield self._emit(overview.render(documents, sources, language(self.question)))
+            return AnswerKind.EVIDENCE, "", sources
+        kind, error = yield from self._generate(knowledge, kind, chosen, sources)
+        if kind is AnswerKind.GENERATED and not error and not self.grounding.grounded:
+            # Nothing the model wrote is backed by its sources: their own words answer instead.
+            self.notes.append("the model's answer said nothing its sources back: the sources are quoted instead")
+            kind, chosen, sources = self._number_sources(knowledge, AnswerKind.EVIDENCE, first)
+            kind, error = yield from self._generate(knowledge, kind, chosen, sources)
+        outline = overview.outline_text(documents[0], language(self.question)) if documents else ""
+        if outline and kind is AnswerKind.GENERATED and not error:
+            yield self._emit("\n\n" + outline)
+        return kind, error, sources
+
+    def _asks(self, several: Sequence[str]) -> Generator[str, None, tuple[Knowledge, AnswerKind, str, list[Source]]]:
+        """A question of several asks: each is searched, graded and answered on its own, under its own heading, its
+        sources numbered after those of the asks before. One the documents do not answer says so."""
+        self.notes.append(f"a question of {len(several)} asks: each was searched, graded and answered on its own")
+        found: list[Knowledge] = []
+        kinds: list[AnswerKind] = []
+        sources: list[Source] = []
+        invented: list[str] = []
+        for n, ask in enumerate(several, start=1):
+            one = AnswerStream(self.p, ask, (), self.on_step, self.options)
+            one.usage, one.timings, one._start = self.usage, self.timings, self._start
+            found.append(one._search())
+            self._before_answer = self._before_answer or self.usage.requests
+            yield self._emit(("\n\n" if n > 1 else "") + f"**{n}. {ask}**\n\n")
+            with self._stage("generating", "generate"):
+                kind, error, numbered = yield from self._relay(one._write(found[-1], len(sources) + 1))
+            self.notes += [f"ask {n}: {note}" for note in one.notes]
+            kinds.append(kind)
+            sources += numbered
+            invented += one.grounding.invented
+            if error:
+                break
+        self.grounding = Grounding(invented=invented)
+        order = (AnswerKind.GENERATED, AnswerKind.EVIDENCE)  # written if any ask was, else quoted, else none
+        kind = next((k for k in order if k in kinds), AnswerKind.NO_ANSWER)
+        return joined(self.question, found), kind, error, sources
+
+    def _relay(self, steps: Generator[str, None, _Made]) -> Generator[str, None, _Made]:
+        """Another stream's text, as this answer's own; returns what that stream returned."""
+        while True:
+            try:
+                piece = next(steps)
+            except StopIteration as done:
+                return done.value
+            yield self._emit(piece) if piece else ""
 
     def _about(self, documents: Sequence[Overview]) -> Knowledge:
         """A question about whole documents: their opening sentences are the knowledge, quoted as they are."""
@@ -488,7 +559,7 @@ class AnswerStream:
         return strips, action
 
     def _number_sources(
-        self, knowledge: Knowledge, answering: AnswerKind | None = None
+        self, knowledge: Knowledge, answering: AnswerKind | None = None, first: int = 1
     ) -> tuple[AnswerKind, list[Strip], list[Source]]:
         """The kind of answer to make (``answering``, else the settings'), the strips it quotes, and the numbered
         sources. Quoted strips number their sources first: an answer quoting two passages cites [1] and [2]. Without
@@ -505,6 +576,7 @@ class AnswerStream:
             else evidence.select(knowledge.strips, self.question, self.notes)
         )
         sources = number_sources(knowledge.strips, knowledge.evaluation.graded, chosen)
+        sources = [replace(s, n=s.n + first - 1) for s in sources]  # after the sources of the asks before
         return (answering if sources else AnswerKind.NO_ANSWER), chosen, sources
 
     def _generate(

@@ -1,0 +1,68 @@
+"""The asks of a question: "How do I set the margins, and how do I change the font?" is two questions.
+
+Searched as one, a question of two asks finds the passages of the ask its words weigh more, and the answer leaves the
+other out. Split, each ask is searched, graded and answered on its own (``crag.pipeline``), and the answer says which
+ask each quote answers. A question is split only where a second ask opens with its own question word ("and how…",
+"以及如何…") or after a question mark, and only into asks that name something of their own: "What are R and S?"
+and "How do I install and remove packages?" stay whole.
+"""
+
+from __future__ import annotations
+
+import re
+
+from crag.followups import points_back
+from crag.text import content_words, has_han
+
+# Where a second ask starts: after a question mark or a semicolon; or at "and" / "以及" / a comma when a question
+# word follows ("…, and how do I…", "…以及如何…", "…，怎么…").
+_QUESTION_WORD_EN = r"(?:how|what|where|when|which|why|who|can|could|is|are|does|do|should)\b"
+_QUESTION_WORD_ZH = r"(?:如何|怎么|怎样|什么|哪|为什么|是否|能否|能不能|可以|有没有|有哪些)"
+_SPLIT = re.compile(
+    rf"(?<=[?？;；])\s*(?=\S)"
+    rf"|\s*,?\s+(?:and|also|plus)\s+(?={_QUESTION_WORD_EN})"
+    rf"|\s*,\s+(?={_QUESTION_WORD_EN})(?!is\b|are\b|do\b|does\b)"
+    rf"|\s*(?:以及|并且|另外|还有|同时|和|与)\s*(?={_QUESTION_WORD_ZH})"
+    rf"|\s*[，,]\s*(?:那么|还有|另外|以及)?\s*(?={_QUESTION_WORD_ZH})",
+    re.IGNORECASE,
+)
+# An ask of its own names something: at least one word that is not how a question asks.
+_ASKING = frozenset(
+    "how what where when which why who can could is are does do should use using get make way 如何 怎么 怎样 什么 "
+    "哪些 为什么 是否 能否 可以 有没有 方法 办法".split()
+)
+# What joins an ask to the one before: not part of it ("以及 bzip2 怎么…" is asked as "bzip2 怎么…").
+_LEADING = re.compile(r"^(?:(?:and|also|plus|then)\b\s*|(?:以及|并且|另外|还有|同时|那么|而且)\s*)", re.IGNORECASE)
+MAX_ASKS = 4  # more than this is a list of topics, not a question of several asks: searched as one
+
+
+def asks(question: str) -> list[str]:
+    """The asks of a question, in order; the question alone when it has one (or too many to be asks). A piece that
+    is no question of its own belongs to its neighbour: one that asks nothing ("R 的基础绘图里，…") to the ask after
+    it; one that names too little to be asked alone ("…? Why?", "…？用哪个函数？") or points back ("…and how do I
+    change it?") to the ask before it."""
+    merged: list[str] = []
+    waiting = ""  # a piece that asks nothing: it opens the next ask
+    for piece in (_LEADING.sub("", p.strip(" ,，;；")) for p in _SPLIT.split(question)):
+        if not piece:
+            continue
+        if not _QUESTION.search(piece):
+            waiting = f"{waiting} {piece}".strip()
+            continue
+        if waiting:
+            piece, waiting = f"{waiting}，{piece}" if has_han(waiting) else f"{waiting}, {piece}", ""
+        if merged and (len(_own(piece)) < OWN_WORDS or points_back(piece)):
+            merged[-1] = f"{merged[-1]} {piece}"
+        else:
+            merged.append(piece)
+    if waiting or not 1 < len(merged) <= MAX_ASKS:
+        return [question]
+    return [m[:1].upper() + m[1:] if re.match(_QUESTION_WORD_EN, m, re.IGNORECASE) else m for m in merged]
+
+
+OWN_WORDS = 2  # an ask after the first names at least this many words of its own ("reset", "gadget")
+_QUESTION = re.compile(rf"[?？]|\b{_QUESTION_WORD_EN}|{_QUESTION_WORD_ZH}|吗|呢", re.IGNORECASE)
+
+
+def _own(piece: str) -> list[str]:
+    return [w for w in content_words(piece) if w not in _ASKING]

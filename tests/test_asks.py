@@ -1,0 +1,69 @@
+"""A question of several asks is answered ask by ask (``crag.asks``, ``crag.pipeline``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from crag.asks import asks
+from crag.evidence import quoted_lines
+from crag.types import Action
+from tests.fakes import chunk, pipeline
+
+
+@pytest.mark.parametrize(
+    ("question", "expected"),
+    [
+        (
+            "How do I set the margins, and how do I change the font?",
+            ["How do I set the margins", "How do I change the font?"],
+        ),
+        (
+            "How do I plot in gnuplot? How do I set fonts with ctex?",
+            ["How do I plot in gnuplot?", "How do I set fonts with ctex?"],
+        ),
+        ("如何设置页边距以及如何更改字体？", ["如何设置页边距", "如何更改字体？"]),
+        ("R 怎么读取 SPSS 数据？以及 bzip2 怎么恢复文件？", ["R 怎么读取 SPSS 数据？", "bzip2 怎么恢复文件？"]),
+        ("怎么设置页边距，怎么更换正文字体？", ["怎么设置页边距", "怎么更换正文字体？"]),
+        ("R 的基础绘图里，怎样旋转刻度标签？", ["R 的基础绘图里，怎样旋转刻度标签？"]),
+        ("R 能读取 SPSS 文件吗？用哪个函数？", ["R 能读取 SPSS 文件吗？用哪个函数？"]),
+        # One ask: two names, two verbs, a question that points back to the first ask, a "Why?" of the ask before.
+        ("What are R and S?", ["What are R and S?"]),
+        ("How do I install and remove packages?", ["How do I install and remove packages?"]),
+        (
+            "What is the default terminal and how do I change it?",
+            ["What is the default terminal and how do I change it?"],
+        ),
+        ("How do I install R? Why?", ["How do I install R? Why?"]),
+        ("How, when and why should I use tlmgr?", ["How, when and why should I use tlmgr?"]),
+        ("什么是 ctex 和 xeCJK？", ["什么是 ctex 和 xeCJK？"]),
+    ],
+)
+def test_a_question_is_split_only_where_a_second_ask_opens_with_its_own_question_word(question, expected) -> None:
+    assert asks(question) == expected
+
+
+WIDGET = "The widget needs two processor cores and eight hundred megabytes of memory."
+GADGET = "To reset the gadget, hold its power button for ten seconds."
+
+
+def test_each_ask_is_searched_graded_and_answered_on_its_own(settings) -> None:
+    """Searched as one, the question finds the widget's passage only; ask by ask, each half gets its own quotes,
+    under its own heading, the sources numbered across both."""
+    p = pipeline(settings, [chunk(WIDGET, "widget.pdf", n=0), chunk(GADGET, "gadget.pdf", n=1)], [], backend="embedded")
+    p.evaluators["similarity"] = p.scorer
+    answer = p.ask("How much memory does the widget need, and how do I reset the gadget?", web=False)
+    first, second = answer.text.split("**2. How do I reset the gadget?**")
+    assert first.startswith("**1. How much memory does the widget need**") and "eight hundred megabytes" in first
+    assert "hold its power button" in second and "eight hundred" not in second
+    numbers = [int(line["n"]) for line in quoted_lines(answer.text)]
+    assert sorted(set(numbers)) == [s.n for s in answer.sources] and len(answer.sources) >= 2
+    assert answer.trace.notes[0] == "a question of 2 asks: each was searched, graded and answered on its own"
+
+
+def test_an_ask_the_documents_do_not_answer_is_said_to_be_so(settings) -> None:
+    p = pipeline(settings, [chunk(WIDGET, "widget.pdf", n=0), chunk(GADGET, "gadget.pdf", n=1)], [], backend="embedded")
+    p.evaluators["similarity"] = p.scorer
+    answer = p.ask("How much memory does the widget need? How do I pair the Zorblax?", web=False)
+    second = answer.text.split("**2. How do I pair the Zorblax?**")[1]
+    assert "never mention “Zorblax”" in second
+    assert answer.action is Action.AMBIGUOUS  # one ask answered, one not
