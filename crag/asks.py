@@ -66,3 +66,29 @@ _QUESTION = re.compile(rf"[?？]|\b{_QUESTION_WORD_EN}|{_QUESTION_WORD_ZH}|吗|�
 
 def _own(piece: str) -> list[str]:
     return [w for w in content_words(piece) if w not in _ASKING]
+
+
+# "Compare A and B", "What is the difference between A and B?", "A 和 B 有什么区别", "A vs B": one ask per side.
+_COMPARE = re.compile(
+    r"^.*?\b(?:compare|comparison of|differences? between)\s+(?P<a>.+?)\s+(?:and|with|to|vs\.?|versus)\s+"
+    r"(?P<b>.+?)(?P<tail>\s+(?:in|for|on|when)\s+.+?)?\s*[?？.]?$"
+    r"|^(?P<a2>[^?？]+?)\s+(?:vs\.?|versus)\s+(?P<b2>[^?？]+?)\s*[?？.]?$"
+    r"|^(?:比较|对比)(?:一下)?\s*(?P<a3>[^和与跟]+?)\s*(?:和|与|跟)\s*(?P<b3>[^和与跟]+?)\s*[。？?]?$"
+    r"|^(?P<a4>[^和与跟]+?)\s*(?:和|与|跟)\s*(?P<b4>[^和与跟]+?)\s*(?:的|之间的|之间)?\s*(?:有)?(?:什么|哪些)?"
+    r"(?:区别|差别|异同|不同)",
+    re.IGNORECASE,
+)
+
+
+def compared(question: str) -> list[tuple[str, str]]:
+    """For a question that compares two things, each side and what to search for it ("Compare bzip2 and gzip for
+    speed" → ("bzip2", "bzip2 for speed"), ("gzip", "gzip for speed")); [] for any other question."""
+    found = _COMPARE.search(question.strip())
+    if not found:
+        return []
+    groups = found.groupdict()
+    a, b = (next(groups[k] for k in keys if groups[k]) for keys in (("a", "a2", "a3", "a4"), ("b", "b2", "b3", "b4")))
+    if not (_own(a) and _own(b)):
+        return []
+    tail = groups["tail"] or ""
+    return [(side.strip(), f"{side.strip()}{tail}") for side in (a, b)]

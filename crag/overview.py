@@ -41,10 +41,16 @@ def asks_about_documents(question: str, files: Iterable[str] = ()) -> bool:
     ``files`` makes "what is <file> about", "介绍一下 <file>" or "What is <file>?" such a question too."""
     if _ABOUT_EN.search(question) or _ABOUT_ZH.search(question):
         return True
-    if not named_files(question, files):
+    named = named_files(question, files)
+    if not named:
         return False
+    if len(named) > 1 and _COMPARES.search(question):  # "Compare gnuplot.pdf and ctex.pdf": what each is
+        return True
     about = re.search(r"\babout\b|summar|overview|讲|介绍|是什么", question, re.IGNORECASE) is not None
     return about or not content_words(without_names(question, files))
+
+
+_COMPARES = re.compile(r"\bcompar|\bdiffer|\bvs\b|\bversus\b|比较|对比|区别|差别|异同", re.IGNORECASE)
 
 
 def _spoken(text: str) -> str:
@@ -285,5 +291,5 @@ def render(documents: Sequence[Overview], sources: Sequence[Source], language: s
         return "\n\n".join(p for p in parts if p)
     paragraphs = [_SEVERAL[language].format(count=len(documents))]
     for document in documents:
-        paragraphs.append("\n".join([heading(document, language), *numbered(document.said[:1], sources)]))
+        paragraphs.append("\n".join([heading(document, language), *numbered(document.said, sources)]))
     return "\n\n".join(paragraphs)

@@ -28,7 +28,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.usage import RequestUsage
 
 from crag import evidence, overview, prompts
-from crag.asks import asks
+from crag.asks import asks, compared
 from crag.config import Settings
 from crag.evaluator import Evaluator, LLMEvaluator, SimilarityEvaluator, Usage, cap_near_miss, decisive
 from crag.followups import (
@@ -64,6 +64,7 @@ STRIP_FLOOR = -0.2  # a strip below this is noise even when few strips exist
 CLOSEST_KEPT = 3  # Ambiguous with no strip above the floor: the closest passages shown, said to be such
 WEB_RESULTS = 5
 WEB_PAGES_FETCHED = 2
+SAID_EACH = 1  # sentences quoted of each document, when a question is about several
 
 
 # ---------------------------------------------------------------------------------------------
@@ -360,8 +361,8 @@ class AnswerStream:
         question of several asks ask by ask (``crag.asks``)."""
         self._start = time.perf_counter()
         documents = self.p.documents(self.question, self.options.scope)
-        several = asks(self.question) if not documents and not self.history else [self.question]
-        if len(several) > 1:
+        several = self._several() if not documents and not self.history else []
+        if several:
             knowledge, kind, error, sources = yield from self._asks(several)
             before_answer = self._before_answer
         else:
@@ -398,20 +399,33 @@ class AnswerStream:
             yield self._emit("\n\n" + outline)
         return kind, error, sources
 
-    def _asks(self, several: Sequence[str]) -> Generator[str, None, tuple[Knowledge, AnswerKind, str, list[Source]]]:
+    def _several(self) -> list[tuple[str, str]]:
+        """The asks of a question of several, each as (its heading, what is searched and answered for it): the two
+        sides of a comparison, or the asks of one question ("…, and how do I…?"); [] for a question of one ask."""
+        if sides := compared(self.question):
+            self.notes.append("a comparison: each side was searched, graded and answered on its own")
+            return sides
+        several = asks(self.question)
+        if len(several) < 2:
+            return []
+        self.notes.append(f"a question of {len(several)} asks: each was searched, graded and answered on its own")
+        return [(ask, ask) for ask in several]
+
+    def _asks(
+        self, several: Sequence[tuple[str, str]]
+    ) -> Generator[str, None, tuple[Knowledge, AnswerKind, str, list[Source]]]:
         """A question of several asks: each is searched, graded and answered on its own, under its own heading, its
         sources numbered after those of the asks before. One the documents do not answer says so."""
-        self.notes.append(f"a question of {len(several)} asks: each was searched, graded and answered on its own")
         found: list[Knowledge] = []
         kinds: list[AnswerKind] = []
         sources: list[Source] = []
         invented: list[str] = []
-        for n, ask in enumerate(several, start=1):
+        for n, (heading, ask) in enumerate(several, start=1):
             one = AnswerStream(self.p, ask, (), self.on_step, self.options)
             one.usage, one.timings, one._start = self.usage, self.timings, self._start
             found.append(one._search())
             self._before_answer = self._before_answer or self.usage.requests
-            yield self._emit(("\n\n" if n > 1 else "") + f"**{n}. {ask}**\n\n")
+            yield self._emit(("\n\n" if n > 1 else "") + f"**{n}. {heading}**\n\n")
             with self._stage("generating", "generate"):
                 kind, error, numbered = yield from self._relay(one._write(found[-1], len(sources) + 1))
             self.notes += [f"ask {n}: {note}" for note in one.notes]
@@ -440,8 +454,10 @@ class AnswerStream:
             "a question about the whole document: answered from what its opening pages say it is and its outline, "
             "not from the passages a search for the question's words finds"
         )
-        strips = tuple(s for d in documents for s in d.said)
-        graded = tuple(ScoredChunk(c, 1.0, "document") for d in documents for c in d.opening)
+        shown = SAID_EACH if len(documents) > 1 else None  # several: a paragraph each, its best sentence
+        strips = tuple(s for d in documents for s in d.said[:shown])
+        quoted = {s.chunk_id for s in strips}
+        graded = tuple(ScoredChunk(c, 1.0, "document") for d in documents for c in d.opening if c.id in quoted)
         evaluation = Evaluation(graded, TermCheck())
         return Knowledge(self.question, evaluation, Action.CORRECT, strips, WebKnowledge(), tuple(documents))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crag.asks import asks
+from crag.asks import asks, compared
 from crag.evidence import quoted_lines
 from crag.types import Action
 from tests.fakes import chunk, pipeline
@@ -67,3 +67,29 @@ def test_an_ask_the_documents_do_not_answer_is_said_to_be_so(settings) -> None:
     second = answer.text.split("**2. How do I pair the Zorblax?**")[1]
     assert "never mention “Zorblax”" in second
     assert answer.action is Action.AMBIGUOUS  # one ask answered, one not
+
+
+@pytest.mark.parametrize(
+    ("question", "sides"),
+    [
+        ("Compare the widget and the gadget", [("the widget", "the widget"), ("the gadget", "the gadget")]),
+        ("What is the difference between tlmgr and MiKTeX?", [("tlmgr", "tlmgr"), ("MiKTeX", "MiKTeX")]),
+        ("Compare bzip2 and gzip for speed", [("bzip2", "bzip2 for speed"), ("gzip", "gzip for speed")]),
+        ("xeCJK 和 ctex 有什么区别？", [("xeCJK", "xeCJK"), ("ctex", "ctex")]),
+        ("比较一下 ctex 与 xeCJK", [("ctex", "ctex"), ("xeCJK", "xeCJK")]),
+        ("How do I compare two data frames?", []),
+    ],
+)
+def test_a_comparison_is_asked_side_by_side(question, sides) -> None:
+    assert compared(question) == sides
+
+
+def test_each_side_of_a_comparison_gets_its_own_passages_labelled(settings) -> None:
+    guides = [chunk(WIDGET, "guide-1.pdf", n=0), chunk(GADGET, "guide-2.pdf", n=1)]
+    p = pipeline(settings, guides, [], backend="embedded")
+    p.evaluators["similarity"] = p.scorer
+    answer = p.ask("Compare the widget and the gadget", web=False)
+    first, second = answer.text.split("**2. the gadget**")
+    assert first.startswith("**1. the widget**") and "processor cores" in first and "power button" not in first
+    assert "power button" in second
+    assert answer.trace.notes[0] == "a comparison: each side was searched, graded and answered on its own"

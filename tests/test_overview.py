@@ -132,3 +132,9 @@ def test_a_file_named_in_a_question_is_not_a_term_the_documents_never_mention(tw
     assert answer.action is Action.CORRECT, answer.trace.notes
     assert not answer.trace.terms.missing
     assert "two processor cores" in answer.text
+
+
+def test_a_comparison_of_two_named_documents_says_what_each_is(two_manuals: Settings) -> None:
+    answer = Pipeline.from_settings(two_manuals).ask("Compare widget.pdf and sheepcounter-guide.pdf")
+    assert answer.text.startswith("2 documents. What each says it is:")
+    assert [s.n for s in answer.sources] == sorted(cited(answer.text)) == [1, 2]
