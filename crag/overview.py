@@ -112,6 +112,7 @@ class Overview:
 
 OPENING = 12  # chunks of a document's opening read for what it is: title page, preface, introduction
 SAID = 2  # sentences quoted for what a document is
+SAID_EACH = 1  # of each document, when a question is about several
 OUTLINE = 14  # headings listed, at most
 # A sentence that says what its document is: it defines ("R is an integrated suite…", "…是一种…") or describes
 # ("This manual describes…", "本文档描述…"); one that names the document ("this manual", "本文档") says more.
@@ -141,14 +142,30 @@ def overview(file: str, chunks: Sequence[Chunk], record: FileResult | None) -> O
     if not chunks:
         return None
     title = (record.title if record else "") or _title(chunks)
-    opening = [c for c in chunks[:OPENING] if c.pages and c.pages[0] <= chunks[0].pages[0] + 10]
-    opening += [c for c in chunks[OPENING : OPENING * 4] if _INTRODUCTION.search(c.section.split(" > ")[0])][:4]
+    opening = _opening(chunks, title)
     said = _said(opening, title)
     bookmarks = _bookmarks(record)
     pages = record.pages if record else max(chunks[-1].pages, default=0)
     quoted = {s.chunk_id for s in said}
     opening = tuple(c for c in dict.fromkeys(opening) if c.id in quoted)
     return Overview(file, title, pages, said, bookmarks or _headings(chunks, title), bool(bookmarks), opening)
+
+
+_CONTENTS = re.compile(r"^(?:table of )?contents$|^index$|^目\s*录$|^索\s*引$", re.IGNORECASE)
+_LEADERS = re.compile(r"(?:\.\s*){5,}\d|(?:\s\d{1,3}){6,}")  # a contents page: "Introduction ........ 5"
+
+
+def _opening(chunks: Sequence[Chunk], title: str) -> list[Chunk]:
+    """The chunks that open a document, past its table of contents: its first ``OPENING``, and further on the
+    first few of sections named as an introduction or after what the title names ("Gnuplot" in "gnuplot 5.4")."""
+    words = {w.lower() for w in _title_words(title)}
+    readable = [c for c in chunks[: OPENING * 6] if not _CONTENTS.match(_top(c)) and not _LEADERS.search(c.text)]
+    later = [c for c in readable[OPENING:] if _INTRODUCTION.search(_top(c)) or _top(c).lower() in words]
+    return readable[:OPENING] + later[:4]
+
+
+def _top(chunk: Chunk) -> str:
+    return chunk.section.split(" > ")[0].strip()
 
 
 def _title(chunks: Sequence[Chunk]) -> str:
@@ -222,7 +239,8 @@ def _bookmarks(record: FileResult | None) -> tuple[tuple[int, str, int], ...]:
     return tuple((level - top, title, page) for level, title, page in record.outline if level < top + levels)[:OUTLINE]
 
 
-_NUMBERED = re.compile(r"^(?:chapter\s+)?(?:\d+|[A-Z])(?:[.\s]|$)|^第.{1,3}[章部篇]", re.IGNORECASE)
+# A chapter heading: "2 Objects", "Chapter 3", "A.", "第一章"; not a title opening with a one-letter name ("R FAQ").
+_NUMBERED = re.compile(r"^(?:chapter\s+)?(?:\d+(?:[.\s]|$)|[A-Z](?:\.|\s*$))|^第.{1,3}[章部篇]", re.IGNORECASE)
 
 
 def _headings(chunks: Sequence[Chunk], title: str) -> tuple[tuple[int, str, int], ...]:
@@ -230,8 +248,8 @@ def _headings(chunks: Sequence[Chunk], title: str) -> tuple[tuple[int, str, int]
     heading when none is numbered as a chapter."""
     seen: dict[str, int] = {}
     for chunk in chunks:
-        top = chunk.section.split(" > ")[0].strip()
-        if top and top != title and top not in seen and chunk.pages:
+        top = _top(chunk)
+        if len(top) > 2 and top != title and top not in seen and not _CONTENTS.match(top) and chunk.pages:
             seen[top] = chunk.pages[0]
     chapters = {h: p for h, p in seen.items() if _NUMBERED.match(h) and not re.match(r"^(?:\d+|[A-Z])\.\d", h)}
     return tuple((0, heading, page) for heading, page in (chapters or seen).items())[:OUTLINE]
@@ -291,5 +309,5 @@ def render(documents: Sequence[Overview], sources: Sequence[Source], language: s
         return "\n\n".join(p for p in parts if p)
     paragraphs = [_SEVERAL[language].format(count=len(documents))]
     for document in documents:
-        paragraphs.append("\n".join([heading(document, language), *numbered(document.said, sources)]))
+        paragraphs.append("\n".join([heading(document, language), *numbered(document.said[:SAID_EACH], sources)]))
     return "\n\n".join(paragraphs)

@@ -64,7 +64,6 @@ STRIP_FLOOR = -0.2  # a strip below this is noise even when few strips exist
 CLOSEST_KEPT = 3  # Ambiguous with no strip above the floor: the closest passages shown, said to be such
 WEB_RESULTS = 5
 WEB_PAGES_FETCHED = 2
-SAID_EACH = 1  # sentences quoted of each document, when a question is about several
 
 
 # ---------------------------------------------------------------------------------------------
@@ -454,7 +453,7 @@ class AnswerStream:
             "a question about the whole document: answered from what its opening pages say it is and its outline, "
             "not from the passages a search for the question's words finds"
         )
-        shown = SAID_EACH if len(documents) > 1 else None  # several: a paragraph each, its best sentence
+        shown = overview.SAID_EACH if len(documents) > 1 else None  # several: a paragraph each, its best sentence
         strips = tuple(s for d in documents for s in d.said[:shown])
         quoted = {s.chunk_id for s in strips}
         graded = tuple(ScoredChunk(c, 1.0, "document") for d in documents for c in d.opening if c.id in quoted)
