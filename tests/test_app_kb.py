@@ -19,9 +19,11 @@ from crag.types import FileResult, Progress
 from tests import fakes
 from tests.apptest import (
     CHUNKS,
+    THREE_SENTENCES,
     app,
     ask,
     badges,
+    click_while_running,
     file_statuses,
     loaded,
     plain,
@@ -147,6 +149,39 @@ def test_a_rebuild_runs_in_the_background_with_live_progress_while_questions_are
     assert "1 indexed · 1 failed · 4 passages" in texts(at.sidebar.warning)
     failed = texts(at.sidebar.error)
     assert "bad\\.pdf" in failed and "not a PDF" in failed
+
+
+def test_a_rebuild_started_while_an_answer_is_written_lets_the_answer_end(
+    monkeypatch: pytest.MonkeyPatch, files: Path
+) -> None:
+    """The build runs in the background and the old index answers meanwhile: its button must not cut the answer."""
+    import ui.chat
+
+    use_pipeline(monkeypatch, [0.9], answer=THREE_SENTENCES)
+    calls: list = []
+    monkeypatch.setattr(crag.ingest, "sync", fake_sync(calls))
+    streamed, clicks = ui.chat.saving, []
+
+    def clicked_rebuild(stream, store, reply):
+        for delta in streamed(stream, store, reply):
+            yield delta
+            if delta and not clicks:  # a sentence into the answer, the user clicks Rebuild in the sidebar
+                clicks.append(reply)
+                click_while_running("rebuild", fragment="rebuild_controls")
+
+    monkeypatch.setattr(ui.chat, "saving", clicked_rebuild)
+    at = ask(app())
+    assert not at.exception and clicks
+    # The click's run (the page redrawn once the build started) shows the answer written on after the click, whole,
+    # and nothing says it stopped.
+    answer = at.chat_message[1]
+    assert "eight hundred megabytes of memory [1]." in answer.markdown[0].value
+    assert not answer.error and not answer.info and badges(at)
+    [message] = [m for m in saved(files) if m.role == "assistant"]
+    assert message.complete and not message.error and message.content == message.answer.text
+    at = settle(at)
+    assert calls == [{"rebuild": False, "embedder": "fake:hash"}], "the click started the build"
+    assert "1 indexed · 1 failed" in texts(at.sidebar.warning)
 
 
 def test_the_files_list_follows_a_build_and_says_which_pages_were_read_with_ocr(

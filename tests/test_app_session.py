@@ -16,6 +16,7 @@ from tests.apptest import (
     APP,
     CHUNKS,
     LOADING,
+    THREE_SENTENCES,
     app,
     ask,
     badges,
@@ -88,13 +89,6 @@ def test_models_that_fail_to_load_say_why_and_the_waiting_question_is_kept(
     at.run()  # the page's next run: the chat box is off, and says why
     assert at.chat_input[0].disabled and "ollama serve" in at.main.error[0].value
     assert [m.name for m in at.chat_message] == ["user", "assistant"], "the question and why it failed are kept"
-
-
-# A written answer shows sentence by sentence: three, to stop it after the first.
-THREE_SENTENCES = (
-    "The widget needs two processor cores [1]. It needs eight hundred megabytes of memory [1]. "
-    "Install the dependencies before you run the widget [2]."
-)
 
 
 # ---------------------------------------------------------------------------------------------

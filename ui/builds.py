@@ -19,6 +19,10 @@ from ui.text import build_summary, file_reason, md_escape, no_images, progress_t
 
 REFRESH_RUNNING = 1.0  # seconds between two looks at a running build
 REFRESH_IDLE = 5.0  # between two looks for a build another session started
+# The fragment of the Rebuild button and its toggle. A click on a widget of a fragment reruns that fragment once the
+# page's own run has ended, where any other click stops that run: an answer being written would be cut short by a
+# build that runs in the background and leaves the old index answering.
+CONTROLS = "rebuild_controls"
 
 
 def rebuild(settings: Settings) -> Callable[[], None]:
@@ -30,25 +34,9 @@ def rebuild(settings: Settings) -> Callable[[], None]:
     ss = st.session_state
     runner = state.builds(settings)
     running = runner.running is not None
-    if ss.pop("full_started", False):  # a full rebuild is a one-off: the next click is incremental again
-        ss.full_rebuild = False
-    full = st.toggle(
-        "Full rebuild",
-        key="full_rebuild",
-        help="Re-read and re-embed every file, not only new and changed ones. "
-        "Use it after changing the parser or the embedding model.",
-    )
-    clicked = st.button(
-        "Rebuild knowledge base",
-        type="primary",
-        icon=":material/refresh:",
-        key="rebuild",
-        width="stretch",
-        disabled=running,
-        help="A build is running: its progress is below." if running else None,
-    )
-    if (clicked or ss.pop("build_now", False)) and not running:
-        start(settings, full)
+    st.fragment(controls, key=CONTROLS)(settings)
+    if ss.pop("build_now", False) and not running:
+        start(settings, ss.get("full_rebuild", False))
     if ss.build_error:
         st.error(f"**The knowledge base was not rebuilt.** {ss.build_error}")
     ss.build_seen = seen(runner.latest)  # what this whole page is drawn with; the fragment watches for changes
@@ -66,6 +54,32 @@ def rebuild(settings: Settings) -> Callable[[], None]:
     return watch
 
 
+def controls(settings: Settings) -> None:
+    """The Full rebuild toggle and the Rebuild button, drawn as a fragment (``CONTROLS``): a click starts the build
+    once an answer being written has ended, rather than cut it short."""
+    ss = st.session_state
+    running = state.builds(settings).running is not None
+    if ss.pop("full_started", False):  # a full rebuild is a one-off: the next click is incremental again
+        ss.full_rebuild = False
+    full = st.toggle(
+        "Full rebuild",
+        key="full_rebuild",
+        help="Re-read and re-embed every file, not only new and changed ones. "
+        "Use it after changing the parser or the embedding model.",
+    )
+    clicked = st.button(
+        "Rebuild knowledge base",
+        type="primary",
+        icon=":material/refresh:",
+        key="rebuild",
+        width="stretch",
+        disabled=running,
+        help="A build is running: its progress is below." if running else None,
+    )
+    if clicked and not running:
+        start(settings, full)
+
+
 def seen(job: Job | None) -> tuple[str, str] | None:
     return (job.id, job.state) if job else None
 
@@ -78,9 +92,10 @@ def start(settings: Settings, full: bool) -> None:
         state.builds(settings).start(full)
     except CragError as exc:  # another build (here or in another process), an unwritable folder
         ss.build_error = md_escape(str(exc))
-        return
-    ss.full_started = full
-    st.rerun()  # the page as it is while a build runs: the button off, the progress on
+    else:
+        ss.full_started = full
+    # The whole page, from a fragment's click too: the button off and the progress on, or why nothing started.
+    st.rerun()
 
 
 def status(settings: Settings, live: bool = True) -> None:

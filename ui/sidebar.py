@@ -58,8 +58,8 @@ def knowledge_base(
         st.caption(f"Not built yet. Parser: {settings.parser}.")
     if pipeline is not None and pipeline.retriever.lexical_only:  # the index's embedder is missing: say the way out
         st.warning(pipeline.retriever.lexical_only, icon=":material/manage_search:")
-    if gen is not None:
-        offer_multilingual(settings, gen.embedder)
+    if gen is not None:  # a fragment, as the Rebuild button is: its click leaves an answer being written alone
+        st.fragment(offer_multilingual)(settings, gen.embedder)
     files.files_list(settings, kb.files)
     if state.builds(settings).running is None:  # a running build reads the folder already
         if n := len(kb.pending):
