@@ -23,6 +23,7 @@ from tests.apptest import (
     click_while_running,
     file_statuses,
     loaded,
+    plain,
     saved,
     texts,
     use_pipeline,
@@ -206,3 +207,39 @@ def test_an_address_with_settings_it_cannot_hold_falls_back_to_the_defaults(
     assert at.selectbox(key="set_answer").value == "auto" and at.slider(key="set_top_k").value == 5
     assert at.selectbox(key="set_evaluator").value == "llm", "a value it can hold is kept"
     assert dict(at.query_params) == {"evaluator": "llm"}
+
+
+# ---------------------------------------------------------------------------------------------
+# A long chat reopened
+
+
+def test_a_reopened_chat_shows_earlier_answers_folded_and_the_latest_whole(
+    monkeypatch: pytest.MonkeyPatch, files: Path
+) -> None:
+    """Each answer's sources and how it was made (page images, a chart, tables) made a long chat slow to reopen:
+    earlier answers show their first line, and the rest is drawn once opened."""
+    use_pipeline(monkeypatch, [0.9])
+    at = app()
+    for n in range(3):
+        at = ask(at, f"How many cores does the widget need, take {n}?")
+    chat = at.query_params["chat"]
+    reopened = AppTest.from_file(APP, default_timeout=60)  # another tab, or a reload
+    reopened.query_params["chat"] = chat
+    at = loaded(reopened.run())
+    answers = [m for m in at.chat_message if m.name == "assistant"]
+    *earlier, latest = answers
+    for answer in earlier:
+        [fold] = answer.expander
+        assert plain(fold.label) == "The widget needs two processor cores [1]."
+        assert not list(fold.children.values()), "nothing of a folded answer is drawn until it is opened"
+        assert not answer.dataframe
+    assert [e.label for e in latest.expander] == ["How this answer was made", "Sources (1)"]
+    assert latest.dataframe and badges(at)
+
+    first = saved(files)[1]
+    at.session_state[f"fold-{first.id}"] = True  # the user opens the first answer
+    at.run()
+    [fold] = at.chat_message[1].expander[:1]
+    inside = [e.label for e in fold.expander]
+    assert inside == ["How this answer was made", "Sources (1)"], inside
+    assert "The widget needs two processor cores" in fold.markdown[0].value

@@ -6,6 +6,9 @@ again as it streams and when it ends. A reload, a restart or a crash loses nothi
 The chat box is drawn before the conversation, and takes a question while the models load: the question waits
 for them, its answer's status says so. While an answer is made, its Stop button ends it: a click reruns the page,
 which ends this run inside the stream, and the answer is kept as far as it went, marked as stopped by the user.
+
+A chat reopens with its latest answer whole and the earlier ones folded to their first line: each is drawn whole
+(its sources, how it was made) only once opened, so a long chat reopens in about the time of one answer.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from crag.text import clean_question
 from crag.types import Answer, AnswerKind
 from ui import state
 from ui.scope import ALL, choose
-from ui.text import md_escape, stage_label, stopped, stopped_by_user, user_stopped
+from ui.text import gist, md_escape, stage_label, stopped, stopped_by_user, user_stopped
 
 if TYPE_CHECKING:
     import crag.pipeline
@@ -56,11 +59,14 @@ def render(
     prompt = prompt or st.session_state.pop("reask", None)  # "Ask it in All documents" under a refused answer
     loading.start()  # the page is usable: the models load while the conversation is drawn and read
     messages = store.messages(chat) if chat else []
+    # Earlier answers are drawn folded, and only the latest in full (none, when a question is asked in this run):
+    # their sources and how they were made (page images, charts, tables) took seconds each to reopen a long chat.
+    latest = -1 if prompt else max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
     previous = question = ""
-    for message in messages:
+    for i, message in enumerate(messages):
         if message.role == "user":
             previous, question = question, message.content
-        replay(message, question, previous, settings)
+        replay(message, question, previous, settings, folded=i != latest)
     if refused:
         st.error(refused[1], icon=":material/error:")
     if prompt and loading.error:  # typed before the box was turned off: given back, with why
@@ -70,21 +76,37 @@ def render(
         ask(prompt, settings, loading, options, store, chat, messages, relist)
 
 
-def replay(message: Message, question: str, previous: str, settings: Settings) -> None:
-    from ui import answer as answer_ui  # charts and tables: loaded with the first answer shown, not the first page
-
+def replay(message: Message, question: str, previous: str, settings: Settings, folded: bool = False) -> None:
+    """A message of the open chat. An answer ``folded`` shows its first line, and the rest once opened."""
     with st.chat_message(message.role):
         if message.role == "user":
             st.text(message.content)
-            return
-        if message.content:
-            answer_ui.text(message.content, message.answer.kind if message.answer else AnswerKind.GENERATED)
-        if message.answer is not None:
-            answer_ui.render(message.answer, question, settings.files_dir, key=message.id, previous=previous)
-        elif not message.complete and stopped_by_user(message.error):
-            st.info(message.error, icon=":material/stop_circle:")
-        elif not message.complete:
-            st.error(message.error or stopped(question))
+        elif folded and message.answer is not None:
+            unfold = st.expander(fold_label(message), key=f"fold-{message.id}", on_change="rerun")
+            if unfold.open:  # drawn only once opened: a closed expander's content is computed and sent all the same
+                with unfold:
+                    replay_answer(message, question, previous, settings)
+        else:
+            replay_answer(message, question, previous, settings)
+
+
+def fold_label(message: Message) -> str:
+    """The line a folded answer shows: what it says first, and that it stopped short when it did."""
+    label = md_escape(gist(message.content)) or "The answer"
+    return label if message.complete else f"{label} · stopped before its end"
+
+
+def replay_answer(message: Message, question: str, previous: str, settings: Settings) -> None:
+    from ui import answer as answer_ui  # charts and tables: loaded with the first answer shown, not the first page
+
+    if message.content:
+        answer_ui.text(message.content, message.answer.kind if message.answer else AnswerKind.GENERATED)
+    if message.answer is not None:
+        answer_ui.render(message.answer, question, settings.files_dir, key=message.id, previous=previous)
+    elif not message.complete and stopped_by_user(message.error):
+        st.info(message.error, icon=":material/stop_circle:")
+    elif not message.complete:
+        st.error(message.error or stopped(question))
 
 
 def ask(

@@ -141,6 +141,22 @@ def evidence_markdown(text: str) -> str:
     return "\n\n".join(out)
 
 
+GIST_LENGTH = 120  # characters of an earlier answer shown on its folded line
+
+
+def gist(text: str) -> str:
+    """What an answer says first, on one short line: its first sentence, or an evidence answer's first quote with
+    its number; never the lead line above the quotes ("From your documents:"), which says nothing of the answer."""
+    from crag.evidence import LINE, is_lead  # as evidence_markdown does: with the first answer, not the first page
+
+    for line in (line.strip() for line in text.splitlines()):
+        if not line or is_lead(line):
+            continue
+        found = LINE.match(line)
+        return shorten(f"“{found['quote']}” [{found['n']}]" if found else line, GIST_LENGTH)
+    return ""
+
+
 # ---------------------------------------------------------------------------------------------
 # CRAG actions and stages
 
