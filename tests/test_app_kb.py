@@ -33,6 +33,7 @@ from tests.apptest import (
     use_pipeline,
 )
 from tests.pdfs import manual_pdf
+from ui import builds
 
 # ---------------------------------------------------------------------------------------------
 # Empty knowledge base
@@ -123,6 +124,7 @@ def test_a_rebuild_runs_in_the_background_with_live_progress_while_questions_are
     calls: list = []
     gate = Gate(fake_sync(calls), pause_at=4)
     monkeypatch.setattr(crag.ingest, "sync", gate)
+    monkeypatch.setattr(builds, "elapsed", lambda job: 600.0)  # the build has run ten minutes
     manual_pdf(files / "waiting.pdf")
     at = app()
     assert "1 new file in the folder" in texts(at.sidebar.info)
@@ -132,7 +134,9 @@ def test_a_rebuild_runs_in_the_background_with_live_progress_while_questions_are
     assert not at.exception
     assert calls == [{"rebuild": False, "embedder": "fake:hash"}]  # incremental, with the pipeline's embedder
     [bar] = at.sidebar.get("progress")
-    assert bar.proto.text == "Reading **good\\.pdf** · file 2/2 · page 1/3" and 0 < bar.proto.value < 100
+    # 63 % done in ten minutes (one file of two, a third of the other's pages): about six minutes left
+    assert bar.proto.text == "Reading **good\\.pdf** · file 2/2 · page 1/3 · about 6 min left"
+    assert 0 < bar.proto.value < 100
     assert at.button(key="rebuild").disabled and at.button(key="cancel_build")
     assert at.selectbox(key="remove_file").disabled and at.button(key="remove").disabled  # the build reads them
     # Nothing indexed yet: the page says a build runs, rather than "files waiting" with a button to build them
@@ -149,6 +153,29 @@ def test_a_rebuild_runs_in_the_background_with_live_progress_while_questions_are
     assert "1 indexed · 1 failed · 4 passages" in texts(at.sidebar.warning)
     failed = texts(at.sidebar.error)
     assert "bad\\.pdf" in failed and "not a PDF" in failed
+
+
+def test_a_running_build_shows_its_progress_at_the_top_of_the_sidebar(
+    monkeypatch: pytest.MonkeyPatch, files: Path
+) -> None:
+    """Under the Files list and the upload, the progress was below the fold: it is above the chats while it runs,
+    and says the time left only once it has a pace to estimate from."""
+    use_pipeline(monkeypatch, [0.9])
+    gate = Gate(fake_sync([]), pause_at=2)  # reading the first file, no page of it read yet
+    monkeypatch.setattr(crag.ingest, "sync", gate)
+    monkeypatch.setattr(builds, "elapsed", lambda job: 600.0)
+    at = ask(app())  # a chat listed in the sidebar
+    at.button(key="rebuild").click().run()
+    assert gate.paused.wait(30)
+    at.run()
+    order = [node for node in at.sidebar if node.type in ("progress", "button")]
+    assert order[0].type == "progress" and order[1].key == "cancel_build", [n.type for n in order]
+    assert [b.key for b in order[2:4]] == ["new_chat", f"chat-{at.query_params['chat']}"]
+    assert order[0].proto.text == "Reading **bad\\.pdf** · file 1/2", "nothing read yet: no time left to say"
+    assert "Updating the knowledge base" in texts(at.sidebar.markdown)
+    gate.go.set()
+    at = settle(at)
+    assert not at.sidebar.get("progress") and "1 indexed · 1 failed" in texts(at.sidebar.warning)
 
 
 def test_a_rebuild_started_while_an_answer_is_written_lets_the_answer_end(

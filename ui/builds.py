@@ -7,15 +7,17 @@ fragment refreshes its progress every second, and the page redraws when it ends.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from crag.config import Settings
 from crag.errors import CragError
 from crag.jobs import Job
 from ui import state
-from ui.text import build_summary, file_reason, md_escape, no_images, progress_text
+from ui.text import build_summary, file_reason, md_escape, no_images, progress_text, time_left
 
 REFRESH_RUNNING = 1.0  # seconds between two looks at a running build
 REFRESH_IDLE = 5.0  # between two looks for a build another session started
@@ -25,8 +27,9 @@ REFRESH_IDLE = 5.0  # between two looks for a build another session started
 CONTROLS = "rebuild_controls"
 
 
-def rebuild(settings: Settings) -> Callable[[], None]:
-    """The Rebuild button (off while a build runs), and the build's status under it.
+def rebuild(settings: Settings, top: DeltaGenerator) -> Callable[[], None]:
+    """The Rebuild button (off while a build runs), and the build's status: in ``top`` while it runs (the top of the
+    sidebar, seen without scrolling), under the button once it ended.
 
     Returns what to call once the page is drawn. A fragment's timed look does not interrupt the page's own run (an
     answer being made), it waits for it: so without a build, the status is drawn now and watched from the page's
@@ -42,12 +45,13 @@ def rebuild(settings: Settings) -> Callable[[], None]:
     ss.build_seen = seen(runner.latest)  # what this whole page is drawn with; the fragment watches for changes
     slot = st.empty()
 
-    def watch(every: float = REFRESH_IDLE) -> None:
+    def watch() -> None:
         with slot.container():
-            st.fragment(status, run_every=every)(settings)
+            st.fragment(status, run_every=REFRESH_IDLE)(settings)
 
     if running:  # its progress moves during an answer too (the chat box then submits, never stops)
-        watch(REFRESH_RUNNING)
+        with top:
+            st.fragment(status, run_every=REFRESH_RUNNING)(settings)
         return lambda: None
     with slot.container():
         status(settings, live=False)
@@ -113,7 +117,10 @@ def status(settings: Settings, live: bool = True) -> None:
     if job is None:
         return
     if job.state == "running":
-        st.progress(job.progress.fraction, text=progress_text(job.progress))
+        what = "Rebuilding the knowledge base from scratch" if job.rebuild else "Updating the knowledge base"
+        st.markdown(f":material/hourglass_top: **{what}**")
+        left = time_left(job.progress.fraction, elapsed(job))
+        st.progress(job.progress.fraction, text=progress_text(job.progress) + (f" · {left}" if left else ""))
         if live and st.button("Cancel the build", key="cancel_build", icon=":material/stop_circle:", width="stretch"):
             runner.cancel(job.id)
             st.caption("Cancelling: the build stops at its next step; the current knowledge base keeps answering.")
@@ -121,6 +128,11 @@ def status(settings: Settings, live: bool = True) -> None:
             st.caption("Questions are answered from the current knowledge base until the build is done.")
         return
     outcome(job)
+
+
+def elapsed(job: Job) -> float:
+    """Seconds since the build started."""
+    return time.monotonic() - job.began
 
 
 def outcome(job: Job) -> None:

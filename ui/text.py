@@ -348,6 +348,20 @@ def progress_text(p: Progress) -> str:
     return p.stage
 
 
+ESTIMATE_FROM = 0.05  # share of a build done before its pace says anything of the time it has left
+
+
+def time_left(fraction: float, seconds: float) -> str:
+    """A build's time left, from its pace so far (``fraction`` done in ``seconds``): "" until enough is done to
+    estimate from, and while it writes the index (its last step, which the pace does not count)."""
+    if not ESTIMATE_FROM <= fraction < 0.99 or seconds <= 0:
+        return ""
+    left = seconds * (1 - fraction) / fraction
+    if left < 60:
+        return "less than a minute left"
+    return f"about {round(left / 60)} min left"
+
+
 def build_summary(statuses: Iterable[str], chunks: int, seconds: float) -> str:
     counts: dict[str, int] = {}
     for status in statuses:
