@@ -312,6 +312,26 @@ def test_web_search_turned_off_for_the_app_cannot_be_turned_on_in_a_session(
     assert "Widget FAQ" not in texts(at.chat_message[1].markdown)
 
 
+def test_web_search_without_a_network_is_explained_once_a_session(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
+    """Web search is on by default: offline, every question tries it and fails. The first failure says why and how
+    to stop it; the next questions' answers do not repeat it (their traces still say it)."""
+
+    def from_settings(cls, settings):
+        searcher = fakes.FakeSearcher(error="offline: no network")
+        return fakes.pipeline(settings, CHUNKS, [-0.9, -0.95], searcher=searcher)  # Incorrect: the web is tried
+
+    monkeypatch.setattr(Pipeline, "from_settings", classmethod(from_settings))
+    at = app()
+    assert "internet connection" in at.toggle(key="set_web").help
+    at = ask(at)
+    told = [w.value for w in at.main.warning if "without an internet connection" in w.value]
+    assert len(told) == 1 and "Search the web when the documents fall short" in told[0], told
+    assert "Answer settings" in told[0]
+    at = ask(at, "How much memory does the widget need?")
+    assert not [w for w in at.main.warning if "without an internet connection" in w.value], "said once is enough"
+    assert saved(files)[-1].answer.trace.web_error == "offline: no network"
+
+
 def test_document_and_web_text_is_never_html_and_images_are_not_fetched(
     monkeypatch: pytest.MonkeyPatch, files: Path
 ) -> None:

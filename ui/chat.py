@@ -30,6 +30,7 @@ from crag.text import clean_question
 from crag.types import Answer, AnswerKind
 from ui import state
 from ui.scope import ALL, choose
+from ui.settings import WEB_LABEL
 from ui.text import gist, md_escape, stage_label, stopped, stopped_by_user, user_stopped
 
 if TYPE_CHECKING:
@@ -195,6 +196,7 @@ class Turn:
                 from ui import answer as answer_ui
 
                 answer_ui.render(answer, self.question, settings.files_dir, key=self.reply, previous=asked_before)
+                tell_if_offline(answer)
         finally:
             # The Stop button, or a click elsewhere, ends this run inside the stream (Streamlit raises a
             # BaseException): the model's stream ends now, and what was said so far is kept, marked incomplete.
@@ -221,6 +223,25 @@ class Turn:
             self.store.update(self.reply, text, None, complete=False, error=error)
         else:
             self.store.update(self.reply, answer.text, answer, complete=answer.complete, error=answer.error)
+
+
+OFFLINE_TOLD = "offline_told"  # the session was told that web search cannot work without a network
+
+
+def tell_if_offline(answer: Answer) -> None:
+    """Once a session, under the first answer whose web search could not connect: why, and the way out. Each
+    answer's trace says it too; someone who works offline should not be told under every question."""
+    from crag.websearch import offline
+
+    if answer.trace is None or not offline(answer.trace.web_error) or st.session_state.get(OFFLINE_TOLD):
+        return
+    st.session_state[OFFLINE_TOLD] = True
+    st.warning(
+        "**Web search cannot work without an internet connection**, and it could not reach the internet from "
+        f"here. Answers come from your documents only. To stop trying the web, turn off **{WEB_LABEL}** in "
+        "**Answer settings**, in the sidebar.",
+        icon=":material/cloud_off:",
+    )
 
 
 def ask_everywhere(store: Conversations, question: str) -> None:
