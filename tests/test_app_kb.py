@@ -243,6 +243,31 @@ def test_the_files_list_follows_a_build_and_says_which_pages_were_read_with_ocr(
     assert "3 pages · " in details and "None" not in details
 
 
+def test_a_full_rebuild_lists_the_files_it_has_not_read_again_as_waiting(
+    monkeypatch: pytest.MonkeyPatch, files: Path
+) -> None:
+    """A full rebuild reads every file anew: until it reaches one, the file is not "indexed" by this build."""
+    use_pipeline(monkeypatch, [0.9])
+    monkeypatch.setattr(crag.retriever, "index_embedder", lambda s, rebuild: fakes.HashEmbedder())
+    manual_pdf(files / "a manual.pdf")
+    manual_pdf(files / "b manual.pdf")
+    at = settle(app().button(key="rebuild").click().run())
+    assert file_statuses(at) == {"a manual.pdf": "✅ indexed", "b manual.pdf": "✅ indexed"}
+    gate = Gate(crag.ingest.sync, pause_at=lambda p: (p.file, p.stage, p.page) == ("a manual.pdf", "parsing", 1))
+    monkeypatch.setattr(crag.ingest, "sync", gate)
+    at.toggle(key="full_rebuild").set_value(True).run()
+    at.button(key="rebuild").click().run()
+    assert gate.paused.wait(60)
+    at.run()
+    assert file_statuses(at) == {
+        "a manual.pdf": "⏳ being read · page 1/2",
+        "b manual.pdf": "🕒 waiting to be read again",
+    }
+    gate.go.set()
+    at = settle(at)
+    assert file_statuses(at) == {"a manual.pdf": "✅ indexed", "b manual.pdf": "✅ indexed"}
+
+
 def test_a_build_can_be_cancelled_and_the_old_index_stays(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
     use_pipeline(monkeypatch, [0.9])
     gate = Gate(fake_sync([]), pause_at=2)

@@ -286,12 +286,16 @@ FILE_STATUS = {
 READING = "⏳ being read"
 READ = "✅ read: in use when the build ends"
 QUEUED = "🕒 waiting to be read"
+REREAD = "🕒 waiting to be read again"  # a full rebuild reads every file anew; the index answers meanwhile
 WARNINGS_SHOWN = 2  # of a file's warnings ("page 7: no text found"), listed under it; the rest are counted
 
 
-def file_status(f: FileResult, progress: Progress | None, finished: dict[str, FileResult]) -> tuple[str, FileResult]:
-    """A file's status in the Files list, and the record to describe it by. ``progress`` and ``finished``: the
-    running build's step and the files it has finished (None and empty when no build runs)."""
+def file_status(
+    f: FileResult, progress: Progress | None, finished: dict[str, FileResult], rebuild: bool = False
+) -> tuple[str, FileResult]:
+    """A file's status in the Files list, and the record to describe it by. ``progress``, ``finished`` and
+    ``rebuild``: the running build's step, the files it has finished (None and empty when no build runs), and whether
+    it reads every file anew (a full rebuild), not only new and changed ones."""
     if f.file in finished:
         done = finished[f.file]
         return (READ if done.status == "indexed" else FILE_STATUS.get(done.status, done.status)), done
@@ -302,6 +306,8 @@ def file_status(f: FileResult, progress: Progress | None, finished: dict[str, Fi
         return f"{READING}{' · OCR ' if progress.stage == 'ocr' else ' · '}{page}".rstrip(" ·"), f
     if progress is not None and f.status == "new":
         return QUEUED, f
+    if progress is not None and rebuild and f.status not in ("missing", "removed"):
+        return REREAD, f
     return FILE_STATUS.get(f.status, f.status), f
 
 
