@@ -151,8 +151,7 @@ def test_a_rebuild_runs_in_the_background_with_live_progress_while_questions_are
     gate.go.set()
     at = settle(at)
     assert "1 indexed · 1 failed · 4 passages" in texts(at.sidebar.warning)
-    failed = texts(at.sidebar.error)
-    assert "bad\\.pdf" in failed and "not a PDF" in failed
+    assert "Not indexed: bad\\.pdf" in texts(at.sidebar.warning)
 
 
 def test_a_running_build_shows_its_progress_at_the_top_of_the_sidebar(
@@ -355,7 +354,10 @@ def test_a_real_build_lists_a_failed_file_with_its_reason(monkeypatch: pytest.Mo
     assert "fake:hash" in status and "pymupdf" in status  # embeddings and parser of the new index
     assert [m.value for m in at.sidebar.metric] == ["1", str(at.sidebar.metric[1].value)]
     assert file_statuses(at) == {"broken.pdf": "❌ failed", "manual.pdf": "✅ indexed"}
-    assert any("broken\\.pdf" in e.value and "not a PDF" in e.value for e in at.sidebar.error)
+    # Why it failed is said once, under its name in the Files list; the build's summary names it.
+    [why] = [e.value for e in at.sidebar.error if "not a PDF" in e.value]
+    assert "broken\\.pdf" in why
+    assert "Not indexed: broken\\.pdf. The Files list says why." in texts(at.sidebar.warning)
     assert "Your knowledge base is empty" not in texts(at.main.markdown)
     assert "no longer in the folder" not in texts(at.sidebar.warning)
     (files / "broken.pdf").unlink()  # it was never indexed: nothing to warn about

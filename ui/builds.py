@@ -17,7 +17,7 @@ from crag.config import Settings
 from crag.errors import CragError
 from crag.jobs import Job
 from ui import state
-from ui.text import build_summary, file_reason, md_escape, no_images, progress_text, time_left
+from ui.text import build_summary, md_escape, no_images, progress_text, time_left
 
 REFRESH_RUNNING = 1.0  # seconds between two looks at a running build
 REFRESH_IDLE = 5.0  # between two looks for a build another session started
@@ -146,8 +146,10 @@ def outcome(job: Job) -> None:
         report = job.report
         failed = [f for f in report.files if f.status == "failed"]
         summary = build_summary((f.status for f in report.files), report.total_chunks, report.seconds)
-        (st.warning if failed else st.success)(f"{what}: {summary}.", icon="⚠️" if failed else "✅")
-        for f in failed:
-            st.error(f"**{md_escape(f.file)}** was not indexed: {file_reason(f.file, f.error)}")
+        if failed:  # why each failed is said once, under its name in the Files list (opened when one failed)
+            names = ", ".join(md_escape(f.file) for f in failed)
+            st.warning(f"{what}: {summary}.  \nNot indexed: {names}. The Files list says why.", icon="⚠️")
+        else:
+            st.success(f"{what}: {summary}.", icon="✅")
         for note in report.notes:  # an index the build could not read, and where it was moved
             st.warning(md_escape(note))
