@@ -127,6 +127,29 @@ def test_stop_ends_a_written_answer_at_once_and_says_it_was_stopped(
     assert len(at.chat_message) == 4 and badges(at)
 
 
+def test_a_stop_before_the_answer_said_anything_does_not_say_text_was_kept(
+    monkeypatch: pytest.MonkeyPatch, files: Path
+) -> None:
+    import ui.chat
+
+    use_pipeline(monkeypatch, [0.9], answer=THREE_SENTENCES)
+    on_step = ui.chat.Stages.on_step
+
+    def step(self, stage: str) -> None:
+        on_step(self, stage)
+        if stage == "grading":  # while the passages are graded, the user clicks the answer's Stop button
+            click_while_running("stop-2")  # the first chat's first answer
+
+    monkeypatch.setattr(ui.chat.Stages, "on_step", step)
+    at = ask(app())
+    assert not at.exception
+    answer = at.chat_message[1]
+    assert texts(answer.info) == "You stopped this answer before it said anything: ask again for an answer."
+    assert not answer.markdown, "nothing was written, and nothing says it was kept"
+    [message] = [m for m in saved(files) if m.role == "assistant"]
+    assert message.content == "" and message.error == texts(answer.info) and not message.complete
+
+
 def test_a_stop_the_next_run_takes_before_the_stopped_run_ends_is_kept(
     monkeypatch: pytest.MonkeyPatch, files: Path
 ) -> None:
@@ -134,6 +157,7 @@ def test_a_stop_the_next_run_takes_before_the_stopped_run_ends_is_kept(
     the answer before the stopped run, still streaming, saves it. Its mark stays, with the text said until then."""
     import ui.chat
     from ui.chat import mark_stopped
+    from ui.text import user_stopped
 
     use_pipeline(monkeypatch, [0.9], answer=THREE_SENTENCES)
     streamed, store = ui.chat.saving, Conversations(files.parent / "chroma_db" / "conversations.sqlite3")
@@ -152,7 +176,8 @@ def test_a_stop_the_next_run_takes_before_the_stopped_run_ends_is_kept(
     monkeypatch.setattr(ui.chat, "SAVE_EVERY", 1.0)
     ask(app())
     [message] = [m for m in saved(files) if m.role == "assistant"]
-    assert message.error.startswith("You stopped this answer"), message.error
+    # Marked while nothing was saved yet, it says what is kept now: the text said until then.
+    assert message.error == user_stopped("How many cores?", said=True), message.error
     assert message.content.startswith("The widget needs") and not message.complete
 
 

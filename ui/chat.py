@@ -104,8 +104,8 @@ def replay_answer(message: Message, question: str, previous: str, settings: Sett
         answer_ui.text(message.content, message.answer.kind if message.answer else AnswerKind.GENERATED)
     if message.answer is not None:
         answer_ui.render(message.answer, question, settings.files_dir, key=message.id, previous=previous)
-    elif not message.complete and stopped_by_user(message.error):
-        st.info(message.error, icon=":material/stop_circle:")
+    elif not message.complete and stopped_by_user(message.error):  # worded by what is kept (the run may save after)
+        st.info(user_stopped(question, said=bool(message.content)), icon=":material/stop_circle:")
     elif not message.complete:
         st.error(message.error or stopped(question))
 
@@ -205,6 +205,15 @@ class Turn:
             if not stored:
                 text = stream.text if stream is not None else ""
                 self.store.update(self.reply, text, None, complete=False, error=stopped(self.question), keep_error=True)
+                self.reword_stop(text)
+
+    def reword_stop(self, text: str) -> None:
+        """A Stop clicked before this run saved its last text said whether anything was kept by what was saved then:
+        say it by what is kept now."""
+        for message in self.store.messages(self.chat):
+            right = user_stopped(self.question, said=bool(text))
+            if message.id == self.reply and stopped_by_user(message.error) and message.error != right:
+                self.store.update(self.reply, text, None, complete=False, error=right)
 
     def models(self, loading: state.Loading) -> crag.pipeline.Pipeline | None:
         """The pipeline, once loaded (None when it failed); meanwhile the status says the question waits for it."""
@@ -257,7 +266,8 @@ def mark_stopped(store: Conversations, chat: str, reply: int, question: str) -> 
     click in the last instant) is left whole."""
     for message in store.messages(chat):
         if message.id == reply and not message.complete:
-            store.update(reply, message.content, message.answer, complete=False, error=user_stopped(question))
+            error = user_stopped(question, said=bool(message.content))
+            store.update(reply, message.content, message.answer, complete=False, error=error)
 
 
 class Stages:

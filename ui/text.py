@@ -115,13 +115,20 @@ USER_STOPPED = {
 }
 
 
-def user_stopped(question: str) -> str:
-    """What an answer stopped with its Stop button says, in the question's language."""
-    return USER_STOPPED[language(question)]
+USER_STOPPED_SILENT = {
+    "en": "You stopped this answer before it said anything: ask again for an answer.",
+    "zh": "你在这个回答说出任何内容之前停止了它：请再问一次。",
+}
+
+
+def user_stopped(question: str, said: bool = True) -> str:
+    """What an answer stopped with its Stop button says, in the question's language: ``said``, whether it had
+    written anything by then, which is kept."""
+    return (USER_STOPPED if said else USER_STOPPED_SILENT)[language(question)]
 
 
 def stopped_by_user(error: str) -> bool:
-    return error in USER_STOPPED.values()
+    return error in USER_STOPPED.values() or error in USER_STOPPED_SILENT.values()
 
 
 def evidence_markdown(text: str) -> str:
