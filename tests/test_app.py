@@ -270,6 +270,14 @@ def test_a_new_chat_is_listed_as_soon_as_it_is_asked(monkeypatch: pytest.MonkeyP
     assert {b.label[:8]: b.proto.type for b in listed} == {"How much": "primary", "How many": "secondary"}
 
 
+def test_the_chat_box_says_how_long_a_question_may_be(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
+    from crag.text import MAX_QUESTION_CHARS
+
+    use_pipeline(monkeypatch, [0.9])
+    box = app().chat_input[0]
+    assert box.placeholder == f"Ask a question about your documents (up to {MAX_QUESTION_CHARS:,} characters)"
+
+
 def test_a_bad_question_is_refused_and_leaves_no_dangling_turn(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
     use_pipeline(monkeypatch, [0.9])
     at = ask(app(), "why? " * 500)

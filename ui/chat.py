@@ -26,7 +26,7 @@ from crag.errors import CragError
 from crag.markdown import safe_stream
 from crag.models.loops import own_event_loop
 from crag.scope import UnknownScope
-from crag.text import clean_question
+from crag.text import MAX_QUESTION_CHARS, clean_question
 from crag.types import Answer, AnswerKind
 from ui import state
 from ui.scope import ALL, choose
@@ -51,7 +51,9 @@ def render(
     placeholder = (
         "The chat is off until the model works: see the message above"
         if loading.error
-        else "Ask a question about your documents"
+        # The limit, said before it is reached: the chat box cannot count as one types (it reruns only on Enter), and
+        # its max_chars would cut a pasted question silently where clean_question says why and gives it back.
+        else f"Ask a question about your documents (up to {MAX_QUESTION_CHARS:,} characters)"
     )
     refused = st.session_state.pop("refused", None)
     if refused:
