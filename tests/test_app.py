@@ -186,6 +186,39 @@ def test_an_answer_the_packaged_embedded_model_wrote_says_it_is_weak(
     assert "weak model" not in texts(at.chat_message[-1].caption), "quotes: no model wrote them"
 
 
+def test_an_answer_read_as_a_follow_up_says_so_and_can_be_asked_on_its_own(
+    monkeypatch: pytest.MonkeyPatch, files: Path
+) -> None:
+    rewrite = {"Standalone": {"question": "How much memory does the widget need?"}}
+    histories = []
+
+    def from_settings(cls, settings):
+        model = fakes.ScriptedModel(answer=ANSWER, structured=rewrite)
+        return fakes.pipeline(settings, CHUNKS, [0.9, 0.1], model=model)
+
+    stream = Pipeline.stream
+
+    def recorded(self, question, history=(), **kwargs):
+        histories.append(tuple(history))
+        return stream(self, question, history, **kwargs)
+
+    monkeypatch.setattr(Pipeline, "from_settings", classmethod(from_settings))
+    monkeypatch.setattr(Pipeline, "stream", recorded)
+    at = ask(ask(app()), "And its memory?")
+    follow_up = badge_line(at.chat_message[3])[-1]
+    assert follow_up.startswith("Read as a follow-up of “How many cores does the widget need?” · "), follow_up
+    assert len(histories[1]) == 2
+
+    next(b for b in at.chat_message[3].button if b.label == "Ask it on its own").click().run()
+    assert not at.exception
+    assert [m.text[0].value for m in at.chat_message if m.name == "user"][-1] == "And its memory?"
+    assert histories[-1] == (), "asked again with no conversation before it"
+    again = saved(files)[-1].answer.trace
+    assert again.standalone_question == again.question == "And its memory?"
+    assert "follow-up" not in badge_line(at.chat_message[-1])[-1]
+    assert not [b for b in at.chat_message[-1].button if b.label == "Ask it on its own"]
+
+
 def test_history_survives_reruns_reloads_and_restarts(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
     use_pipeline(monkeypatch, [0.9])
     at = ask(app(), "How many cores does the widget need?")

@@ -60,6 +60,8 @@ def render(
         st.session_state["question"] = refused[0]  # back in the box, to shorten or fix: nothing typed is lost
     prompt = st.chat_input(placeholder, disabled=bool(loading.error), key="question")
     prompt = prompt or st.session_state.pop("reask", None)  # "Ask it in All documents" under a refused answer
+    alone = st.session_state.pop(ALONE, None)  # "Ask it on its own" under an answer read as a follow-up
+    prompt = prompt or alone
     loading.start()  # the page is usable: the models load while the conversation is drawn and read
     messages = store.messages(chat) if chat else []
     # Earlier answers are drawn folded, and only the latest in full (none, when a question is asked in this run):
@@ -76,7 +78,7 @@ def render(
         st.session_state["refused"] = (prompt, loading.error)
         st.rerun()
     if prompt:
-        ask(prompt, settings, loading, options, store, chat, messages, relist)
+        ask(prompt, settings, loading, options, store, chat, messages, relist, alone=prompt == alone)
 
 
 def replay(message: Message, question: str, previous: str, settings: Settings, folded: bool = False) -> None:
@@ -121,7 +123,9 @@ def ask(
     chat: str | None,
     previous: list[Message],
     relist: Callable[[str], None],
+    alone: bool = False,
 ) -> None:
+    """Ask ``question`` in the open chat, with the conversation before it; ``alone``: without it, as it is."""
     try:
         question = clean_question(question)  # the one check the CLI and the API make too
     except CragError as exc:
@@ -132,8 +136,8 @@ def ask(
         chat = store.create(title_of(question), scope=options.get("scope", ())).id
         state.open_chat(chat)  # the new chat's scope is its own from now on
         relist(chat)  # the sidebar was drawn before this chat existed
-    history = [(m.role, m.content) for m in previous if m.content and m.complete]
-    asked_before = next((m.content for m in reversed(previous) if m.role == "user"), "")
+    history = () if alone else tuple((m.role, m.content) for m in previous if m.content and m.complete)
+    asked_before = "" if alone else next((m.content for m in reversed(previous) if m.role == "user"), "")
     store.add(chat, "user", question)
     with st.chat_message("user"):
         st.text(question)
@@ -166,7 +170,7 @@ class Turn:
         settings: Settings,
         loading: state.Loading,
         options: dict[str, Any],
-        history: list[tuple[str, str]],
+        history: tuple[tuple[str, str], ...],
         asked_before: str,
     ) -> None:
         stream, stored = None, False
@@ -253,6 +257,14 @@ def tell_if_offline(answer: Answer) -> None:
         "**Answer settings**, in the sidebar.",
         icon=":material/cloud_off:",
     )
+
+
+ALONE = "ask_alone"  # a question to ask again without the conversation before it
+
+
+def ask_alone(question: str) -> None:
+    """ "Ask it on its own": the question again, read as it is, not as a follow-up of the one before."""
+    st.session_state[ALONE] = question
 
 
 def ask_everywhere(store: Conversations, question: str) -> None:
