@@ -78,7 +78,7 @@ def controls(settings: Settings) -> None:
         key="rebuild",
         width="stretch",
         disabled=running,
-        help="A build is running: its progress is below." if running else None,
+        help="A build is running: its progress is at the top of the sidebar." if running else None,
     )
     if clicked and not running:
         start(settings, full)

@@ -64,9 +64,10 @@ def render(
     prompt = prompt or alone
     loading.start()  # the page is usable: the models load while the conversation is drawn and read
     messages = store.messages(chat) if chat else []
-    # Earlier answers are drawn folded, and only the latest in full (none, when a question is asked in this run):
-    # their sources and how they were made (page images, charts, tables) took seconds each to reopen a long chat.
-    latest = -1 if prompt else max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
+    # Earlier answers are drawn folded, and only the latest whole: their sources and how they were made (page images,
+    # charts, tables) took seconds each to reopen a long chat. The latest stays whole while a new question is answered
+    # below it: folded then, its old parts would stay on the page, greyed, until the new answer ends.
+    latest = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
     previous = question = ""
     for i, message in enumerate(messages):
         if message.role == "user":
