@@ -19,6 +19,7 @@ from crag.models import PACKAGED_LABEL
 from crag.text import pages_label
 from crag.types import NOT_WRITTEN, Answer, AnswerKind, Source, Trace
 from crag.websearch import OFF_REASON
+from ui import state
 from ui.sources import printed_pages, sources_panel
 from ui.text import (
     ACTIONS,
@@ -56,14 +57,12 @@ def render(answer: Answer, question: str, files_dir: Path, key: int, previous: s
     trace = answer.trace
     badge_line(answer, question, previous)
     if follows_up(answer):  # the same question, without the conversation that changed how it was read
-        from ui.chat import ask_alone
-
         st.button(
             "Ask it on its own",
             key=f"alone-{key}",
             icon=":material/call_split:",
             type="tertiary",
-            on_click=ask_alone,
+            on_click=state.ask_alone,
             args=(question,),
             help="Ask this question again, read as it is: not as a follow-up of the question before it.",
         )

@@ -60,7 +60,7 @@ def render(
         st.session_state["question"] = refused[0]  # back in the box, to shorten or fix: nothing typed is lost
     prompt = st.chat_input(placeholder, disabled=bool(loading.error), key="question")
     prompt = prompt or st.session_state.pop("reask", None)  # "Ask it in All documents" under a refused answer
-    alone = st.session_state.pop(ALONE, None)  # "Ask it on its own" under an answer read as a follow-up
+    alone = st.session_state.pop(state.ALONE, None)  # "Ask it on its own" under an answer read as a follow-up
     prompt = prompt or alone
     loading.start()  # the page is usable: the models load while the conversation is drawn and read
     messages = store.messages(chat) if chat else []
@@ -258,14 +258,6 @@ def tell_if_offline(answer: Answer) -> None:
         "**Answer settings**, in the sidebar.",
         icon=":material/cloud_off:",
     )
-
-
-ALONE = "ask_alone"  # a question to ask again without the conversation before it
-
-
-def ask_alone(question: str) -> None:
-    """ "Ask it on its own": the question again, read as it is, not as a follow-up of the one before."""
-    st.session_state[ALONE] = question
 
 
 def ask_everywhere(store: Conversations, question: str) -> None:
