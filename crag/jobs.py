@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +46,7 @@ class Job:
     files: tuple[FileResult, ...] = ()  # the files this build has finished, while it goes on with the others
     error: str = ""
     detail: str = ""  # the exception behind an unexpected failure: for a local user, never sent over HTTP
+    began: float = field(default_factory=time.monotonic)  # when it started, for the time it has left
 
     def to_json(self) -> dict[str, Any]:
         p = self.progress

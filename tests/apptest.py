@@ -7,6 +7,7 @@ The page reaches crag through module attributes, so each test swaps exactly the 
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from dataclasses import replace
@@ -23,6 +24,11 @@ from tests import fakes
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 ANSWER = "The widget needs two processor cores [1]."
 WEB = [WebResult("Widget FAQ", "https://example.com/faq", "A widget uses two cores.", "The widget uses two cores.")]
+# A written answer shows sentence by sentence: three, to click something after the first.
+THREE_SENTENCES = (
+    "The widget needs two processor cores [1]. It needs eight hundred megabytes of memory [1]. "
+    "Install the dependencies before you run the widget [2]."
+)
 CHUNKS = [
     fakes.chunk("The widget needs two processor cores and eight hundred megabytes of memory.", n=0),
     replace(fakes.chunk("Install the dependencies before you run the widget.", page=2, n=1), section="Installation"),
@@ -99,10 +105,12 @@ def badge_line(message) -> list[str]:
     return []
 
 
-def click_while_running(key: str | None) -> None:
+def click_while_running(key: str | None, fragment: str | None = None) -> None:
     """A click in the browser on the button ``key`` (None: anywhere) while the page's script runs, as Streamlit takes
-    it: the running script is asked to rerun with the click, and stops at its next call into Streamlit. Call it from
-    the script."""
+    it: the running script is asked to rerun with the click, and stops at its next call into Streamlit. A button drawn
+    in the fragment keyed ``fragment`` (when the page has it) asks for that fragment's run, as the browser does: it
+    waits for the running script to end. Call it from the script."""
+    from streamlit.errors import StreamlitAPIException
     from streamlit.proto.WidgetStates_pb2 import WidgetState, WidgetStates
     from streamlit.runtime.scriptrunner import RerunData, get_script_run_ctx
 
@@ -113,7 +121,13 @@ def click_while_running(key: str | None) -> None:
     if key is not None:
         button = next(w for w in ctx.shared.widget_ids_this_run.snapshot() if w.endswith(f"-{key}"))
         states.widgets.append(WidgetState(id=button, trigger_value=True))
-    ctx.script_requests.request_rerun(RerunData(query_string=ctx.query_string, widget_states=states))
+    fragment_id = None
+    if fragment is not None:
+        with contextlib.suppress(StreamlitAPIException):  # no such fragment: the click reruns the whole page
+            [fragment_id] = ctx.fragment_storage.resolve_target(fragment)
+    ctx.script_requests.request_rerun(
+        RerunData(query_string=ctx.query_string, widget_states=states, fragment_id=fragment_id)
+    )
 
 
 def settle(at: AppTest, timeout: float = 60.0) -> AppTest:

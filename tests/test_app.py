@@ -186,6 +186,39 @@ def test_an_answer_the_packaged_embedded_model_wrote_says_it_is_weak(
     assert "weak model" not in texts(at.chat_message[-1].caption), "quotes: no model wrote them"
 
 
+def test_an_answer_read_as_a_follow_up_says_so_and_can_be_asked_on_its_own(
+    monkeypatch: pytest.MonkeyPatch, files: Path
+) -> None:
+    rewrite = {"Standalone": {"question": "How much memory does the widget need?"}}
+    histories = []
+
+    def from_settings(cls, settings):
+        model = fakes.ScriptedModel(answer=ANSWER, structured=rewrite)
+        return fakes.pipeline(settings, CHUNKS, [0.9, 0.1], model=model)
+
+    stream = Pipeline.stream
+
+    def recorded(self, question, history=(), **kwargs):
+        histories.append(tuple(history))
+        return stream(self, question, history, **kwargs)
+
+    monkeypatch.setattr(Pipeline, "from_settings", classmethod(from_settings))
+    monkeypatch.setattr(Pipeline, "stream", recorded)
+    at = ask(ask(app()), "And its memory?")
+    follow_up = badge_line(at.chat_message[3])[-1]
+    assert follow_up.startswith("Read as a follow-up of “How many cores does the widget need?” · "), follow_up
+    assert len(histories[1]) == 2
+
+    next(b for b in at.chat_message[3].button if b.label == "Ask it on its own").click().run()
+    assert not at.exception
+    assert [m.text[0].value for m in at.chat_message if m.name == "user"][-1] == "And its memory?"
+    assert histories[-1] == (), "asked again with no conversation before it"
+    again = saved(files)[-1].answer.trace
+    assert again.standalone_question == again.question == "And its memory?"
+    assert "follow-up" not in badge_line(at.chat_message[-1])[-1]
+    assert not [b for b in at.chat_message[-1].button if b.label == "Ask it on its own"]
+
+
 def test_history_survives_reruns_reloads_and_restarts(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
     use_pipeline(monkeypatch, [0.9])
     at = ask(app(), "How many cores does the widget need?")
@@ -196,7 +229,7 @@ def test_history_survives_reruns_reloads_and_restarts(monkeypatch: pytest.Monkey
         "How many cores does the widget need?",
         "And how much memory does the widget need?",
     ]
-    assert len(badges(at)) == 2
+    assert len(badges(at)) == 1, "the latest answer is shown whole; the earlier one is folded"
     assert saved(files)[1].answer.text.startswith(ANSWER + "\n\nFrom your documents:") and saved(files)[1].complete
     chat = at.query_params["chat"]
 
@@ -205,7 +238,8 @@ def test_history_survives_reruns_reloads_and_restarts(monkeypatch: pytest.Monkey
     reloaded.query_params["chat"] = chat  # a reload: the URL keeps the open conversation
     loaded(reloaded.run())
     assert [m.name for m in reloaded.chat_message] == ["user", "assistant"] * 2
-    assert len(badges(reloaded)) == 2, "the trace came back with the answer"
+    assert len(badges(reloaded)) == 1, "the trace came back with the latest answer"
+    assert reloaded.chat_message[1].expander[0].label.startswith("The widget needs"), "the earlier one is folded"
     assert "How many cores does the widget need?" in [b.label for b in reloaded.sidebar.button]
 
     reloaded.button(key="new_chat").click().run()
@@ -269,6 +303,14 @@ def test_a_new_chat_is_listed_as_soon_as_it_is_asked(monkeypatch: pytest.MonkeyP
     assert {b.label[:8]: b.proto.type for b in listed} == {"How much": "primary", "How many": "secondary"}
 
 
+def test_the_chat_box_says_how_long_a_question_may_be(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
+    from crag.text import MAX_QUESTION_CHARS
+
+    use_pipeline(monkeypatch, [0.9])
+    box = app().chat_input[0]
+    assert box.placeholder == f"Ask a question about your documents (up to {MAX_QUESTION_CHARS:,} characters)"
+
+
 def test_a_bad_question_is_refused_and_leaves_no_dangling_turn(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
     use_pipeline(monkeypatch, [0.9])
     at = ask(app(), "why? " * 500)
@@ -309,6 +351,26 @@ def test_web_search_turned_off_for_the_app_cannot_be_turned_on_in_a_session(
     trace = saved(files)[-1].answer.trace
     assert trace.web_results == () and trace.web_error
     assert "Widget FAQ" not in texts(at.chat_message[1].markdown)
+
+
+def test_web_search_without_a_network_is_explained_once_a_session(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
+    """Web search is on by default: offline, every question tries it and fails. The first failure says why and how
+    to stop it; the next questions' answers do not repeat it (their traces still say it)."""
+
+    def from_settings(cls, settings):
+        searcher = fakes.FakeSearcher(error="offline: no network")
+        return fakes.pipeline(settings, CHUNKS, [-0.9, -0.95], searcher=searcher)  # Incorrect: the web is tried
+
+    monkeypatch.setattr(Pipeline, "from_settings", classmethod(from_settings))
+    at = app()
+    assert "internet connection" in at.toggle(key="set_web").help
+    at = ask(at)
+    told = [w.value for w in at.main.warning if "without an internet connection" in w.value]
+    assert len(told) == 1 and "Search the web when the documents fall short" in told[0], told
+    assert "Answer settings" in told[0]
+    at = ask(at, "How much memory does the widget need?")
+    assert not [w for w in at.main.warning if "without an internet connection" in w.value], "said once is enough"
+    assert saved(files)[-1].answer.trace.web_error == "offline: no network"
 
 
 def test_document_and_web_text_is_never_html_and_images_are_not_fetched(

@@ -19,9 +19,11 @@ from crag.types import FileResult, Progress
 from tests import fakes
 from tests.apptest import (
     CHUNKS,
+    THREE_SENTENCES,
     app,
     ask,
     badges,
+    click_while_running,
     file_statuses,
     loaded,
     plain,
@@ -31,6 +33,7 @@ from tests.apptest import (
     use_pipeline,
 )
 from tests.pdfs import manual_pdf
+from ui import builds
 
 # ---------------------------------------------------------------------------------------------
 # Empty knowledge base
@@ -121,6 +124,7 @@ def test_a_rebuild_runs_in_the_background_with_live_progress_while_questions_are
     calls: list = []
     gate = Gate(fake_sync(calls), pause_at=4)
     monkeypatch.setattr(crag.ingest, "sync", gate)
+    monkeypatch.setattr(builds, "elapsed", lambda job: 600.0)  # the build has run ten minutes
     manual_pdf(files / "waiting.pdf")
     at = app()
     assert "1 new file in the folder" in texts(at.sidebar.info)
@@ -130,7 +134,9 @@ def test_a_rebuild_runs_in_the_background_with_live_progress_while_questions_are
     assert not at.exception
     assert calls == [{"rebuild": False, "embedder": "fake:hash"}]  # incremental, with the pipeline's embedder
     [bar] = at.sidebar.get("progress")
-    assert bar.proto.text == "Reading **good\\.pdf** · file 2/2 · page 1/3" and 0 < bar.proto.value < 100
+    # 63 % done in ten minutes (one file of two, a third of the other's pages): about six minutes left
+    assert bar.proto.text == "Reading **good\\.pdf** · file 2/2 · page 1/3 · about 6 min left"
+    assert 0 < bar.proto.value < 100
     assert at.button(key="rebuild").disabled and at.button(key="cancel_build")
     assert at.selectbox(key="remove_file").disabled and at.button(key="remove").disabled  # the build reads them
     # Nothing indexed yet: the page says a build runs, rather than "files waiting" with a button to build them
@@ -145,8 +151,63 @@ def test_a_rebuild_runs_in_the_background_with_live_progress_while_questions_are
     gate.go.set()
     at = settle(at)
     assert "1 indexed · 1 failed · 4 passages" in texts(at.sidebar.warning)
-    failed = texts(at.sidebar.error)
-    assert "bad\\.pdf" in failed and "not a PDF" in failed
+    assert "Not indexed: bad\\.pdf" in texts(at.sidebar.warning)
+
+
+def test_a_running_build_shows_its_progress_at_the_top_of_the_sidebar(
+    monkeypatch: pytest.MonkeyPatch, files: Path
+) -> None:
+    """Under the Files list and the upload, the progress was below the fold: it is above the chats while it runs,
+    and says the time left only once it has a pace to estimate from."""
+    use_pipeline(monkeypatch, [0.9])
+    gate = Gate(fake_sync([]), pause_at=2)  # reading the first file, no page of it read yet
+    monkeypatch.setattr(crag.ingest, "sync", gate)
+    monkeypatch.setattr(builds, "elapsed", lambda job: 600.0)
+    at = ask(app())  # a chat listed in the sidebar
+    at.button(key="rebuild").click().run()
+    assert gate.paused.wait(30)
+    at.run()
+    order = [node for node in at.sidebar if node.type in ("progress", "button")]
+    assert order[0].type == "progress" and order[1].key == "cancel_build", [n.type for n in order]
+    assert [b.key for b in order[2:4]] == ["new_chat", f"chat-{at.query_params['chat']}"]
+    assert order[0].proto.text == "Reading **bad\\.pdf** · file 1/2", "nothing read yet: no time left to say"
+    assert "Updating the knowledge base" in texts(at.sidebar.markdown)
+    gate.go.set()
+    at = settle(at)
+    assert not at.sidebar.get("progress") and "1 indexed · 1 failed" in texts(at.sidebar.warning)
+
+
+def test_a_rebuild_started_while_an_answer_is_written_lets_the_answer_end(
+    monkeypatch: pytest.MonkeyPatch, files: Path
+) -> None:
+    """The build runs in the background and the old index answers meanwhile: its button must not cut the answer."""
+    import ui.chat
+
+    use_pipeline(monkeypatch, [0.9], answer=THREE_SENTENCES)
+    calls: list = []
+    monkeypatch.setattr(crag.ingest, "sync", fake_sync(calls))
+    streamed, clicks = ui.chat.saving, []
+
+    def clicked_rebuild(stream, store, reply):
+        for delta in streamed(stream, store, reply):
+            yield delta
+            if delta and not clicks:  # a sentence into the answer, the user clicks Rebuild in the sidebar
+                clicks.append(reply)
+                click_while_running("rebuild", fragment="rebuild_controls")
+
+    monkeypatch.setattr(ui.chat, "saving", clicked_rebuild)
+    at = ask(app())
+    assert not at.exception and clicks
+    # The click's run (the page redrawn once the build started) shows the answer written on after the click, whole,
+    # and nothing says it stopped.
+    answer = at.chat_message[1]
+    assert "eight hundred megabytes of memory [1]." in answer.markdown[0].value
+    assert not answer.error and not answer.info and badges(at)
+    [message] = [m for m in saved(files) if m.role == "assistant"]
+    assert message.complete and not message.error and message.content == message.answer.text
+    at = settle(at)
+    assert calls == [{"rebuild": False, "embedder": "fake:hash"}], "the click started the build"
+    assert "1 indexed · 1 failed" in texts(at.sidebar.warning)
 
 
 def test_the_files_list_follows_a_build_and_says_which_pages_were_read_with_ocr(
@@ -179,6 +240,31 @@ def test_the_files_list_follows_a_build_and_says_which_pages_were_read_with_ocr(
     assert "3 pages, 2 read with OCR · " in details
     assert "page 2: OCR failed (onnxruntime: bad allocation); skipped" in details
     assert "3 pages · " in details and "None" not in details
+
+
+def test_a_full_rebuild_lists_the_files_it_has_not_read_again_as_waiting(
+    monkeypatch: pytest.MonkeyPatch, files: Path
+) -> None:
+    """A full rebuild reads every file anew: until it reaches one, the file is not "indexed" by this build."""
+    use_pipeline(monkeypatch, [0.9])
+    monkeypatch.setattr(crag.retriever, "index_embedder", lambda s, rebuild: fakes.HashEmbedder())
+    manual_pdf(files / "a manual.pdf")
+    manual_pdf(files / "b manual.pdf")
+    at = settle(app().button(key="rebuild").click().run())
+    assert file_statuses(at) == {"a manual.pdf": "✅ indexed", "b manual.pdf": "✅ indexed"}
+    gate = Gate(crag.ingest.sync, pause_at=lambda p: (p.file, p.stage, p.page) == ("a manual.pdf", "parsing", 1))
+    monkeypatch.setattr(crag.ingest, "sync", gate)
+    at.toggle(key="full_rebuild").set_value(True).run()
+    at.button(key="rebuild").click().run()
+    assert gate.paused.wait(60)
+    at.run()
+    assert file_statuses(at) == {
+        "a manual.pdf": "⏳ being read · page 1/2",
+        "b manual.pdf": "🕒 waiting to be read again",
+    }
+    gate.go.set()
+    at = settle(at)
+    assert file_statuses(at) == {"a manual.pdf": "✅ indexed", "b manual.pdf": "✅ indexed"}
 
 
 def test_a_build_can_be_cancelled_and_the_old_index_stays(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
@@ -268,7 +354,10 @@ def test_a_real_build_lists_a_failed_file_with_its_reason(monkeypatch: pytest.Mo
     assert "fake:hash" in status and "pymupdf" in status  # embeddings and parser of the new index
     assert [m.value for m in at.sidebar.metric] == ["1", str(at.sidebar.metric[1].value)]
     assert file_statuses(at) == {"broken.pdf": "❌ failed", "manual.pdf": "✅ indexed"}
-    assert any("broken\\.pdf" in e.value and "not a PDF" in e.value for e in at.sidebar.error)
+    # Why it failed is said once, under its name in the Files list; the build's summary names it.
+    [why] = [e.value for e in at.sidebar.error if "not a PDF" in e.value]
+    assert "broken\\.pdf" in why
+    assert "Not indexed: broken\\.pdf. The Files list says why." in texts(at.sidebar.warning)
     assert "Your knowledge base is empty" not in texts(at.main.markdown)
     assert "no longer in the folder" not in texts(at.sidebar.warning)
     (files / "broken.pdf").unlink()  # it was never indexed: nothing to warn about

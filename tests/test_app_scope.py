@@ -52,12 +52,20 @@ def test_the_picker_lists_every_knowledge_base_with_its_files(indexed: Path) -> 
     assert box.value == "All documents"
     assert box.options == [
         "All documents",
-        "(top level) · 1 file",
-        "courses · 1 file",
-        "projects · 1 file",
-        "projects/alpha · 1 file",
+        "Files folder (top level) — 1 file",
+        "courses — 1 file",
+        "projects — 1 file",
+        "projects/alpha — 1 file",
         "Choose documents…",
     ]
+
+
+def test_a_knowledge_base_with_files_the_build_failed_on_says_so_in_words() -> None:
+    from crag.scope import TOP_LEVEL, KnowledgeBase
+    from ui.scope import label
+
+    assert label(KnowledgeBase(TOP_LEVEL, 3, 40, 1)) == "Files folder (top level) — 3 files, 1 could not be indexed"
+    assert label(KnowledgeBase("projects/alpha", 1, 4)) == "projects/alpha — 1 file"
 
 
 def test_a_chat_scoped_to_a_folder_answers_from_it_and_keeps_it_after_a_reload(indexed: Path) -> None:
@@ -113,7 +121,7 @@ def test_a_folder_gone_from_the_knowledge_base_is_shown_missing_and_all_document
     at = AppTest.from_file(APP, default_timeout=60)
     at.query_params["chat"] = chat.id
     at = loaded(at.run())
-    assert picker(at).value == "projects/beta" and "projects/beta · missing" in picker(at).options
+    assert picker(at).value == "projects/beta" and "projects/beta — missing" in picker(at).options
     assert "no longer in the knowledge base" in texts(at.warning)
 
     ask(at, "How many cores does the widget need?")

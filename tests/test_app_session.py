@@ -16,12 +16,14 @@ from tests.apptest import (
     APP,
     CHUNKS,
     LOADING,
+    THREE_SENTENCES,
     app,
     ask,
     badges,
     click_while_running,
     file_statuses,
     loaded,
+    plain,
     saved,
     texts,
     use_pipeline,
@@ -90,13 +92,6 @@ def test_models_that_fail_to_load_say_why_and_the_waiting_question_is_kept(
     assert [m.name for m in at.chat_message] == ["user", "assistant"], "the question and why it failed are kept"
 
 
-# A written answer shows sentence by sentence: three, to stop it after the first.
-THREE_SENTENCES = (
-    "The widget needs two processor cores [1]. It needs eight hundred megabytes of memory [1]. "
-    "Install the dependencies before you run the widget [2]."
-)
-
-
 # ---------------------------------------------------------------------------------------------
 # Stop
 
@@ -132,6 +127,29 @@ def test_stop_ends_a_written_answer_at_once_and_says_it_was_stopped(
     assert len(at.chat_message) == 4 and badges(at)
 
 
+def test_a_stop_before_the_answer_said_anything_does_not_say_text_was_kept(
+    monkeypatch: pytest.MonkeyPatch, files: Path
+) -> None:
+    import ui.chat
+
+    use_pipeline(monkeypatch, [0.9], answer=THREE_SENTENCES)
+    on_step = ui.chat.Stages.on_step
+
+    def step(self, stage: str) -> None:
+        on_step(self, stage)
+        if stage == "grading":  # while the passages are graded, the user clicks the answer's Stop button
+            click_while_running("stop-2")  # the first chat's first answer
+
+    monkeypatch.setattr(ui.chat.Stages, "on_step", step)
+    at = ask(app())
+    assert not at.exception
+    answer = at.chat_message[1]
+    assert texts(answer.info) == "You stopped this answer before it said anything: ask again for an answer."
+    assert not answer.markdown, "nothing was written, and nothing says it was kept"
+    [message] = [m for m in saved(files) if m.role == "assistant"]
+    assert message.content == "" and message.error == texts(answer.info) and not message.complete
+
+
 def test_a_stop_the_next_run_takes_before_the_stopped_run_ends_is_kept(
     monkeypatch: pytest.MonkeyPatch, files: Path
 ) -> None:
@@ -139,6 +157,7 @@ def test_a_stop_the_next_run_takes_before_the_stopped_run_ends_is_kept(
     the answer before the stopped run, still streaming, saves it. Its mark stays, with the text said until then."""
     import ui.chat
     from ui.chat import mark_stopped
+    from ui.text import user_stopped
 
     use_pipeline(monkeypatch, [0.9], answer=THREE_SENTENCES)
     streamed, store = ui.chat.saving, Conversations(files.parent / "chroma_db" / "conversations.sqlite3")
@@ -157,7 +176,8 @@ def test_a_stop_the_next_run_takes_before_the_stopped_run_ends_is_kept(
     monkeypatch.setattr(ui.chat, "SAVE_EVERY", 1.0)
     ask(app())
     [message] = [m for m in saved(files) if m.role == "assistant"]
-    assert message.error.startswith("You stopped this answer"), message.error
+    # Marked while nothing was saved yet, it says what is kept now: the text said until then.
+    assert message.error == user_stopped("How many cores?", said=True), message.error
     assert message.content.startswith("The widget needs") and not message.complete
 
 
@@ -212,3 +232,39 @@ def test_an_address_with_settings_it_cannot_hold_falls_back_to_the_defaults(
     assert at.selectbox(key="set_answer").value == "auto" and at.slider(key="set_top_k").value == 5
     assert at.selectbox(key="set_evaluator").value == "llm", "a value it can hold is kept"
     assert dict(at.query_params) == {"evaluator": "llm"}
+
+
+# ---------------------------------------------------------------------------------------------
+# A long chat reopened
+
+
+def test_a_reopened_chat_shows_earlier_answers_folded_and_the_latest_whole(
+    monkeypatch: pytest.MonkeyPatch, files: Path
+) -> None:
+    """Each answer's sources and how it was made (page images, a chart, tables) made a long chat slow to reopen:
+    earlier answers show their first line, and the rest is drawn once opened."""
+    use_pipeline(monkeypatch, [0.9])
+    at = app()
+    for n in range(3):
+        at = ask(at, f"How many cores does the widget need, take {n}?")
+    chat = at.query_params["chat"]
+    reopened = AppTest.from_file(APP, default_timeout=60)  # another tab, or a reload
+    reopened.query_params["chat"] = chat
+    at = loaded(reopened.run())
+    answers = [m for m in at.chat_message if m.name == "assistant"]
+    *earlier, latest = answers
+    for answer in earlier:
+        [fold] = answer.expander
+        assert plain(fold.label) == "The widget needs two processor cores [1]."
+        assert not list(fold.children.values()), "nothing of a folded answer is drawn until it is opened"
+        assert not answer.dataframe
+    assert [e.label for e in latest.expander] == ["How this answer was made", "Sources (1)"]
+    assert latest.dataframe and badges(at)
+
+    first = saved(files)[1]
+    at.session_state[f"fold-{first.id}"] = True  # the user opens the first answer
+    at.run()
+    [fold] = at.chat_message[1].expander[:1]
+    inside = [e.label for e in fold.expander]
+    assert inside == ["How this answer was made", "Sources (1)"], inside
+    assert "The widget needs two processor cores" in fold.markdown[0].value

@@ -159,10 +159,14 @@ def test_upload_rebuild_ask_and_inspect_in_a_real_browser(streamlit_url: str, tm
         expect(sidebar).to_contain_text("Rebuilt from scratch", timeout=300_000)
         expect(sidebar).to_contain_text("3 indexed")
 
-        # A reload keeps the conversation (it is in the URL and in the store), with its answers' details.
+        # A reload keeps the conversation (it is in the URL and in the store), with its answers' details: the
+        # earlier answers folded to their first line, each drawn whole once opened.
         page.reload()
         expect(messages).to_have_count(6, timeout=120_000)
-        expect(messages.nth(1).get_by_text("Correct").first).to_be_visible()
+        expect(messages.nth(5)).to_contain_text("no model wrote this", timeout=60_000)
+        expect(messages.nth(1).get_by_text("Correct")).to_have_count(0)
+        messages.nth(1).locator("summary").first.click()
+        expect(messages.nth(1).get_by_text("Correct").first).to_be_visible(timeout=30_000)
         page.screenshot(path=str(OUTPUT / "browser-reloaded.png"), full_page=True)
 
         # "New chat" starts an empty conversation; the previous one stays in the sidebar.

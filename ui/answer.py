@@ -12,13 +12,14 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from crag.export import answer_markdown
+from crag.export import answer_markdown, follows_up
 from crag.markdown import model_markdown
 from crag.messages import unsupported_message
 from crag.models import PACKAGED_LABEL
 from crag.text import pages_label
 from crag.types import NOT_WRITTEN, Answer, AnswerKind, Source, Trace
 from crag.websearch import OFF_REASON
+from ui import state
 from ui.sources import printed_pages, sources_panel
 from ui.text import (
     ACTIONS,
@@ -54,7 +55,17 @@ def render(answer: Answer, question: str, files_dir: Path, key: int, previous: s
     """Badge line, the trace expander, the sources panel and the export of one answer. ``previous``: the question
     before it in the conversation, which its export names when it was read as a follow-up."""
     trace = answer.trace
-    badge_line(answer, question)
+    badge_line(answer, question, previous)
+    if follows_up(answer):  # the same question, without the conversation that changed how it was read
+        st.button(
+            "Ask it on its own",
+            key=f"alone-{key}",
+            icon=":material/call_split:",
+            type="tertiary",
+            on_click=state.ask_alone,
+            args=(question,),
+            help="Ask this question again, read as it is: not as a follow-up of the question before it.",
+        )
     if trace is not None and trace.hint:
         st.caption(f":material/translate: {md_escape(trace.hint)}")
     if not answer.complete:
@@ -79,9 +90,10 @@ def render(answer: Answer, question: str, files_dir: Path, key: int, previous: s
     )
 
 
-def badge_line(answer: Answer, question: str) -> None:
+def badge_line(answer: Answer, question: str, previous: str = "") -> None:
     """One line under the answer: what CRAG judged of the passages the documents gave (the action), what a written
-    answer states that its sources do not, and who made the answer, how fast."""
+    answer states that its sources do not, and who made the answer, how fast. ``previous``: the question before it,
+    which the line names when the answer was read as its follow-up."""
     trace = answer.trace
     with st.container(horizontal=True, vertical_alignment="center", gap="small"):
         if trace is not None and trace.action is not None:
@@ -93,10 +105,13 @@ def badge_line(answer: Answer, question: str) -> None:
                 help="Names, commands or numbers the answer states that none of the passages given to the model "
                 "mention: the model may have made them up.",
             )
-        st.caption(caption(answer))
+        st.caption(caption(answer, previous))
 
 
-def caption(answer: Answer) -> str:
+FOLLOWED_SHOWN = 80  # characters of the question before, named on the line of an answer read as its follow-up
+
+
+def caption(answer: Answer, previous: str = "") -> str:
     if answer.kind in NOT_WRITTEN:
         parts = [NOT_WRITTEN[answer.kind]]
     else:
@@ -105,6 +120,9 @@ def caption(answer: Answer) -> str:
             parts.append("a weak model that may invent facts: check the sources")
     if answer.trace is not None and answer.trace.scope:  # where it was asked: a chat's scope may change since
         parts.append(":material/folder: in " + ", ".join(md_escape(p) for p in answer.trace.scope))
+    if follows_up(answer):  # the question was read with the one before it: said, for the reader to judge
+        before = f"“{md_escape(shorten(previous, FOLLOWED_SHOWN))}”" if previous else "the question before"
+        parts.insert(0, f"Read as a follow-up of {before}")
     if answer.trace is not None:
         total = answer.trace.timings.get("total")
         if total is not None:

@@ -7,22 +7,29 @@ fragment refreshes its progress every second, and the page redraws when it ends.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from crag.config import Settings
 from crag.errors import CragError
 from crag.jobs import Job
 from ui import state
-from ui.text import build_summary, file_reason, md_escape, no_images, progress_text
+from ui.text import build_summary, md_escape, no_images, progress_text, time_left
 
 REFRESH_RUNNING = 1.0  # seconds between two looks at a running build
 REFRESH_IDLE = 5.0  # between two looks for a build another session started
+# The fragment of the Rebuild button and its toggle. A click on a widget of a fragment reruns that fragment once the
+# page's own run has ended, where any other click stops that run: an answer being written would be cut short by a
+# build that runs in the background and leaves the old index answering.
+CONTROLS = "rebuild_controls"
 
 
-def rebuild(settings: Settings) -> Callable[[], None]:
-    """The Rebuild button (off while a build runs), and the build's status under it.
+def rebuild(settings: Settings, top: DeltaGenerator) -> Callable[[], None]:
+    """The Rebuild button (off while a build runs), and the build's status: in ``top`` while it runs (the top of the
+    sidebar, seen without scrolling), under the button once it ended.
 
     Returns what to call once the page is drawn. A fragment's timed look does not interrupt the page's own run (an
     answer being made), it waits for it: so without a build, the status is drawn now and watched from the page's
@@ -30,6 +37,32 @@ def rebuild(settings: Settings) -> Callable[[], None]:
     ss = st.session_state
     runner = state.builds(settings)
     running = runner.running is not None
+    st.fragment(controls, key=CONTROLS)(settings)
+    if ss.pop("build_now", False) and not running:
+        start(settings, ss.get("full_rebuild", False))
+    if ss.build_error:
+        st.error(f"**The knowledge base was not rebuilt.** {ss.build_error}")
+    ss.build_seen = seen(runner.latest)  # what this whole page is drawn with; the fragment watches for changes
+    slot = st.empty()
+
+    def watch() -> None:
+        with slot.container():
+            st.fragment(status, run_every=REFRESH_IDLE)(settings)
+
+    if running:  # its progress moves during an answer too (the chat box then submits, never stops)
+        with top:
+            st.fragment(status, run_every=REFRESH_RUNNING)(settings)
+        return lambda: None
+    with slot.container():
+        status(settings, live=False)
+    return watch
+
+
+def controls(settings: Settings) -> None:
+    """The Full rebuild toggle and the Rebuild button, drawn as a fragment (``CONTROLS``): a click starts the build
+    once an answer being written has ended, rather than cut it short."""
+    ss = st.session_state
+    running = state.builds(settings).running is not None
     if ss.pop("full_started", False):  # a full rebuild is a one-off: the next click is incremental again
         ss.full_rebuild = False
     full = st.toggle(
@@ -45,25 +78,10 @@ def rebuild(settings: Settings) -> Callable[[], None]:
         key="rebuild",
         width="stretch",
         disabled=running,
-        help="A build is running: its progress is below." if running else None,
+        help="A build is running: its progress is at the top of the sidebar." if running else None,
     )
-    if (clicked or ss.pop("build_now", False)) and not running:
+    if clicked and not running:
         start(settings, full)
-    if ss.build_error:
-        st.error(f"**The knowledge base was not rebuilt.** {ss.build_error}")
-    ss.build_seen = seen(runner.latest)  # what this whole page is drawn with; the fragment watches for changes
-    slot = st.empty()
-
-    def watch(every: float = REFRESH_IDLE) -> None:
-        with slot.container():
-            st.fragment(status, run_every=every)(settings)
-
-    if running:  # its progress moves during an answer too (the chat box then submits, never stops)
-        watch(REFRESH_RUNNING)
-        return lambda: None
-    with slot.container():
-        status(settings, live=False)
-    return watch
 
 
 def seen(job: Job | None) -> tuple[str, str] | None:
@@ -78,9 +96,10 @@ def start(settings: Settings, full: bool) -> None:
         state.builds(settings).start(full)
     except CragError as exc:  # another build (here or in another process), an unwritable folder
         ss.build_error = md_escape(str(exc))
-        return
-    ss.full_started = full
-    st.rerun()  # the page as it is while a build runs: the button off, the progress on
+    else:
+        ss.full_started = full
+    # The whole page, from a fragment's click too: the button off and the progress on, or why nothing started.
+    st.rerun()
 
 
 def status(settings: Settings, live: bool = True) -> None:
@@ -98,7 +117,10 @@ def status(settings: Settings, live: bool = True) -> None:
     if job is None:
         return
     if job.state == "running":
-        st.progress(job.progress.fraction, text=progress_text(job.progress))
+        what = "Rebuilding the knowledge base from scratch" if job.rebuild else "Updating the knowledge base"
+        st.markdown(f":material/hourglass_top: **{what}**")
+        left = time_left(job.progress.fraction, elapsed(job))
+        st.progress(job.progress.fraction, text=progress_text(job.progress) + (f" · {left}" if left else ""))
         if live and st.button("Cancel the build", key="cancel_build", icon=":material/stop_circle:", width="stretch"):
             runner.cancel(job.id)
             st.caption("Cancelling: the build stops at its next step; the current knowledge base keeps answering.")
@@ -106,6 +128,11 @@ def status(settings: Settings, live: bool = True) -> None:
             st.caption("Questions are answered from the current knowledge base until the build is done.")
         return
     outcome(job)
+
+
+def elapsed(job: Job) -> float:
+    """Seconds since the build started."""
+    return time.monotonic() - job.began
 
 
 def outcome(job: Job) -> None:
@@ -119,8 +146,10 @@ def outcome(job: Job) -> None:
         report = job.report
         failed = [f for f in report.files if f.status == "failed"]
         summary = build_summary((f.status for f in report.files), report.total_chunks, report.seconds)
-        (st.warning if failed else st.success)(f"{what}: {summary}.", icon="⚠️" if failed else "✅")
-        for f in failed:
-            st.error(f"**{md_escape(f.file)}** was not indexed: {file_reason(f.file, f.error)}")
+        if failed:  # why each failed is said once, under its name in the Files list (opened when one failed)
+            names = ", ".join(md_escape(f.file) for f in failed)
+            st.warning(f"{what}: {summary}.  \nNot indexed: {names}. The Files list says why.", icon="⚠️")
+        else:
+            st.success(f"{what}: {summary}.", icon="✅")
         for note in report.notes:  # an index the build could not read, and where it was moved
             st.warning(md_escape(note))

@@ -6,6 +6,9 @@ again as it streams and when it ends. A reload, a restart or a crash loses nothi
 The chat box is drawn before the conversation, and takes a question while the models load: the question waits
 for them, its answer's status says so. While an answer is made, its Stop button ends it: a click reruns the page,
 which ends this run inside the stream, and the answer is kept as far as it went, marked as stopped by the user.
+
+A chat reopens with its latest answer whole and the earlier ones folded to their first line: each is drawn whole
+(its sources, how it was made) only once opened, so a long chat reopens in about the time of one answer.
 """
 
 from __future__ import annotations
@@ -23,11 +26,12 @@ from crag.errors import CragError
 from crag.markdown import safe_stream
 from crag.models.loops import own_event_loop
 from crag.scope import UnknownScope
-from crag.text import clean_question
+from crag.text import MAX_QUESTION_CHARS, clean_question
 from crag.types import Answer, AnswerKind
 from ui import state
 from ui.scope import ALL, choose
-from ui.text import md_escape, stage_label, stopped, stopped_by_user, user_stopped
+from ui.settings import WEB_LABEL
+from ui.text import gist, md_escape, stage_label, stopped, stopped_by_user, user_stopped
 
 if TYPE_CHECKING:
     import crag.pipeline
@@ -47,44 +51,68 @@ def render(
     placeholder = (
         "The chat is off until the model works: see the message above"
         if loading.error
-        else "Ask a question about your documents"
+        # The limit, said before it is reached: the chat box cannot count as one types (it reruns only on Enter), and
+        # its max_chars would cut a pasted question silently where clean_question says why and gives it back.
+        else f"Ask a question about your documents (up to {MAX_QUESTION_CHARS:,} characters)"
     )
     refused = st.session_state.pop("refused", None)
     if refused:
         st.session_state["question"] = refused[0]  # back in the box, to shorten or fix: nothing typed is lost
     prompt = st.chat_input(placeholder, disabled=bool(loading.error), key="question")
     prompt = prompt or st.session_state.pop("reask", None)  # "Ask it in All documents" under a refused answer
+    alone = st.session_state.pop(state.ALONE, None)  # "Ask it on its own" under an answer read as a follow-up
+    prompt = prompt or alone
     loading.start()  # the page is usable: the models load while the conversation is drawn and read
     messages = store.messages(chat) if chat else []
+    # Earlier answers are drawn folded, and only the latest whole: their sources and how they were made (page images,
+    # charts, tables) took seconds each to reopen a long chat. The latest stays whole while a new question is answered
+    # below it: folded then, its old parts would stay on the page, greyed, until the new answer ends.
+    latest = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
     previous = question = ""
-    for message in messages:
+    for i, message in enumerate(messages):
         if message.role == "user":
             previous, question = question, message.content
-        replay(message, question, previous, settings)
+        replay(message, question, previous, settings, folded=i != latest)
     if refused:
         st.error(refused[1], icon=":material/error:")
     if prompt and loading.error:  # typed before the box was turned off: given back, with why
         st.session_state["refused"] = (prompt, loading.error)
         st.rerun()
     if prompt:
-        ask(prompt, settings, loading, options, store, chat, messages, relist)
+        ask(prompt, settings, loading, options, store, chat, messages, relist, alone=prompt == alone)
 
 
-def replay(message: Message, question: str, previous: str, settings: Settings) -> None:
-    from ui import answer as answer_ui  # charts and tables: loaded with the first answer shown, not the first page
-
+def replay(message: Message, question: str, previous: str, settings: Settings, folded: bool = False) -> None:
+    """A message of the open chat. An answer ``folded`` shows its first line, and the rest once opened."""
     with st.chat_message(message.role):
         if message.role == "user":
             st.text(message.content)
-            return
-        if message.content:
-            answer_ui.text(message.content, message.answer.kind if message.answer else AnswerKind.GENERATED)
-        if message.answer is not None:
-            answer_ui.render(message.answer, question, settings.files_dir, key=message.id, previous=previous)
-        elif not message.complete and stopped_by_user(message.error):
-            st.info(message.error, icon=":material/stop_circle:")
-        elif not message.complete:
-            st.error(message.error or stopped(question))
+        elif folded and message.answer is not None:
+            unfold = st.expander(fold_label(message), key=f"fold-{message.id}", on_change="rerun")
+            if unfold.open:  # drawn only once opened: a closed expander's content is computed and sent all the same
+                with unfold:
+                    replay_answer(message, question, previous, settings)
+        else:
+            replay_answer(message, question, previous, settings)
+
+
+def fold_label(message: Message) -> str:
+    """The line a folded answer shows: what it says first, and that it stopped short when it did."""
+    label = md_escape(gist(message.content)) or "The answer"
+    return label if message.complete else f"{label} · stopped before its end"
+
+
+def replay_answer(message: Message, question: str, previous: str, settings: Settings) -> None:
+    from ui import answer as answer_ui  # charts and tables: loaded with the first answer shown, not the first page
+
+    if message.content:
+        answer_ui.text(message.content, message.answer.kind if message.answer else AnswerKind.GENERATED)
+    if message.answer is not None:
+        answer_ui.render(message.answer, question, settings.files_dir, key=message.id, previous=previous)
+    elif not message.complete and stopped_by_user(message.error):  # worded by what is kept (the run may save after)
+        st.info(user_stopped(question, said=bool(message.content)), icon=":material/stop_circle:")
+    elif not message.complete:
+        st.error(message.error or stopped(question))
 
 
 def ask(
@@ -96,7 +124,9 @@ def ask(
     chat: str | None,
     previous: list[Message],
     relist: Callable[[str], None],
+    alone: bool = False,
 ) -> None:
+    """Ask ``question`` in the open chat, with the conversation before it; ``alone``: without it, as it is."""
     try:
         question = clean_question(question)  # the one check the CLI and the API make too
     except CragError as exc:
@@ -107,8 +137,8 @@ def ask(
         chat = store.create(title_of(question), scope=options.get("scope", ())).id
         state.open_chat(chat)  # the new chat's scope is its own from now on
         relist(chat)  # the sidebar was drawn before this chat existed
-    history = [(m.role, m.content) for m in previous if m.content and m.complete]
-    asked_before = next((m.content for m in reversed(previous) if m.role == "user"), "")
+    history = () if alone else tuple((m.role, m.content) for m in previous if m.content and m.complete)
+    asked_before = "" if alone else next((m.content for m in reversed(previous) if m.role == "user"), "")
     store.add(chat, "user", question)
     with st.chat_message("user"):
         st.text(question)
@@ -141,7 +171,7 @@ class Turn:
         settings: Settings,
         loading: state.Loading,
         options: dict[str, Any],
-        history: list[tuple[str, str]],
+        history: tuple[tuple[str, str], ...],
         asked_before: str,
     ) -> None:
         stream, stored = None, False
@@ -173,6 +203,7 @@ class Turn:
                 from ui import answer as answer_ui
 
                 answer_ui.render(answer, self.question, settings.files_dir, key=self.reply, previous=asked_before)
+                tell_if_offline(answer)
         finally:
             # The Stop button, or a click elsewhere, ends this run inside the stream (Streamlit raises a
             # BaseException): the model's stream ends now, and what was said so far is kept, marked incomplete.
@@ -181,6 +212,15 @@ class Turn:
             if not stored:
                 text = stream.text if stream is not None else ""
                 self.store.update(self.reply, text, None, complete=False, error=stopped(self.question), keep_error=True)
+                self.reword_stop(text)
+
+    def reword_stop(self, text: str) -> None:
+        """A Stop clicked before this run saved its last text said whether anything was kept by what was saved then:
+        say it by what is kept now."""
+        for message in self.store.messages(self.chat):
+            right = user_stopped(self.question, said=bool(text))
+            if message.id == self.reply and stopped_by_user(message.error) and message.error != right:
+                self.store.update(self.reply, text, None, complete=False, error=right)
 
     def models(self, loading: state.Loading) -> crag.pipeline.Pipeline | None:
         """The pipeline, once loaded (None when it failed); meanwhile the status says the question waits for it."""
@@ -201,6 +241,25 @@ class Turn:
             self.store.update(self.reply, answer.text, answer, complete=answer.complete, error=answer.error)
 
 
+OFFLINE_TOLD = "offline_told"  # the session was told that web search cannot work without a network
+
+
+def tell_if_offline(answer: Answer) -> None:
+    """Once a session, under the first answer whose web search could not connect: why, and the way out. Each
+    answer's trace says it too; someone who works offline should not be told under every question."""
+    from crag.websearch import offline
+
+    if answer.trace is None or not offline(answer.trace.web_error) or st.session_state.get(OFFLINE_TOLD):
+        return
+    st.session_state[OFFLINE_TOLD] = True
+    st.warning(
+        "**Web search cannot work without an internet connection**, and it could not reach the internet from "
+        f"here. Answers come from your documents only. To stop trying the web, turn off **{WEB_LABEL}** in "
+        "**Answer settings**, in the sidebar.",
+        icon=":material/cloud_off:",
+    )
+
+
 def ask_everywhere(store: Conversations, question: str) -> None:
     """The question again, in every document: the chat asks "All documents" from now on."""
     choose(store, [])
@@ -214,7 +273,8 @@ def mark_stopped(store: Conversations, chat: str, reply: int, question: str) -> 
     click in the last instant) is left whole."""
     for message in store.messages(chat):
         if message.id == reply and not message.complete:
-            store.update(reply, message.content, message.answer, complete=False, error=user_stopped(question))
+            error = user_stopped(question, said=bool(message.content))
+            store.update(reply, message.content, message.answer, complete=False, error=error)
 
 
 class Stages:

@@ -48,7 +48,7 @@ def listing(settings: Settings, files: list[FileResult]) -> None:
         if grouped and where != folder:
             folder = where
             st.markdown(f"**:material/folder_open: {md_escape(where or TOP_LEVEL)}**")
-        status, shown = file_status(f, progress, finished)
+        status, shown = file_status(f, progress, finished, rebuild=building and job.rebuild)
         st.markdown(f"{status} · **{md_escape(name if grouped else f.file)}**")
         if details := file_details(shown):
             st.caption(details)

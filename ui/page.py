@@ -47,8 +47,9 @@ def run(settings: Settings, options: dict[str, Any]) -> None:
     # The index is opened (and checked) by the pipeline's loading: the first page lists it without opening it.
     kb = state.knowledge_base(settings, verify=loading.pipeline is not None)
     with st.sidebar:
+        top = st.container()  # a running build's progress: above the chats, where it is seen without scrolling
         store, chat, relist = conversations.render(settings)
-    watch = sidebar.render(settings, loading, kb)
+    watch = sidebar.render(settings, loading, kb, top)
     if loading.error:
         st.error(loading.error)
     if kb.empty and not kb.error:

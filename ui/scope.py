@@ -15,7 +15,7 @@ from __future__ import annotations
 import streamlit as st
 
 from crag.conversations import Conversations
-from crag.scope import HELD, KnowledgeBase, Scope, knowledge_bases, missing
+from crag.scope import HELD, TOP_LEVEL, KnowledgeBase, Scope, knowledge_bases, missing
 from crag.types import FileResult
 from ui.text import md_escape
 
@@ -59,9 +59,11 @@ def forget_new() -> None:
 
 
 def label(kb: KnowledgeBase) -> str:
+    """A knowledge base as the picker names it: "projects — 3 files, 1 could not be indexed"."""
+    name = f"Files folder {TOP_LEVEL}" if kb.name == TOP_LEVEL else kb.name
     count = f"{kb.files} file{'s' if kb.files != 1 else ''}"
-    waiting = f", {kb.other} not indexed" if kb.other else ""
-    return f"{kb.name} · {count}{waiting}"
+    failed = f", {kb.other} could not be indexed" if kb.other else ""  # failed or skipped by the build: not "yet"
+    return f"{name} — {count}{failed}"
 
 
 def documents_of(files: list[FileResult]) -> list[str]:
@@ -74,7 +76,7 @@ def picker(store: Conversations, chat: str | None, files: list[FileResult]) -> t
     scope = current(store, chat)
     kbs = knowledge_bases(files)
     gone = missing(Scope(scope), files) if scope else []
-    labels = {ALL: ALL} | {kb.name: label(kb) for kb in kbs} | {p: f"{p} · missing" for p in gone} | {CHOOSE: CHOOSE}
+    labels = {ALL: ALL} | {kb.name: label(kb) for kb in kbs} | {p: f"{p} — missing" for p in gone} | {CHOOSE: CHOOSE}
     key = f"scope-{chat or 'new'}"
     ss = st.session_state
     if ss.get(f"{key}-choosing") or (scope and (len(scope) > 1 or scope[0] not in labels)):

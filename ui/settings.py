@@ -77,6 +77,7 @@ THRESHOLDS = Setting(
     _thresholds,
     lambda v: f"{v[0]:g},{v[1]:g}",
 )
+WEB_LABEL = "Search the web when the documents fall short"
 WEB = Setting("set_web", "web", lambda b: b.web_search, _on_off, lambda v: "on" if v else "off")
 ANSWER_MODE = Setting("set_answer", "answer", lambda b: b.answer_mode, _choice(ANSWER_MODES), str)
 EVALUATOR = Setting("set_evaluator", "evaluator", lambda b: b.evaluator, _choice(EVALUATORS), str)
@@ -146,9 +147,9 @@ def render(base: Settings) -> None:
             **kept(THRESHOLDS),
         )
         st.toggle(
-            "Search the web when the documents fall short",
+            WEB_LABEL,
             disabled=not base.web_search,
-            help=None
+            help="Needs an internet connection: turn it off when you work offline."
             if base.web_search
             else "Off for this app (CRAG_WEB_SEARCH=off): set CRAG_WEB_SEARCH=on and restart the app to allow it.",
             **kept(WEB),

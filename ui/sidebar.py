@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from crag.config import Settings
 from crag.errors import CragError
@@ -23,11 +24,14 @@ if TYPE_CHECKING:
 REFRESH_LOADING = 0.5  # seconds between two looks at the models' loading
 
 
-def render(settings: Settings, loading: state.Loading, kb: state.KnowledgeBase) -> Callable[[], None]:
-    """The sidebar below the chats. Returns what to call once the page is drawn (``builds.rebuild``)."""
+def render(
+    settings: Settings, loading: state.Loading, kb: state.KnowledgeBase, top: DeltaGenerator
+) -> Callable[[], None]:
+    """The sidebar below the chats; a running build's progress goes in ``top``, above them. Returns what to call once
+    the page is drawn (``builds.rebuild``)."""
     with st.sidebar:
         st.divider()
-        watch = knowledge_base(settings, loading.pipeline, kb)
+        watch = knowledge_base(settings, loading.pipeline, kb, top)
         st.divider()
         model(settings, loading)
         st.divider()
@@ -40,7 +44,7 @@ def render(settings: Settings, loading: state.Loading, kb: state.KnowledgeBase) 
 
 
 def knowledge_base(
-    settings: Settings, pipeline: crag.pipeline.Pipeline | None, kb: state.KnowledgeBase
+    settings: Settings, pipeline: crag.pipeline.Pipeline | None, kb: state.KnowledgeBase, top: DeltaGenerator
 ) -> Callable[[], None]:
     st.subheader("Knowledge base", anchor=False)
     if kb.error:
@@ -58,8 +62,8 @@ def knowledge_base(
         st.caption(f"Not built yet. Parser: {settings.parser}.")
     if pipeline is not None and pipeline.retriever.lexical_only:  # the index's embedder is missing: say the way out
         st.warning(pipeline.retriever.lexical_only, icon=":material/manage_search:")
-    if gen is not None:
-        offer_multilingual(settings, gen.embedder)
+    if gen is not None:  # a fragment, as the Rebuild button is: its click leaves an answer being written alone
+        st.fragment(offer_multilingual)(settings, gen.embedder)
     files.files_list(settings, kb.files)
     if state.builds(settings).running is None:  # a running build reads the folder already
         if n := len(kb.pending):
@@ -70,7 +74,7 @@ def knowledge_base(
                 f"{'them' if n > 1 else 'it'} until you rebuild."
             )
     files.upload(settings)
-    return builds.rebuild(settings)
+    return builds.rebuild(settings, top)
 
 
 def offer_multilingual(settings: Settings, embedder: str) -> None:

@@ -95,6 +95,14 @@ def new_chat() -> None:
     open_chat(None)
 
 
+ALONE = "ask_alone"  # a question to ask again without the conversation before it
+
+
+def ask_alone(question: str) -> None:
+    """Under an answer read as a follow-up, "Ask it on its own": the question again, read as it is."""
+    st.session_state[ALONE] = question
+
+
 # ---------------------------------------------------------------------------------------------
 # Settings
 

@@ -115,13 +115,20 @@ USER_STOPPED = {
 }
 
 
-def user_stopped(question: str) -> str:
-    """What an answer stopped with its Stop button says, in the question's language."""
-    return USER_STOPPED[language(question)]
+USER_STOPPED_SILENT = {
+    "en": "You stopped this answer before it said anything: ask again for an answer.",
+    "zh": "你在这个回答说出任何内容之前停止了它：请再问一次。",
+}
+
+
+def user_stopped(question: str, said: bool = True) -> str:
+    """What an answer stopped with its Stop button says, in the question's language: ``said``, whether it had
+    written anything by then, which is kept."""
+    return (USER_STOPPED if said else USER_STOPPED_SILENT)[language(question)]
 
 
 def stopped_by_user(error: str) -> bool:
-    return error in USER_STOPPED.values()
+    return error in USER_STOPPED.values() or error in USER_STOPPED_SILENT.values()
 
 
 def evidence_markdown(text: str) -> str:
@@ -139,6 +146,22 @@ def evidence_markdown(text: str) -> str:
         else:
             out.append(f"**{md_escape(line)}**")
     return "\n\n".join(out)
+
+
+GIST_LENGTH = 120  # characters of an earlier answer shown on its folded line
+
+
+def gist(text: str) -> str:
+    """What an answer says first, on one short line: its first sentence, or an evidence answer's first quote with
+    its number; never the lead line above the quotes ("From your documents:"), which says nothing of the answer."""
+    from crag.evidence import LINE, is_lead  # as evidence_markdown does: with the first answer, not the first page
+
+    for line in (line.strip() for line in text.splitlines()):
+        if not line or is_lead(line):
+            continue
+        found = LINE.match(line)
+        return shorten(f"“{found['quote']}” [{found['n']}]" if found else line, GIST_LENGTH)
+    return ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -270,12 +293,16 @@ FILE_STATUS = {
 READING = "⏳ being read"
 READ = "✅ read: in use when the build ends"
 QUEUED = "🕒 waiting to be read"
+REREAD = "🕒 waiting to be read again"  # a full rebuild reads every file anew; the index answers meanwhile
 WARNINGS_SHOWN = 2  # of a file's warnings ("page 7: no text found"), listed under it; the rest are counted
 
 
-def file_status(f: FileResult, progress: Progress | None, finished: dict[str, FileResult]) -> tuple[str, FileResult]:
-    """A file's status in the Files list, and the record to describe it by. ``progress`` and ``finished``: the
-    running build's step and the files it has finished (None and empty when no build runs)."""
+def file_status(
+    f: FileResult, progress: Progress | None, finished: dict[str, FileResult], rebuild: bool = False
+) -> tuple[str, FileResult]:
+    """A file's status in the Files list, and the record to describe it by. ``progress``, ``finished`` and
+    ``rebuild``: the running build's step, the files it has finished (None and empty when no build runs), and whether
+    it reads every file anew (a full rebuild), not only new and changed ones."""
     if f.file in finished:
         done = finished[f.file]
         return (READ if done.status == "indexed" else FILE_STATUS.get(done.status, done.status)), done
@@ -286,6 +313,8 @@ def file_status(f: FileResult, progress: Progress | None, finished: dict[str, Fi
         return f"{READING}{' · OCR ' if progress.stage == 'ocr' else ' · '}{page}".rstrip(" ·"), f
     if progress is not None and f.status == "new":
         return QUEUED, f
+    if progress is not None and rebuild and f.status not in ("missing", "removed"):
+        return REREAD, f
     return FILE_STATUS.get(f.status, f.status), f
 
 
@@ -330,6 +359,20 @@ def progress_text(p: Progress) -> str:
     if p.stage == "done":
         return "Done"
     return p.stage
+
+
+ESTIMATE_FROM = 0.05  # share of a build done before its pace says anything of the time it has left
+
+
+def time_left(fraction: float, seconds: float) -> str:
+    """A build's time left, from its pace so far (``fraction`` done in ``seconds``): "" until enough is done to
+    estimate from, and while it writes the index (its last step, which the pace does not count)."""
+    if not ESTIMATE_FROM <= fraction < 0.99 or seconds <= 0:
+        return ""
+    left = seconds * (1 - fraction) / fraction
+    if left < 60:
+        return "less than a minute left"
+    return f"about {round(left / 60)} min left"
 
 
 def build_summary(statuses: Iterable[str], chunks: int, seconds: float) -> str:

@@ -35,6 +35,7 @@ from crag.websearch.search import (
     DisabledSearcher,
     Searcher,
     WebSearchUnavailable,
+    offline,
     region_for,
 )
 
@@ -59,6 +60,7 @@ __all__ = [
     "fetch_main_text",
     "fetch_pages",
     "normalize_query",
+    "offline",
     "region_for",
 ]
 

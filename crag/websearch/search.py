@@ -28,6 +28,13 @@ logger = logging.getLogger(__name__)
 DEFAULT_TIMEOUT = 10.0  # seconds per search request; the model timeout (120 s) is far too long for a lookup
 
 OFF_REASON = "web search is off"
+OFFLINE = "offline"  # how the reason of a search that could not connect at all begins
+
+
+def offline(reason: str) -> bool:
+    """Whether a search failed for want of a network: ``WebSearchUnavailable.reason``, or an answer's
+    ``Trace.web_error``."""
+    return reason.startswith(OFFLINE)
 
 
 class WebSearchUnavailable(CragError):
@@ -198,14 +205,14 @@ class DDGSearcher(Searcher):
     def _offline_reason(self) -> str:
         proxy = self.proxy or os.environ.get("DDGS_PROXY")
         if proxy:
-            return f"offline: no network, or the proxy {_public_proxy(proxy)} is unreachable"
-        return "offline: no network"
+            return f"{OFFLINE}: no network, or the proxy {_public_proxy(proxy)} is unreachable"
+        return f"{OFFLINE}: no network"
 
     @staticmethod
     def _advice(reason: str) -> str:
         if reason.startswith("rate-limited"):
             return "Wait a minute and ask again; meanwhile answers use your documents only."
-        if reason.startswith("offline"):
+        if offline(reason):
             return "Connect to the internet, or set CRAG_WEB_SEARCH=off to answer from your documents only."
         if reason.startswith("timed out"):
             return "The network is slow or the search engines are busy: ask again in a moment."
