@@ -117,7 +117,7 @@ OUTLINE = 14  # headings listed, at most
 # A sentence that says what its document is: it defines ("R is an integrated suite…", "…是一种…") or describes
 # ("This manual describes…", "本文档描述…"); one that names the document ("this manual", "本文档") says more.
 _DEFINES = re.compile(
-    r"\b(?:is|are)\s+(?:a|an|the)\b|\b(?:describ|explain|introduc|cover|present|document)(?:e|es|s|ed)?\b"
+    r"\b(?:is|are)\s+(?:a|an|the)\b|\b(?:describ|explain|introduc|cover|present)(?:e|es|s|ed)?\b"
     r"|\bpurpose\b|(?<![只就还也不都总])是一(?:个|种|款|份|本|套)|介绍|描述|讲述|说明|目的|旨在|用于|适用于|致力于",
     re.IGNORECASE,
 )
@@ -184,7 +184,7 @@ def _said(opening: Sequence[Chunk], title: str) -> tuple[Strip, ...]:
     none defines or describes."""
     words = _title_words(title)
     subject = re.compile(
-        rf"^(?:\W*\w+\W+){{0,2}}?(?:{'|'.join(map(re.escape, words))})\s*(?:is|are|是)\b", re.IGNORECASE
+        rf"^(?:\W*\w+\W+){{0,2}}?(?:{'|'.join(map(re.escape, words))})\s*(?:(?:is|are)\b|是)", re.IGNORECASE
     )
     scored: list[tuple[float, int, int, str, Chunk]] = []
     for i, chunk in enumerate(opening):
@@ -236,7 +236,11 @@ def _bookmarks(record: FileResult | None) -> tuple[tuple[int, str, int], ...]:
         return ()
     top = min(level for level, _, _ in record.outline)
     levels = 1 if sum(level == top for level, _, _ in record.outline) >= 4 else 2
-    return tuple((level - top, title, page) for level, title, page in record.outline if level < top + levels)[:OUTLINE]
+    return tuple(
+        (level - top, title, page)
+        for level, title, page in record.outline
+        if level < top + levels and not _CONTENTS.match(re.sub(r"^\W*[IVX\d]+\W+", "", title))
+    )[:OUTLINE]
 
 
 # A chapter heading: "2 Objects", "Chapter 3", "A.", "第一章"; not a title opening with a one-letter name ("R FAQ").

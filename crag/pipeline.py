@@ -360,7 +360,8 @@ class AnswerStream:
         question of several asks ask by ask (``crag.asks``)."""
         self._start = time.perf_counter()
         documents = self.p.documents(self.question, self.options.scope)
-        several = self._several() if not documents and not self.history else []
+        # The asks are asked without the conversation: only a question that stands alone is split.
+        several = self._several() if not documents and (not self.history or stands_alone(self.question)) else []
         if several:
             knowledge, kind, error, sources = yield from self._asks(several)
             before_answer = self._before_answer
