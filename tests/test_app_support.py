@@ -392,3 +392,23 @@ def test_an_exported_answer_is_named_after_its_question() -> None:
     assert export_name("怎么用 tlmgr 更新所有宏包？", 31) == "answer-怎么用-tlmgr-更新所有宏包.md"
     assert export_name("？", 32) == "answer-32.md"
     assert export_name("Widget cores", "0a1b", "chat") == "chat-widget-cores.md"
+
+
+def test_an_answer_about_a_document_shows_its_title_in_bold_and_its_outline_as_a_list() -> None:
+    """The lines the core sets itself: an ask's heading and a document's title open in bold, an outline is a list;
+    the PDF's own words in them are escaped like a quote's."""
+    from ui.text import evidence_markdown
+
+    text = (
+        "**1. How do I *plot*?**\n\n"
+        "**R_FAQ** (R-FAQ.pdf, 52 pages). What it says it is:\n"
+        "“R is a system.” [1]\n\n"
+        "Its outline (its bookmarks):\n- 1 Introduction (p. 5)\n  - 1.1 Legalese (p. 5)\n- 2 R Basics (p. 7)"
+    )
+    assert evidence_markdown(text).split("\n\n") == [
+        "**1\\. How do I \\*plot\\*?**",
+        "**R\\_FAQ** \\(R\\-FAQ\\.pdf, 52 pages\\)\\. What it says it is\\:",
+        "> “R is a system\\.” \\[1\\]",
+        "**Its outline \\(its bookmarks\\)\\:**",
+        "- 1 Introduction \\(p\\. 5\\)\n  - 1\\.1 Legalese \\(p\\. 5\\)\n- 2 R Basics \\(p\\. 7\\)",
+    ]

@@ -143,9 +143,29 @@ def evidence_markdown(text: str) -> str:
             asked = f"*{md_escape(found['asked'])}* " if found["asked"] else ""
             quote = "“" + found["quote"] + f"” [{found['n']}]"
             out.append(f"> {asked}{md_linked(quote)}")
+        elif item := OUTLINE_ITEM.match(line):  # a document's outline: "- 2 Objects (p. 7)", indented a level
+            out.append(f"{'  ' * (len(item['indent']) // 2)}- {md_escape(item['text'])}")
+        elif bold := BOLD_OPENING.match(line):  # an ask's heading, a document's title: bold, the rest plain
+            rest = (" " if bold["rest"][:1].isspace() else "") + md_escape(bold["rest"])
+            out.append(f"**{md_escape(bold['bold'])}**{rest}".rstrip())
         else:
             out.append(f"**{md_escape(line)}**")
-    return "\n\n".join(out)
+    return "\n".join(_spaced(out))
+
+
+# The lines of an answer the core sets itself (``crag.overview``, ``crag.pipeline``): an outline's items, and a line
+# that opens in bold (an ask's heading "**2. How do I…**", a document's title "**CTeX 宏集手册**（ctex.pdf…）").
+OUTLINE_ITEM = re.compile(r"^(?P<indent>\s*)- (?P<text>.+)$")
+BOLD_OPENING = re.compile(r"^\*\*(?P<bold>.+)\*\*(?P<rest>[^*]*)$")
+
+
+def _spaced(lines: list[str]) -> list[str]:
+    """Paragraphs apart, but an outline's items one under the other, as one list."""
+    out: list[str] = []
+    for line in lines:
+        listed = line.lstrip().startswith("- ") and out and out[-1].lstrip().startswith("- ")
+        out.append(line if listed else ("\n" + line if out else line))
+    return out
 
 
 GIST_LENGTH = 120  # characters of an earlier answer shown on its folded line
