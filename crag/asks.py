@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from crag.followups import points_back
+from crag.terms import specific_terms
 from crag.text import content_words, has_han
 
 # Where a second ask starts: after a question mark or a semicolon; or at "and" / "以及" / a comma when a question
@@ -51,7 +52,7 @@ def asks(question: str) -> list[str]:
             continue
         if waiting:
             piece, waiting = f"{waiting}，{piece}" if has_han(waiting) else f"{waiting}, {piece}", ""
-        if merged and (len(_own(piece)) < OWN_WORDS or points_back(piece)):
+        if merged and (len(_own(piece)) < OWN_WORDS or points_back(piece) or not _new_subject(piece, merged)):
             merged[-1] = f"{merged[-1]} {piece}"
         else:
             merged.append(piece)
@@ -60,7 +61,7 @@ def asks(question: str) -> list[str]:
     return [m[:1].upper() + m[1:] if re.match(_QUESTION_WORD_EN, m, re.IGNORECASE) else m for m in merged]
 
 
-OWN_WORDS = 2  # an ask after the first names at least this many words of its own ("reset", "gadget")
+OWN_WORDS = 2  # an ask after the first names at least this many words of its own, one a subject of its own
 _QUESTION = re.compile(rf"[?？]|\b{_QUESTION_WORD_EN}|{_QUESTION_WORD_ZH}|吗|呢", re.IGNORECASE)
 
 
@@ -68,10 +69,17 @@ def _own(piece: str) -> list[str]:
     return [w for w in content_words(piece) if w not in _ASKING]
 
 
+def _new_subject(piece: str, before: list[str]) -> bool:
+    """Whether an ask names a subject of its own: a name, an identifier or a rare word (``specific_terms``) that the
+    asks before it do not name. "…, and what values are allowed?" goes on about the subject of the ask before."""
+    named = {t.text.lower() for ask in before for t in specific_terms(ask)}
+    return any(t.text.lower() not in named for t in specific_terms(piece))
+
+
 # "Compare A and B", "What is the difference between A and B?", "A 和 B 有什么区别", "A vs B": one ask per side.
 _COMPARE = re.compile(
     r"^.*?\b(?:compare|comparison of|differences? between)\s+(?P<a>.+?)\s+(?:and|with|to|vs\.?|versus)\s+"
-    r"(?P<b>.+?)(?P<tail>\s+(?:in|for|on|when)\s+.+?)?\s*[?？.]?$"
+    r"(?P<b>.+?)(?:\s+(?:in|for|on|when)\s+.+?)?\s*[?？.]?$"
     r"|^(?P<a2>[^?？]+?)\s+(?:vs\.?|versus)\s+(?P<b2>[^?？]+?)\s*[?？.]?$"
     r"|^(?:比较|对比)(?:一下)?\s*(?P<a3>[^和与跟]+?)\s*(?:和|与|跟)\s*(?P<b3>[^和与跟]+?)\s*[。？?]?$"
     r"|^(?P<a4>[^和与跟]+?)\s*(?:和|与|跟)\s*(?P<b4>[^和与跟]+?)\s*(?:的|之间的|之间)?\s*(?:有)?(?:什么|哪些)?"
@@ -88,7 +96,12 @@ def compared(question: str) -> list[tuple[str, str]]:
         return []
     groups = found.groupdict()
     a, b = (next(groups[k] for k in keys if groups[k]) for keys in (("a", "a2", "a3", "a4"), ("b", "b2", "b3", "b4")))
-    if not (_own(a) and _own(b)):
+    if not (specific_terms(a) and specific_terms(b)):  # two things the documents may name, not two ideas
         return []
-    tail = groups["tail"] or ""
-    return [(side.strip(), f"{side.strip()}{tail}") for side in (a, b)]
+    # Each side is searched with the rest of the question, the other side's last name left out: "Debian 里的 DD 和 DM
+    # 有什么区别" asks about DD in Debian, and about DM in Debian.
+    item = {side: specific_terms(side)[-1].text for side in (a, b)}
+    return [
+        (side.strip(), " ".join(re.sub(re.escape(item[other]), " ", question, count=1).split()))
+        for side, other in ((a, b), (b, a))
+    ]

@@ -277,11 +277,14 @@ class Pipeline:
 _Made = tuple[AnswerKind, str, list[Source]]  # what ``AnswerStream._write`` returns
 
 
-def joined(question: str, found: Sequence[Knowledge]) -> Knowledge:
+def joined(question: str, found: Sequence[Knowledge], every: bool = False) -> Knowledge:
     """What the asks of one question found, as one: every passage, grade and strip, their terms, and one action:
-    theirs when they agree, else Ambiguous (part of the question is answered, part is not)."""
+    theirs when they agree, else Ambiguous (part of the question is answered, part is not). ``every``: the question
+    needs every ask answered (a comparison), so one the documents know nothing of makes it Incorrect."""
     actions = {k.action for k in found}
     action = actions.pop() if len(actions) == 1 else Action.AMBIGUOUS
+    if every and Action.INCORRECT in {k.action for k in found}:
+        action = Action.INCORRECT
     checks = [k.evaluation.terms for k in found]
     terms = TermCheck(
         *(tuple(dict.fromkeys(t for c in checks for t in getattr(c, f))) for f in ("terms", "missing", "unknown")),
@@ -314,6 +317,7 @@ class AnswerStream:
         self.written = ""  # the model's own text, as kept: a written answer without the quotes under it
         self._condense_calls = 0  # model calls made to condense a follow-up: they come before the answer's
         self._before_answer = 0  # of a question of several asks: model calls before the first ask's answer
+        self._comparison = False  # the asks are the sides of a comparison: each must be answered
         self._start = 0.0
         self._running: weakref.ref[Generator[str, None, None]] | None = None  # weak: dropping it closes it
 
@@ -404,6 +408,7 @@ class AnswerStream:
         sides of a comparison, or the asks of one question ("…, and how do I…?"); [] for a question of one ask."""
         if sides := compared(self.question):
             self.notes.append("a comparison: each side was searched, graded and answered on its own")
+            self._comparison = True
             return sides
         several = asks(self.question)
         if len(several) < 2:
@@ -437,7 +442,7 @@ class AnswerStream:
         self.grounding = Grounding(invented=invented)
         order = (AnswerKind.GENERATED, AnswerKind.EVIDENCE)  # written if any ask was, else quoted, else none
         kind = next((k for k in order if k in kinds), AnswerKind.NO_ANSWER)
-        return joined(self.question, found), kind, error, sources
+        return joined(self.question, found, every=self._comparison), kind, error, sources
 
     def _relay(self, steps: Generator[str, None, _Made]) -> Generator[str, None, _Made]:
         """Another stream's text, as this answer's own; returns what that stream returned."""

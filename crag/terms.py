@@ -434,6 +434,7 @@ def mention_test(question: str, term: str) -> Callable[[str], bool]:
 # Whether the passages kept for an answer answer it: what a Correct badge promises
 
 COVERED = 0.5  # of a question's own words (one in plain words), the share the kept passages must hold
+ENOUGH_WORDS = 3  # or this many of them: a long question's passage need not repeat half of its words
 # Words any question may use that no answer need repeat: how it asks, not what it asks about.
 _ASKING = frozenset(
     stem(w)
@@ -457,7 +458,7 @@ def unanswered(question: str, texts: Sequence[str], stats: TermStats | None = No
     if not same or not words:
         return ""
     held = _held(words, " ".join(same))
-    if len(held) >= COVERED * len(words):
+    if len(held) >= min(COVERED * len(words), ENOUGH_WORDS):
         return ""
     return f"the passages kept hold {len(held)} of the question's {len(words)} words"
 
