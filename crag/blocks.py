@@ -1,0 +1,138 @@
+"""Code and tables in passage text: how to tell them from prose, how to set them, where an expression is open.
+
+A chunk's text is paragraphs with a blank line between them. A prose paragraph is one line; a paragraph that
+keeps its line breaks is a block, whose lines are part of what it says:
+
+- a table: Markdown rows (pymupdf4llm's: each opens with "|", a rule under the header) or MinerU's HTML;
+- code: anything else with line breaks (lines set in a monospaced font, a layout model's code box), indentation
+  and all.
+
+A quote of a block is the block, set as Markdown (a table as a table, code fenced), never its lines run together.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from crag.text import drop_glyphs
+
+RULE = re.compile(r"\s*+\|?\s*+:?-{3,}+:?\s*+(?:\|\s*+:?-{3,}+:?\s*+)*+\|?\s*+$")  # |---|:---:| under the header
+BOLD = re.compile(r"\*\*(\S(?:[^*]*?\S)?)\*\*")
+BREAK = re.compile(r"<br\s*+/?>", re.IGNORECASE)
+HTML_ROW_END = re.compile(r"</tr\s*+>", re.IGNORECASE)
+HTML_CELL = re.compile(r"<t[dh](?:\s[^<>]*+)?>", re.IGNORECASE)
+HTML_TAG = re.compile(r"<[^<>]*+>")
+
+
+def is_table(paragraph: str) -> bool:
+    """A Markdown table (a header row, its rule, rows) or an HTML one."""
+    return table_rows(paragraph) is not None
+
+
+def is_code(paragraph: str) -> bool:
+    """A paragraph whose line breaks are its own: not prose (one line), not a table."""
+    return "\n" in paragraph.strip() and not is_table(paragraph)
+
+
+def table_rows(paragraph: str) -> list[list[str]] | None:
+    """A table's rows, the header first, each a list of cells as plain text (bold markers and line breaks of a
+    cell dropped); None when the paragraph is no table."""
+    text = paragraph.strip()
+    if text[:6].lower() == "<table" or "</tr>" in text[:2000].lower():
+        rows = [_html_cells(row) for row in HTML_ROW_END.split(text)]
+        rows = [r for r in rows if any(r)]
+        return rows or None
+    lines = text.split("\n")
+    if len(lines) < 2 or not lines[0].lstrip().startswith("|") or not RULE.match(lines[1]):
+        return None
+    if not all(line.lstrip().startswith("|") for line in lines):
+        return None
+    return [_cells(line) for i, line in enumerate(lines) if i != 1 and not RULE.match(line)]
+
+
+def _cells(line: str) -> list[str]:
+    inner = line.strip()
+    inner = inner[1:] if inner.startswith("|") else inner
+    inner = inner[:-1] if inner.endswith("|") else inner
+    return [cell_text(c) for c in inner.split("|")]
+
+
+def _html_cells(row: str) -> list[str]:
+    return [cell_text(HTML_TAG.sub(" ", BREAK.sub(" ", c))) for c in HTML_CELL.split(row)[1:]]
+
+
+def cell_text(cell: str) -> str:
+    return " ".join(drop_glyphs(BOLD.sub(r"\1", BREAK.sub(" ", cell))).split())
+
+
+def row_line(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def markdown_table(rows: Sequence[Sequence[str]]) -> str:
+    """Rows (the header first) as a Markdown table, every row as wide as the widest."""
+    if not rows:
+        return ""
+    columns = max(len(r) for r in rows)
+    padded = [[*r, *[""] * (columns - len(r))] for r in rows]
+    return "\n".join([row_line(padded[0]), row_line(["---"] * columns), *(row_line(r) for r in padded[1:])])
+
+
+def code_text(code: str) -> str:
+    """Code as it is quoted: its lines and their indentation, trailing spaces and blank edges gone, glyphs that are not
+    text dropped."""
+    lines = [drop_glyphs(line).rstrip() for line in code.split("\n")]
+    return "\n".join(line for line in lines if line.strip())
+
+
+# ---------------------------------------------------------------------------------------------
+# Where an expression is open: a quote cut there would end inside it
+
+PAIRS = {"(": ")", "[": "]", "{": "}", "（": "）", "【": "】", "「": "」", "《": "》", "“": "”"}
+CLOSERS = {v: k for k, v in PAIRS.items()}
+MARKS = re.compile(r'\\.|["()\[\]{}（）【】「」《》“”]')  # what ``depth`` counts; a backslash with what it escapes
+
+
+def ends_inside(text: str) -> bool:
+    """Whether the text ends inside a bracket or a quotation it opened: "read.table(file, header" or
+    'sep = "'. A closer it never opened ("2) Run it.") is not counted: the text may start after its opener."""
+    return depth(text) > 0
+
+
+def depth(text: str) -> int:
+    """How many brackets and quotations are open at the end of the text (a backslash escapes the next character)."""
+    return running_depths([text])[-1]
+
+
+def running_depths(texts: Sequence[str]) -> list[int]:
+    """``depth`` at the end of each text, the texts read one after the other."""
+    stack: list[str] = []
+    straight = False  # inside "..."
+    out = []
+    for text in texts:
+        for c in MARKS.findall(text):
+            if len(c) > 1:  # escaped
+                continue
+            if c == '"':
+                straight = not straight
+            elif straight:
+                continue
+            elif c in PAIRS:
+                stack.append(c)
+            elif c in CLOSERS and stack and stack[-1] == CLOSERS[c]:
+                stack.pop()
+        out.append(len(stack) + straight)
+    return out
+
+
+def closing_cut(texts: Sequence[str]) -> int:
+    """How many of the texts a quote of them keeps so as not to end inside an expression: up to the last one after
+    which no bracket or quotation is open; 0 when there is none (one is open from the first text on)."""
+    return max((i + 1 for i, d in enumerate(running_depths(texts)) if d == 0), default=0)
+
+
+def opens(before: str, text: str) -> bool:
+    """Whether ``text``, after ``before``, leaves more brackets or quotations open than were before it: a quote that
+    ends with it would end inside an expression. One left open before it (a stray bracket) is not its doing."""
+    return depth(f"{before} {text}") > depth(before)
