@@ -267,6 +267,8 @@ def test_code_and_tables_keep_their_lines_in_strips_and_no_strip_ends_inside_a_b
     strips = decompose(f"文件如下：\n\n{table}", limit=120)
     assert len(strips) > 2 and all(s.split("\n\n")[-1].startswith("| Name | Size |\n| --- | --- |\n") for s in strips)
     assert strips[0].startswith("文件如下：\n\n| Name | Size |") and "| file19.txt | 19 kB |" in strips[-1]
+    html = "<table><tr><td>Name</td><td>Size</td></tr><tr><td>a.txt</td><td>1<br>kB</td></tr></table>"  # MinerU's
+    assert decompose(html) == ["| Name | Size |\n| --- | --- |\n| a.txt | 1 kB |"]
     assert decompose("Pick one of the options (see e.g. the manual). It works.", limit=30) == [
         "Pick one of the options (see e.g. the manual).",
         "It works.",
