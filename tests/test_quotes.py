@@ -48,3 +48,22 @@ def test_the_answer_the_sources_panel_and_the_export_show_the_same_blocks() -> N
     exported = answer_markdown("How do I pick the second element?", answer)
     assert "```\n> x <- c(1, 2)\n> x[ 2]\n[ 1] 2\n```\n[1]" in exported
     assert "| -d | decompress |\n| -k | keep the input files |" in exported
+
+
+def test_the_page_shows_quoted_code_as_code_and_a_table_as_a_table_in_the_answer_and_its_sources(
+    monkeypatch, files
+) -> None:
+    from tests import fakes
+    from tests.apptest import app, ask, texts, use_pipeline
+
+    doc = f"The widget needs two cores. To check them, type:\n\n{CODE}\n\nIts options:\n\n{TABLE}"
+    use_pipeline(monkeypatch, [0.9], answer="It needs two cores [1].", chunks=[fakes.chunk(doc, n=0)])
+    at = ask(app(), "How do I check the cores of the widget?")
+    assert not at.exception
+    shown = texts(at.chat_message[1].markdown)
+    assert "```\n> x <- c(1, 2)\n> x[ 2]\n[ 1] 2\n```" in shown
+    assert "| Option | Meaning |\n| --- | --- |\n| \\-d | decompress |" in shown
+    sources = at.chat_message[1].expander[1]
+    assert [c.value for c in sources.code] == ["> x <- c(1, 2)\n> x[ 2]\n[ 1] 2"]
+    assert "| \\-k | keep the input files |" in texts(sources.markdown)
+    assert "The widget needs two cores." in texts(sources.text)
