@@ -310,3 +310,42 @@ def test_glyphs_that_are_not_text_are_dropped_when_a_page_is_read() -> None:
     )
     assert box_text(formula) == "R2 = 1 − i Ri2/ yi2 → ∑ ≤ 3，完。"
     assert box_text(_placed("text", ("不过 FAQ 随版本变动不大\ufffd。", 0, 100, 4))) == "不过 FAQ 随版本变动不大。"
+
+
+def test_lines_in_a_monospaced_font_are_code_even_when_the_pdf_does_not_flag_the_font() -> None:
+    """The layout model puts a listing in the box of the sentence that introduces it; lines set wholly in a
+    monospaced font (flagged, or known by name: NimbusMonL, FreeMono, CMTT9 often carry no flag) are a code block of
+    their own, indented as the page sets them. One such line inside a sentence stays in it."""
+    from crag.ingest.spans import box_pieces
+
+    def line(y: float, *spans: tuple[str, str, float]) -> dict:
+        placed = [
+            {"text": t, "font": f, "size": 10.0, "flags": 0, "bbox": (x, y, x + 6 * len(t), y + 10)}
+            for t, f, x in spans
+        ]
+        box = (min(s["bbox"][0] for s in placed), y, max(s["bbox"][2] for s in placed), y + 10)
+        return {"bbox": box, "spans": placed}
+
+    mono = "NimbusMonL-Regu"
+    box = SimpleNamespace(
+        boxclass="text",
+        x0=72.0,
+        y0=0.0,
+        x1=400.0,
+        y1=80.0,
+        textlines=[
+            line(0, ("Possible return values:", "NimbusRomNo9L-Regu", 72)),
+            line(12, ("BZ_PARAM_ERROR", mono, 90)),
+            line(24, ("if", mono, 96), ("strm", mono, 114), ("is NULL", mono, 144)),
+            line(36, ("Then call", "NimbusRomNo9L-Regu", 72), ("BZ2_bzCompress", mono, 130)),
+            line(48, ("again", mono, 72)),
+            line(60, ("with more input.", "NimbusRomNo9L-Regu", 72)),
+        ],
+    )
+    pieces = box_pieces(box)
+    assert [(p.code, p.text) for p in pieces] == [
+        (False, "Possible return values:"),
+        (True, "BZ_PARAM_ERROR\n if strm is NULL"),
+        (False, "Then call BZ2_bzCompress again with more input."),
+    ]
+    assert pieces[1].bbox == (90.0, 12.0, 186.0, 34.0)

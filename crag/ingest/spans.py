@@ -26,6 +26,9 @@ LIGATURE = re.compile("[\ufb00-\ufb06]")
 # quarter of an em or more; logos (the L, raised A and TEX of LaTeX), kerning and font changes are less.
 TOUCHING = 0.1
 CODE_LINES = 2  # a run of monospaced lines this long is a code block; one such line is a command in a sentence
+# Monospaced fonts by name: many PDFs leave the flag unset (NimbusMonL in the bzip2 manual, FreeMono, LiberationMono,
+# CMTT9 in TeX-made ones).
+MONO_FONT = re.compile(r"mono|courier|cmtt|nimbusmon|typewriter|consola|menlo|inconsolata|sourcecode", re.IGNORECASE)
 
 
 def clean(text: str) -> str:
@@ -68,9 +71,9 @@ def _visible(line: dict) -> list[dict]:
 
 
 def monospaced(line: dict) -> bool:
-    """A line set wholly in a monospaced font."""
+    """A line set wholly in a monospaced font (by its flag or its name)."""
     shown = _visible(line)
-    return bool(shown) and all(span["flags"] & MONOSPACED for span in shown)
+    return bool(shown) and all(span["flags"] & MONOSPACED or MONO_FONT.search(span.get("font", "")) for span in shown)
 
 
 def _char_width(lines: Sequence[dict]) -> float:
