@@ -94,42 +94,48 @@ CLOSERS = {v: k for k, v in PAIRS.items()}
 MARKS = re.compile(r'\\.|["()\[\]{}（）【】「」《》“”]')  # what ``depth`` counts; a backslash with what it escapes
 
 
-def ends_inside(text: str) -> bool:
-    """Whether the text ends inside a bracket or a quotation it opened: "read.table(file, header" or
-    'sep = "'. A closer it never opened ("2) Run it.") is not counted: the text may start after its opener."""
-    return depth(text) > 0
-
-
 def depth(text: str) -> int:
     """How many brackets and quotations are open at the end of the text (a backslash escapes the next character)."""
-    return running_depths([text])[-1]
-
-
-def running_depths(texts: Sequence[str]) -> list[int]:
-    """``depth`` at the end of each text, the texts read one after the other."""
     stack: list[str] = []
     straight = False  # inside "..."
-    out = []
-    for text in texts:
+    for c in MARKS.findall(text):
+        if len(c) > 1:  # escaped
+            continue
+        if c == '"':
+            straight = not straight
+        elif straight:
+            continue
+        elif c in PAIRS:
+            stack.append(c)
+        elif c in CLOSERS and stack and stack[-1] == CLOSERS[c]:
+            stack.pop()
+    return len(stack) + straight
+
+
+def held_open(texts: Sequence[str]) -> list[bool]:
+    """For each text, whether a bracket or quotation is open after it that a later text closes: a quote that ended
+    there would end inside an expression ("It takes options (see e.g." before "the help page)."). One that nothing
+    closes (a stray "[" in "Note that [ always requires an exact match") is no expression to keep whole."""
+    stack: list[tuple[str, int]] = []
+    straight: int | None = None  # where an open "..." opened
+    spans: list[tuple[int, int]] = []  # an expression: the texts it opens and closes in
+    for i, text in enumerate(texts):
         for c in MARKS.findall(text):
             if len(c) > 1:  # escaped
                 continue
             if c == '"':
-                straight = not straight
-            elif straight:
+                spans += [(straight, i)] if straight is not None else []
+                straight = i if straight is None else None
+            elif straight is not None:
                 continue
             elif c in PAIRS:
-                stack.append(c)
-            elif c in CLOSERS and stack and stack[-1] == CLOSERS[c]:
-                stack.pop()
-        out.append(len(stack) + straight)
-    return out
-
-
-def closing_cut(texts: Sequence[str]) -> int:
-    """How many of the texts a quote of them keeps so as not to end inside an expression: up to the last one after
-    which no bracket or quotation is open; 0 when there is none (one is open from the first text on)."""
-    return max((i + 1 for i, d in enumerate(running_depths(texts)) if d == 0), default=0)
+                stack.append((c, i))
+            elif c in CLOSERS and stack and stack[-1][0] == CLOSERS[c]:
+                spans.append((stack.pop()[1], i))
+    inside = [False] * len(texts)
+    for start, end in spans:
+        inside[start:end] = [True] * (end - start)
+    return inside
 
 
 def opens(before: str, text: str) -> bool:

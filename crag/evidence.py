@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from crag.blocks import closing_cut, code_text, is_code, markdown_table, opens, table_rows
+from crag.blocks import code_text, held_open, is_code, markdown_table, opens, table_rows
 from crag.quotes import LEADS as LEADS
 from crag.quotes import LINE as LINE
 from crag.quotes import SCOPED_LEADS as SCOPED_LEADS
@@ -232,18 +232,16 @@ def left_out(sentence: str, question: str) -> bool:
 
 
 def closed(parts: Sequence[str]) -> list[str]:
-    """The pieces of a quote up to where it leaves no bracket or quotation open: a quote that would end inside an
-    expression ("read.table(file, header", "(see e.g.") ends a sentence earlier, or code a line earlier. [] when the
-    only sentence was cut inside one (no full stop). A bracket left open from the first piece on (a stray one, or one
-    that opens before the chunk's cut) closes nowhere: then only an unfinished last sentence that opens one goes."""
-    kept = list(parts[: closing_cut(parts)]) or list(parts)
-    after = parts[len(kept)] if len(kept) < len(parts) else ""
-    if isinstance(after, Code):  # code is cut between its lines, where nothing is left open
-        lines = after.split("\n")
-        if cut := closing_cut([*kept, *lines[:-1]]) - len(kept):
-            kept.append(Code("\n".join(lines[:cut])))
-    if kept and not is_block(kept[-1]) and not ENDED.search(kept[-1]) and opens(joined(kept[:-1]), kept[-1]):
+    """The pieces of a quote without an end its chunk cut inside an expression: an unfinished last sentence that opens a
+    bracket or a quotation ("To read it, call read.table(file, header") goes, and code goes back to the last line
+    after which no more are open than before it. [] when nothing else is left."""
+    kept = list(parts)
+    while kept and not is_block(kept[-1]) and not ENDED.search(kept[-1]) and opens(joined(kept[:-1]), kept[-1]):
         kept.pop()
+    if kept and isinstance(kept[-1], Code) and opens(joined(kept[:-1]), kept[-1]):
+        before, lines = joined(kept[:-1]), kept[-1].split("\n")
+        cut = next((n for n in range(len(lines) - 1, 0, -1) if not opens(before, "\n".join(lines[:n]))), 0)
+        kept[-1] = Code("\n".join(lines[:cut])) if cut else kept[-1]
     return kept
 
 
@@ -301,16 +299,18 @@ def best_run(sentences: Sequence[str], question: str) -> list[str]:
     what the question asks; the earliest of equals. A FAQ's question stays with the answer after it. A run never
     ends inside a bracket or a quotation it opened: it ends a sentence earlier."""
     weights = [answer_weight(x, question) for x in sentences]
+    inside = held_open(sentences)
     best, best_weight = (0, 1), -1.0
     for start in range(len(sentences)):
         end, size = start, 0
         while end < len(sentences) and (end == start or size + width(sentences[end]) <= QUOTE_WINDOW):
             size += width(sentences[end])
             end += 1
-        end = start + closing_cut(sentences[start:end])
-        if end > start and sum(weights[start:end]) > best_weight:
+        while end > start + 1 and inside[end - 1]:
+            end -= 1
+        if not inside[end - 1] and sum(weights[start:end]) > best_weight:
             best, best_weight = (start, end), sum(weights[start:end])
-    if best_weight < 0:  # a bracket open from every start: the runs as they come
+    if best_weight < 0:  # every run would end inside an expression: the runs as they come
         return best_run_open(sentences, weights)
     start, end = best
     if start and isinstance(sentences[start - 1], Asked):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from crag.blocks import code_text, ends_inside, is_code, markdown_table, table_rows
+from crag.blocks import code_text, held_open, is_code, markdown_table, table_rows
 from crag.evaluator import SimilarityEvaluator, coverage, word_weights
 from crag.injection import injection_reason
 from crag.text import ASKS, ENDED, NOTE, join_blocks, join_sentences, split_sentences, width
@@ -62,9 +62,10 @@ class _Strips:
             self.strips.append(self.current)
         self.current, self.ends_in_block = "", False
 
-    def add(self, piece: str, join: Callable[[str, str], str], block: bool = False) -> None:
+    def add(self, piece: str, join: Callable[[str, str], str], block: bool = False, inside: bool = False) -> None:
+        """``inside``: the strip so far ends inside a bracket or quotation that ``piece`` closes; it goes on."""
         size = width(self.current) + width(piece) + 1
-        full = size > 2 * self.limit or (size > self.limit and not leads_in(self.current))
+        full = not inside and (size > 2 * self.limit or (size > self.limit and not leads_in(self.current)))
         introduced = block and leads_in(self.current)  # a block stays with the sentence that introduces it
         if self.current and full and not introduced:
             self.close()
@@ -76,6 +77,7 @@ class _Strips:
 
     def prose(self, paragraph: str) -> None:
         sentences = split_sentences(paragraph.replace("\n", " "))
+        inside = [False, *held_open(sentences)]  # before each sentence: "(see e.g." is no strip's end
         note = bool(NOTE.match(paragraph))
         if self.current and (note or not leads_in(self.current) or (sentences and ASKS.search(sentences[0]))):
             self.close()
@@ -85,7 +87,7 @@ class _Strips:
                 self.strips.append(sentence)
                 continue
             # Across paragraphs a space: "执行 sudo visudo 将 /usr/local/…", not "执行sudo visudo将/usr/local/…".
-            self.add(sentence, join_blocks if i == 0 else join_sentences)
+            self.add(sentence, join_blocks if i == 0 else join_sentences, inside=inside[i])
         if note:  # a footnote is a strip of its own, finished or not
             self.close()
 
@@ -114,9 +116,8 @@ class _Strips:
 
 
 def leads_in(strip: str) -> bool:
-    """Whether a strip introduces what follows: it asks, it has not reached its full stop, or it stops inside a
-    bracket or a quotation ("(e.g." ends no strip)."""
-    return bool(ASKS.search(strip)) or not ENDED.search(strip) or ends_inside(strip)
+    """Whether a strip introduces what follows: it asks, or it has not reached its full stop."""
+    return bool(ASKS.search(strip)) or not ENDED.search(strip)
 
 
 # A section is one topic. A chunk graded on its own words can score far below the chunk before it in the same section

@@ -486,6 +486,11 @@ def test_a_quote_never_ends_inside_an_expression() -> None:
     cut = "Commas between the fields are read with read.table. To read it, call read.table(file, header"
     text = evidence_answer(select([strip(cut, 0.9, (0, 0))], "How are commas read?"), [SOURCE], "en", Action.CORRECT)
     assert [q["quote"] for q in quoted_lines(text)] == ["Commas between the fields are read with read.table."]
+    # A bracket nothing closes is no expression: "[" named as an operator does not cut the quote short.
+    filler = "Partial matching of names applies when extracting elements by name with the dollar operator. " * 8
+    stray = f"{filler}Note that [ always requires an exact match of the name. The empty string matches no element."
+    [quote] = select([strip(stray, 0.9, (0, 0))], "Does [ require an exact match of the name?")
+    assert "Note that [ always requires an exact match of the name." in quote.text
     zh = '用 read.table 读取数据文件。比如执行 read.table("a.txt", header'
     text = evidence_answer(select([strip(zh, 0.9, (0, 0))], "怎样读取数据文件？"), [SOURCE], "zh", Action.CORRECT)
     assert [q["quote"] for q in quoted_lines(text)] == ["用 read.table 读取数据文件。"]
