@@ -43,7 +43,6 @@ SCOPED_LEADS = {  # the same, for a question asked in a scope (folders or files)
 LINE = re.compile(r"^(?>(?P<asked>[^“\s].*?[?？])\s+(?=“))?“(?P<quote>.*)” \[(?P<n>\d+)\]$")
 CITATION_LINE = re.compile(r"\[(\d+)\]")  # a block's citation, on a line of its own
 FENCE = re.compile(r"(`{3,})[\w+-]*")
-ASKS_LINE = re.compile(r"[^“\s|`].*[?？]")
 # A bracketed number inside a quote is the document's own reference ("see [3]"), not our citation.
 BRACKETED = re.compile(r"\[(\d+(?:\s*[,，]\s*\d+)*)\]")
 BACKTICKS = re.compile(r"`{3,}")
@@ -150,12 +149,17 @@ def _read(lines: Sequence[str]) -> list[tuple[int, str | Quote]]:
         kind, body, n, i_next = found
         asked = None
         before = out[-1][1] if out else None
-        if isinstance(before, str) and ASKS_LINE.fullmatch(before.strip()) and not is_lead(before.strip()):
+        if isinstance(before, str) and _asks(before.strip()) and not is_lead(before.strip()):
             asked = before.strip()
             out.pop()
         out.append((i if asked is None else i - 1, Quote(body, n, asked, kind)))
         i = i_next
     return out
+
+
+def _asks(line: str) -> bool:
+    """A line that is a document's question (the heading of the block after it): no quote, table or code."""
+    return line.endswith(("?", "？")) and line[:1] not in ("“", "|", "`")
 
 
 def _block(lines: Sequence[str], i: int) -> tuple[str, str, str, int] | None:
