@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from crag.text import drop_glyphs
+from crag.text import drop_glyphs, join_sentences
 
 RULE = re.compile(r"\s*+\|?\s*+:?-{3,}+:?\s*+(?:\|\s*+:?-{3,}+:?\s*+)*+\|?\s*+$")  # |---|:---:| under the header
 BOLD = re.compile(r"\*\*(\S(?:[^*]*?\S)?)\*\*")
@@ -84,6 +84,34 @@ def code_text(code: str) -> str:
     text dropped."""
     lines = [drop_glyphs(line).rstrip() for line in code.split("\n")]
     return "\n".join(line for line in lines if line.strip())
+
+
+# ---------------------------------------------------------------------------------------------
+# A passage's pieces: sentences, the questions among them, code and tables
+
+
+class Asked(str):
+    """A question sentence of the document: in a FAQ, the heading of the answer that follows it."""
+
+
+class Code(str):
+    """Code, its lines and their indentation kept: quoted whole, in a fence."""
+
+
+class Table(str):
+    """A table as Markdown, its header row first: quoted whole, as a table."""
+
+
+def is_block(part: str) -> bool:
+    return isinstance(part, (Code, Table))
+
+
+def joined(parts: Sequence[str]) -> str:
+    """Pieces as text again: sentences run on, code and tables set apart by a blank line (``pieces`` reads it back)."""
+    text = ""
+    for before, part in zip(["", *parts], parts, strict=False):
+        text = f"{text}\n\n{part}" if text and (is_block(part) or is_block(before)) else join_sentences(text, part)
+    return text
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,12 +20,24 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from crag.blocks import code_text, held_open, is_code, markdown_table, opens, table_rows
+from crag.blocks import (
+    Asked,
+    Code,
+    Table,
+    code_text,
+    held_open,
+    is_block,
+    is_code,
+    joined,
+    markdown_table,
+    opens,
+    table_rows,
+)
 from crag.quotes import LEADS as LEADS
 from crag.quotes import LINE as LINE
 from crag.quotes import SCOPED_LEADS as SCOPED_LEADS
-from crag.quotes import block_lines, prose_line
 from crag.quotes import is_lead as is_lead
+from crag.quotes import passage_lines
 from crag.quotes import quoted_lines as quoted_lines
 from crag.quotes import split_quotes as split_quotes
 from crag.terms import Vocabulary, is_identifier, mentions, specific_terms
@@ -36,7 +48,6 @@ from crag.text import (
     NOTE,
     content_words,
     drop_glyphs,
-    join_sentences,
     lexical_tokens,
     split_sentences,
     width,
@@ -76,22 +87,6 @@ def flatten(text: str) -> str:
     return " ".join(text.split())
 
 
-class Asked(str):
-    """A question sentence of the document: in a FAQ, the heading of the answer that follows it."""
-
-
-class Code(str):
-    """Code, its lines and their indentation kept: quoted whole, in a fence."""
-
-
-class Table(str):
-    """A table as Markdown, its header row first: quoted whole, as a table."""
-
-
-def is_block(part: str) -> bool:
-    return isinstance(part, (Code, Table))
-
-
 def pieces(text: str) -> list[str]:
     """A strip's sentences, table markup flattened, the questions marked as ``Asked``: a question ends a quote
     and is never quoted, but it is shown before the passage it heads, so the reader sees what it answers. Code and
@@ -106,14 +101,6 @@ def pieces(text: str) -> list[str]:
         else:
             out += [Asked(s) if ASKS.search(s) else s for s in split_sentences(flatten(paragraph))]
     return [p for p in out if p.strip()]
-
-
-def joined(parts: Sequence[str]) -> str:
-    """Pieces as text again: sentences run on, code and tables set apart by a blank line (``pieces`` reads it back)."""
-    text = ""
-    for before, part in zip(["", *parts], parts, strict=False):
-        text = f"{text}\n\n{part}" if text and (is_block(part) or is_block(before)) else join_sentences(text, part)
-    return text
 
 
 def readable(text: str) -> bool:
@@ -297,10 +284,17 @@ def quotable(strip: Strip, question: str) -> Strip | None:
 def best_run(sentences: Sequence[str], question: str) -> list[str]:
     """The run of neighbouring sentences, at most ``QUOTE_WINDOW`` wide (or one sentence), that holds the most of
     what the question asks; the earliest of equals. A FAQ's question stays with the answer after it. A run never
-    ends inside a bracket or a quotation it opened: it ends a sentence earlier."""
+    ends inside a bracket or a quotation that a later sentence closes: it ends a sentence earlier (when every run
+    would, the runs are taken as they come)."""
     weights = [answer_weight(x, question) for x in sentences]
-    inside = held_open(sentences)
-    best, best_weight = (0, 1), -1.0
+    start, end = _best(sentences, weights, held_open(sentences)) or _best(sentences, weights, [False] * len(sentences))
+    if start and isinstance(sentences[start - 1], Asked):
+        start -= 1
+    return list(sentences[start:end])
+
+
+def _best(sentences: Sequence[str], weights: Sequence[float], inside: Sequence[bool]) -> tuple[int, int] | None:
+    best, best_weight = None, -1.0
     for start in range(len(sentences)):
         end, size = start, 0
         while end < len(sentences) and (end == start or size + width(sentences[end]) <= QUOTE_WINDOW):
@@ -310,25 +304,7 @@ def best_run(sentences: Sequence[str], question: str) -> list[str]:
             end -= 1
         if not inside[end - 1] and sum(weights[start:end]) > best_weight:
             best, best_weight = (start, end), sum(weights[start:end])
-    if best_weight < 0:  # every run would end inside an expression: the runs as they come
-        return best_run_open(sentences, weights)
-    start, end = best
-    if start and isinstance(sentences[start - 1], Asked):
-        start -= 1
-    return list(sentences[start:end])
-
-
-def best_run_open(sentences: Sequence[str], weights: Sequence[float]) -> list[str]:
-    """``best_run`` without regard to brackets."""
-    best, best_weight = (0, 1), -1.0
-    for start in range(len(sentences)):
-        end, size = start, 0
-        while end < len(sentences) and (end == start or size + width(sentences[end]) <= QUOTE_WINDOW):
-            size += width(sentences[end])
-            end += 1
-        if sum(weights[start:end]) > best_weight:
-            best, best_weight = (start, end), sum(weights[start:end])
-    return list(sentences[best[0] : best[1]])
+    return best
 
 
 def select(
@@ -426,36 +402,6 @@ def evidence_answer(
         ]
         lines.append("")
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
-
-
-def passage_lines(asked: str, parts: Sequence[str], n: int) -> list[str]:
-    """A passage as lines of the answer: its sentences as one quote, each code or table a block of its own; the
-    question it answers before the first."""
-    lines: list[str] = []
-    prose: list[str] = []
-    for part in [*merged_tables(parts), Code("")]:
-        if not is_block(part):
-            prose.append(part)
-            continue
-        if prose:
-            lines.append(prose_line(asked, joined(prose), n))
-            asked, prose = "", []
-        if part:
-            lines += block_lines(asked, isinstance(part, Code), part, n)
-            asked = ""
-    return lines
-
-
-def merged_tables(parts: Sequence[str]) -> list[str]:
-    """Neighbouring pieces of one table (strips under the same header row) as one table, its header row once."""
-    out: list[str] = []
-    for part in parts:
-        before = out[-1] if out else ""
-        if isinstance(part, Table) and isinstance(before, Table) and part.split("\n")[:2] == before.split("\n")[:2]:
-            out[-1] = Table("\n".join([before, *part.split("\n")[2:]]))
-        else:
-            out.append(part)
-    return out
 
 
 def _squeezed(text: str) -> str:

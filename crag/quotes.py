@@ -19,7 +19,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from crag.blocks import RULE, table_rows
+from crag.blocks import RULE, Code, Table, is_block, joined, table_rows
 
 LEADS = {
     ("en", "local"): "From your documents:",
@@ -70,6 +70,36 @@ def block_lines(asked: str, code: bool, text: str, n: int) -> list[str]:
         fence = "`" * max([3, *(len(run) + 1 for run in BACKTICKS.findall(text))])
         return ["", *head, fence, code_references(text), fence, f"[{n}]", ""]
     return ["", *head, own_references(text), "", f"[{n}]", ""]
+
+
+def passage_lines(asked: str, parts: Sequence[str], n: int) -> list[str]:
+    """A passage as lines of the answer: its sentences as one quote, each code or table a block of its own; the
+    question it answers before the first."""
+    lines: list[str] = []
+    prose: list[str] = []
+    for part in [*merged_tables(parts), Code("")]:
+        if not is_block(part):
+            prose.append(part)
+            continue
+        if prose:
+            lines.append(prose_line(asked, joined(prose), n))
+            asked, prose = "", []
+        if part:
+            lines += block_lines(asked, isinstance(part, Code), part, n)
+            asked = ""
+    return lines
+
+
+def merged_tables(parts: Sequence[str]) -> list[str]:
+    """Neighbouring pieces of one table (strips under the same header row) as one table, its header row once."""
+    out: list[str] = []
+    for part in parts:
+        before = out[-1] if out else ""
+        if isinstance(part, Table) and isinstance(before, Table) and part.split("\n")[:2] == before.split("\n")[:2]:
+            out[-1] = Table("\n".join([before, *part.split("\n")[2:]]))
+        else:
+            out.append(part)
+    return out
 
 
 @dataclass(frozen=True)
