@@ -20,8 +20,38 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from crag.blocks import (
+    Asked,
+    Code,
+    Table,
+    code_text,
+    held_open,
+    is_block,
+    is_code,
+    joined,
+    markdown_table,
+    opens,
+    table_rows,
+)
+from crag.quotes import LEADS as LEADS
+from crag.quotes import LINE as LINE
+from crag.quotes import SCOPED_LEADS as SCOPED_LEADS
+from crag.quotes import is_lead as is_lead
+from crag.quotes import passage_lines
+from crag.quotes import quoted_lines as quoted_lines
+from crag.quotes import split_quotes as split_quotes
 from crag.terms import Vocabulary, is_identifier, mentions, specific_terms
-from crag.text import ASKS, EN_STOP, ENDED, NOTE, content_words, join_sentences, lexical_tokens, split_sentences, width
+from crag.text import (
+    ASKS,
+    EN_STOP,
+    ENDED,
+    NOTE,
+    content_words,
+    drop_glyphs,
+    lexical_tokens,
+    split_sentences,
+    width,
+)
 from crag.types import Action, Source, Strip
 
 MAX_STRIPS = 6
@@ -37,27 +67,6 @@ ANSWER_WEIGHT = 0.2  # how much holding the question's names and a fact lifts a 
 # trimmed quote, never a thread blocked for minutes. Past it, the remaining strips are quoted as they are.
 QUOTE_BUDGET = 2.0
 
-LEADS = {
-    ("en", "local"): "From your documents:",
-    ("zh", "local"): "文档中的相关内容：",
-    ("en", "closest"): "The closest passages in your documents (they may not answer the question):",
-    ("zh", "closest"): "文档中最接近的内容（可能并未回答这个问题）：",
-    ("en", "web"): "From the web:",
-    ("zh", "web"): "网络上的相关内容：",
-}
-SCOPED_LEADS = {  # the same, for a question asked in a scope (folders or files): named, as the answer's line names it
-    ("en", "local"): "From the documents in {places}:",
-    ("zh", "local"): "{places} 中的相关内容：",
-    ("en", "closest"): "The closest passages in {places} (they may not answer the question):",
-    ("zh", "closest"): "{places} 中最接近的内容（可能并未回答这个问题）：",
-}
-
-
-# A line of an evidence answer: the FAQ question it answers, when there is one (it ends at its question mark and
-# may quote words itself: "如何使用“甲”命令？"), then “the quote” [n].
-# The question is the text up to the first question mark that a space and the opening quote follow: tried once
-# (an atomic group), since a later one would leave a quote that ends the same way.
-LINE = re.compile(r"^(?>(?P<asked>[^“\s].*?[?？])\s+(?=“))?“(?P<quote>.*)” \[(?P<n>\d+)\]$")
 # A rule starts at the first of its spaces (never inside a run of them: each start would scan the run again).
 TABLE_RULE = re.compile(r"(?:(?!\s)|(?<!\s))\|?\s*+-{3,}+\s*+(?:\|\s*+-{3,}+\s*+)*+\|?")
 TABLE_MARKUP = re.compile(r"<br\s*/?>|\|")
@@ -67,27 +76,31 @@ TABLE = re.compile(r"^\s*\||\|\s*:?-{3,}", re.MULTILINE)
 # Bold from the layout parser ("**foreign** Functions for reading ..."): shown as asterisks inside a quote. Only
 # markers around a word go; R's power operator ("2 ** 3") stays.
 BOLD = re.compile(r"\*\*(\S(?:[^*]*?\S)?)\*\*")
-# A bracketed number inside a quote is the document's own reference ("see [3]"), not our citation.
-BRACKETED = re.compile(r"\[(\d+(?:\s*[,，]\s*\d+)*)\]")
 
 
 def flatten(text: str) -> str:
-    """A table's markup (pipes, rules, <br>) as plain spaces, bold markers dropped, whitespace collapsed. A text
-    that holds no table keeps its pipes: a quote must not change a command."""
-    text = BOLD.sub(r"\1", text)
+    """A table's markup (pipes, rules, <br>) as plain spaces, bold markers and glyphs that are not text dropped,
+    whitespace collapsed. A text that holds no table keeps its pipes: a quote must not change a command."""
+    text = BOLD.sub(r"\1", drop_glyphs(text))
     if TABLE.search(text):
         text = TABLE_MARKUP.sub(" ", TABLE_RULE.sub(" ", text))
     return " ".join(text.split())
 
 
-class Asked(str):
-    """A question sentence of the document: in a FAQ, the heading of the answer that follows it."""
-
-
 def pieces(text: str) -> list[str]:
     """A strip's sentences, table markup flattened, the questions marked as ``Asked``: a question ends a quote
-    and is never quoted, but it is shown before the passage it heads, so the reader sees what it answers."""
-    return [Asked(s) if ASKS.search(s) else s for s in split_sentences(flatten(text))]
+    and is never quoted, but it is shown before the passage it heads, so the reader sees what it answers. Code and
+    tables (paragraphs that keep their line breaks, see ``crag.blocks``) are one piece each, a ``Code`` or a
+    ``Table``."""
+    out: list[str] = []
+    for paragraph in text.split("\n\n"):
+        if (rows := table_rows(paragraph)) is not None:
+            out.append(Table(markdown_table(rows)))
+        elif is_code(paragraph):
+            out.append(Code(code_text(paragraph)))
+        else:
+            out += [Asked(s) if ASKS.search(s) else s for s in split_sentences(flatten(paragraph))]
+    return [p for p in out if p.strip()]
 
 
 def readable(text: str) -> bool:
@@ -97,20 +110,36 @@ def readable(text: str) -> bool:
     return bool(chars) and sum(c.isalnum() for c in chars) >= READABLE * len(chars)
 
 
-def headed_passages(parts: Sequence[str]) -> list[tuple[str, str]]:
-    """Runs of sentences between questions, each a passage to quote whole, with the question just before it
+def worth_quoting(parts: Sequence[str]) -> bool:
+    """Enough words to say something: prose that is no debris, a table whose cells say something, or code (whose
+    operators are no debris) with a name or a number in it."""
+    prose = joined([p for p in parts if not is_block(p)])
+    cells = " ".join(flatten(p) for p in parts if isinstance(p, Table))
+    code = " ".join(p for p in parts if isinstance(p, Code))
+    said = f"{prose} {cells} {code}".strip()
+    return width(said) >= MIN_WIDTH and (readable(f"{prose} {cells}") or any(c.isalnum() for c in code))
+
+
+def headed_parts(parts: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """Runs of pieces between questions, each a passage to quote whole, with the question just before it
     ("" when none); debris too short to say anything is left out. A sentence is never dropped from inside a
     passage: that would change what it says."""
-    out, current, heading = [], "", ""
+    out: list[tuple[str, list[str]]] = []
+    current: list[str] = []
+    heading = ""
     for part in [*parts, Asked("")]:
         if not isinstance(part, Asked):
-            current = join_sentences(current, part)
+            current.append(part)
             continue
-        if width(current) >= MIN_WIDTH and readable(current):
+        if current and worth_quoting(current):
             out.append((heading, current))
         # A question run together with the text before it (no full stop between them) is no heading.
-        current, heading = "", str(part) if width(part) <= HEADING_WIDTH else ""
+        current, heading = [], str(part) if width(part) <= HEADING_WIDTH else ""
     return out
+
+
+def headed_passages(parts: Sequence[str]) -> list[tuple[str, str]]:
+    return [(heading, joined(run)) for heading, run in headed_parts(parts)]
 
 
 def passages(parts: Sequence[str]) -> list[str]:
@@ -181,7 +210,26 @@ def aside(sentence: str, question: str) -> str:
 
 def cut_short(sentence: str) -> bool:
     """A sentence that stops before its end: no full stop, and its last word is one no sentence ends on."""
-    return not ENDED.search(sentence) and UNFINISHED.search(sentence) is not None
+    return not is_block(sentence) and not ENDED.search(sentence) and UNFINISHED.search(sentence) is not None
+
+
+def left_out(sentence: str, question: str) -> bool:
+    """Whether a sentence at either end of a quote is left out: an aside, or a sentence its chunk cut short."""
+    return not is_block(sentence) and bool(aside(sentence, question) or cut_short(sentence))
+
+
+def closed(parts: Sequence[str]) -> list[str]:
+    """The pieces of a quote without an end its chunk cut inside an expression: an unfinished last sentence that opens a
+    bracket or a quotation ("To read it, call read.table(file, header") goes, and code goes back to the last line
+    after which no more are open than before it. [] when nothing else is left."""
+    kept = list(parts)
+    while kept and not is_block(kept[-1]) and not ENDED.search(kept[-1]) and opens(joined(kept[:-1]), kept[-1]):
+        kept.pop()
+    if kept and isinstance(kept[-1], Code) and opens(joined(kept[:-1]), kept[-1]):
+        before, lines = joined(kept[:-1]), kept[-1].split("\n")
+        cut = next((n for n in range(len(lines) - 1, 0, -1) if not opens(before, "\n".join(lines[:n]))), 0)
+        kept[-1] = Code("\n".join(lines[:cut])) if cut else kept[-1]
+    return kept
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,37 +266,45 @@ def quotable(strip: Strip, question: str) -> Strip | None:
     from its end, a long strip narrowed to its best run of sentences. None when nothing worth quoting is left."""
     if NOTE.match(strip.text) and not FOOTNOTE_ASKED.search(question):
         return None
-    sentences = pieces(strip.text)
-    while sentences and (aside(sentences[0], question) or cut_short(sentences[0])):
+    whole = pieces(strip.text)
+    sentences = list(whole)
+    while sentences and left_out(sentences[0], question):
         sentences = sentences[1:]
-    while sentences and (aside(sentences[-1], question) or cut_short(sentences[-1])):
+    while sentences and left_out(sentences[-1], question):
         sentences = sentences[:-1]
+    sentences = closed(sentences)
     if not sentences:
         return None
     if sum(width(x) for x in sentences) > QUOTE_WINDOW:
         sentences = best_run(sentences, question)
-    text = ""
-    for sentence in sentences:
-        text = join_sentences(text, sentence)
-    return replace(strip, text=text) if text != flatten(strip.text) else strip
+    text = joined(sentences)
+    return replace(strip, text=text) if text != strip.text else strip
 
 
 def best_run(sentences: Sequence[str], question: str) -> list[str]:
     """The run of neighbouring sentences, at most ``QUOTE_WINDOW`` wide (or one sentence), that holds the most of
-    what the question asks; the earliest of equals. A FAQ's question stays with the answer after it."""
+    what the question asks; the earliest of equals. A FAQ's question stays with the answer after it. A run never
+    ends inside a bracket or a quotation that a later sentence closes: it ends a sentence earlier (when every run
+    would, the runs are taken as they come)."""
     weights = [answer_weight(x, question) for x in sentences]
-    best, best_weight = (0, 1), -1.0
+    start, end = _best(sentences, weights, held_open(sentences)) or _best(sentences, weights, [False] * len(sentences))
+    if start and isinstance(sentences[start - 1], Asked):
+        start -= 1
+    return list(sentences[start:end])
+
+
+def _best(sentences: Sequence[str], weights: Sequence[float], inside: Sequence[bool]) -> tuple[int, int] | None:
+    best, best_weight = None, -1.0
     for start in range(len(sentences)):
         end, size = start, 0
         while end < len(sentences) and (end == start or size + width(sentences[end]) <= QUOTE_WINDOW):
             size += width(sentences[end])
             end += 1
-        if sum(weights[start:end]) > best_weight:
+        while end > start + 1 and inside[end - 1]:
+            end -= 1
+        if not inside[end - 1] and sum(weights[start:end]) > best_weight:
             best, best_weight = (start, end), sum(weights[start:end])
-    start, end = best
-    if start and isinstance(sentences[start - 1], Asked):
-        start -= 1
-    return list(sentences[start:end])
+    return best
 
 
 def select(
@@ -342,12 +398,10 @@ def evidence_answer(
             else:
                 runs.append((n, strip, pieces(strip.text)))
         lines += [
-            f"{_own_references(asked)} “{_own_references(text)}” [{n}]".lstrip()
-            for n, _, parts in runs
-            for asked, text in headed_passages(parts)
+            line for n, _, parts in runs for asked, run in headed_parts(parts) for line in passage_lines(asked, run, n)
         ]
         lines.append("")
-    return "\n".join(lines).strip()
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
 
 
 def _squeezed(text: str) -> str:
@@ -357,33 +411,4 @@ def _squeezed(text: str) -> str:
 def _runs_on(before: Sequence[str], after: Sequence[str], source: str) -> bool:
     """Whether the last sentence quoted before and the first after are neighbours in the source (which a source
     without text cannot tell)."""
-    return not (before and after and source) or _squeezed(before[-1] + after[0]) in source
-
-
-def quoted_lines(text: str) -> list[re.Match[str]]:
-    """The quoted passages of an evidence answer, each with ``asked``, ``quote`` and ``n``."""
-    return [found for line in text.splitlines() if (found := LINE.match(line.strip()))]
-
-
-# The scoped leads as patterns: their places are the question's folders or files.
-_SCOPED_LEAD = [re.compile(re.escape(lead).replace(re.escape("{places}"), "[^\n]+")) for lead in SCOPED_LEADS.values()]
-
-
-def is_lead(line: str) -> bool:
-    """Whether a line is one of the lead lines an evidence answer opens a group of quotes with."""
-    return line in LEADS.values() or any(lead.fullmatch(line) for lead in _SCOPED_LEAD)
-
-
-def split_quotes(text: str) -> tuple[str, str]:
-    """A written answer's own text, and the quotes under it: from the first lead line after which every line is a
-    lead or a quote. The quotes are "" when there are none."""
-    lines = text.split("\n")
-    for i, line in enumerate(lines):
-        rest = [r.strip() for r in lines[i:] if r.strip()]
-        if is_lead(line.strip()) and all(is_lead(r) or LINE.match(r) for r in rest):
-            return "\n".join(lines[:i]).strip(), "\n".join(lines[i:]).strip()
-    return text, ""
-
-
-def _own_references(text: str) -> str:
-    return BRACKETED.sub(r"［\1］", text)
+    return not (before and after and source) or _squeezed(flatten(f"{before[-1]}\n{after[0]}")) in source

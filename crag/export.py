@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 from crag.conversations import Message
 from crag.messages import unsupported_message
+from crag.quotes import paragraphs
 from crag.text import pages_label
 from crag.types import NOT_WRITTEN, Answer, AnswerKind, Source
 
@@ -41,7 +42,7 @@ def answer_markdown(question: str, answer: Answer, *, previous: str = "", printe
     """One answer as Markdown, with its sources. ``previous``: the question before it in the conversation, named
     when this one was read as its follow-up."""
     # An evidence answer is a lead line and quotes, a line each: one paragraph each, or Markdown runs them together.
-    text = "\n\n".join(answer.text.splitlines()) if answer.kind is AnswerKind.EVIDENCE else answer.text
+    text = paragraphs(answer.text) if answer.kind is AnswerKind.EVIDENCE else answer.text
     lines = [f"## {question}", ""]
     if follows_up(answer):
         lines += [f"*A follow-up to: {previous}*", ""] if previous else []

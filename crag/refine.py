@@ -8,9 +8,10 @@ strip says why it was dropped.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from crag.blocks import code_text, held_open, is_code, markdown_table, table_rows
 from crag.evaluator import SimilarityEvaluator, coverage, word_weights
 from crag.injection import injection_reason
 from crag.text import ASKS, ENDED, NOTE, join_blocks, join_sentences, split_sentences, width
@@ -32,32 +33,86 @@ def decompose(text: str, kind: str = "local", limit: int = STRIP_CHARS) -> list[
     A sentence that introduces what follows ("you can do:", "使用命令：", a displayed command, a FAQ's question)
     stays with it, whatever the limit: the command or example after it is the answer, and alone it matches no
     question. A sentence that looks like prompt injection is a strip of its own, so dropping it costs no fact.
+
+    In a document (``kind`` local), code is one piece that keeps its lines, and a table is cut between rows into
+    strips that each open with its header row (``crag.blocks``): a blank line sets either apart in its strip.
     """
-    strips: list[str] = []
-    current = ""
+    out = _Strips(kind, limit)
     for paragraph in text.split("\n\n"):
+        if kind == "local" and (rows := table_rows(paragraph)) is not None:
+            out.table(rows)
+        elif kind == "local" and is_code(paragraph):
+            out.block(code_text(paragraph))
+        else:
+            out.prose(paragraph)
+    return out.finish()
+
+
+class _Strips:
+    """Strips as ``decompose`` makes them: the one being filled is ``current``; ``block`` says it ends in code or a
+    table, which the next piece follows after a blank line."""
+
+    def __init__(self, kind: str, limit: int) -> None:
+        self.kind, self.limit = kind, limit
+        self.strips: list[str] = []
+        self.current, self.ends_in_block = "", False
+
+    def close(self) -> None:
+        if self.current:
+            self.strips.append(self.current)
+        self.current, self.ends_in_block = "", False
+
+    def add(self, piece: str, join: Callable[[str, str], str], block: bool = False, inside: bool = False) -> None:
+        """``inside``: the strip so far ends inside a bracket or quotation that ``piece`` closes; it goes on."""
+        size = width(self.current) + width(piece) + 1
+        full = not inside and (size > 2 * self.limit or (size > self.limit and not leads_in(self.current)))
+        introduced = block and leads_in(self.current)  # a block stays with the sentence that introduces it
+        if self.current and full and not introduced:
+            self.close()
+        if self.current and (block or self.ends_in_block):
+            self.current = f"{self.current}\n\n{piece}"
+        else:
+            self.current = join(self.current, piece)
+        self.ends_in_block = block
+
+    def prose(self, paragraph: str) -> None:
         sentences = split_sentences(paragraph.replace("\n", " "))
+        inside = [False, *held_open(sentences)]  # before each sentence: "(see e.g." is no strip's end
         note = bool(NOTE.match(paragraph))
-        if current and (note or not leads_in(current) or (sentences and ASKS.search(sentences[0]))):
-            strips.append(current)
-            current = ""
+        if self.current and (note or not leads_in(self.current) or (sentences and ASKS.search(sentences[0]))):
+            self.close()
         for i, sentence in enumerate(sentences):
-            if injection_reason(sentence, kind):
-                strips += [current, sentence] if current else [sentence]
-                current = ""
+            if injection_reason(sentence, self.kind):
+                self.close()
+                self.strips.append(sentence)
                 continue
-            size = width(current) + width(sentence) + 1
-            if current and (size > 2 * limit or (size > limit and not leads_in(current))):
-                strips.append(current)
-                current = ""
             # Across paragraphs a space: "执行 sudo visudo 将 /usr/local/…", not "执行sudo visudo将/usr/local/…".
-            current = (join_blocks if i == 0 else join_sentences)(current, sentence)
-        if note and current:  # a footnote is a strip of its own, finished or not
-            strips.append(current)
-            current = ""
-    if current:
-        strips.append(current)
-    return strips
+            self.add(sentence, join_blocks if i == 0 else join_sentences, inside=inside[i])
+        if note:  # a footnote is a strip of its own, finished or not
+            self.close()
+
+    def block(self, text: str) -> None:
+        if self.current and not leads_in(self.current):
+            self.close()
+        self.add(text, join_blocks, block=True)
+
+    def table(self, rows: Sequence[Sequence[str]]) -> None:
+        """A table's rows packed into strips of at most ``limit``, each under the header row: a row is read by its
+        column names. The first stays with the sentence that introduces the table."""
+        header, body = rows[0], rows[1:]
+        group: list[Sequence[str]] = []
+        for row in body:
+            if group and width(markdown_table([header, *group, row])) > self.limit:
+                self.block(markdown_table([header, *group]))
+                self.close()
+                group = []
+            group.append(row)
+        self.block(markdown_table([header, *group]))
+        self.close()
+
+    def finish(self) -> list[str]:
+        self.close()
+        return self.strips
 
 
 def leads_in(strip: str) -> bool:
@@ -207,7 +262,7 @@ def number_sources(
             groups.setdefault(_source_key(strip), []).append(strip)
     sources = []
     for n, ((kind, _), members) in enumerate(((key, m) for key, m in groups.items() if m), start=1):
-        text = " ".join(m.text for m in members)
+        text = "\n\n".join(m.text for m in members)  # a strip may end in code or a table
         first = members[0]
         if kind == "local":
             chunk = chunks.get(first.chunk_id)

@@ -65,6 +65,19 @@ def strip_invisible(text: str) -> str:
     return INVISIBLE.sub("", text)
 
 
+# Glyphs that are not text: private-use code points (a symbol font's own codes, "\uf0b7" for a bullet), and the
+# replacement character an extractor puts where it found no Unicode. A run of them, spaces between, goes whole:
+# "� � ��" in a formula says nothing. Real symbols (math, arrows, CJK punctuation) are not in these ranges.
+NOT_TEXT = re.compile(
+    r"[\ue000-\uf8ff\ufffd\U000f0000-\U0010ffff]++(?:[ \t]++[\ue000-\uf8ff\ufffd\U000f0000-\U0010ffff]++)*+"
+)
+
+
+def drop_glyphs(text: str) -> str:
+    """Text without the glyphs that are not text (``NOT_TEXT``); the space they leave is the caller's to collapse."""
+    return NOT_TEXT.sub("", text)
+
+
 # ---------------------------------------------------------------------------------------------
 # Lexical tokens: English words (lower-cased, light plural stemming) and jieba words for Chinese.
 

@@ -191,3 +191,34 @@ def chinese_pdf(path: Path, sections: Sequence[tuple[str, str]]) -> Path:
         page.insert_textbox(pymupdf.Rect(72, 120, 520, 400), text, fontsize=11, fontname=font)
     doc.save(path)
     return path
+
+
+CODE = ['df <- read.table("data.csv", header = TRUE,', '                 sep = ",")', "summary(df)"]
+ZH_CODE = ["tlmgr update --self", "tlmgr update --all"]
+
+
+def code_pdf(path: Path) -> Path:
+    """A page of prose with a listing set in a monospaced font (Courier), as manuals display code, then a Chinese
+    page that introduces two commands the same way."""
+    doc = pymupdf.open()
+    page = doc.new_page(width=A4[0], height=A4[1])
+    page.insert_text((72, 100), "1 Reading data", fontsize=20)
+    intro = (
+        "Data are read with read.table, which returns a data frame. The file must have one line per row. "
+        "To read a file with a header line and commas between the fields, you can type:"
+    )
+    page.insert_textbox(pymupdf.Rect(72, 120, 520, 200), intro, fontsize=11, fontname="helv")
+    for i, line in enumerate(CODE):
+        page.insert_text((90, 215 + i * 13), line, fontsize=10, fontname="cour")
+    after = "The summary shows the range of every column of the data frame."
+    page.insert_textbox(pymupdf.Rect(72, 260, 520, 340), after, fontsize=11, fontname="helv")
+    page = doc.new_page(width=A4[0], height=A4[1])
+    font = _chinese_font(page)
+    page.insert_text((72, 100), "2 升级宏包", fontsize=20, fontname=font)
+    intro = "要升级全部宏包，先升级 tlmgr 自身，再执行以下命令："
+    page.insert_textbox(pymupdf.Rect(72, 120, 520, 200), intro, fontsize=11, fontname=font)
+    for i, line in enumerate(ZH_CODE):
+        page.insert_text((90, 215 + i * 13), line, fontsize=10, fontname="cour")
+    page.insert_textbox(pymupdf.Rect(72, 260, 520, 340), "升级完成后重新启动编辑器。", fontsize=11, fontname=font)
+    doc.save(path)
+    return path

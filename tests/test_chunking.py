@@ -365,3 +365,26 @@ def test_real_chunks_fit_minilm_with_their_heading() -> None:
     # Without the window, the same pages overflow: the test would catch a regression.
     doc = parser.parse(pdfs["debian-faq.en.pdf"], [20])
     assert max(count_tokens(index_text(c)) for c in chunk_blocks(doc, "b", "f" * 64, count_tokens, 220, 32)) > window
+
+
+def test_code_keeps_its_lines_and_glyphs_that_are_not_text_are_dropped_whatever_the_parser() -> None:
+    """A listing cut into two boxes is one code block, its lines one below the other in the chunk, also when it is too
+    long for one chunk; a symbol font's private-use glyphs and U+FFFD leave every parser's text (MinerU, OCR too)."""
+    listing = [f"x{i} <- read.table(file{i}, header = TRUE)" for i in range(6)]
+    chunks = chunk_blocks(
+        parsed(
+            block("text", "To read the files, type: \ufffd \ue000\ue001"),
+            block("code", "\n".join(listing[:3]), order=1),
+            block("code", "\n".join(listing[3:]), order=2),
+            block("text", "不过 FAQ 随版本变动不大\ufffd。R2 = 1 − \U000f0001i Ri2", order=3),
+        ),
+        "f.pdf",
+        "0" * 16,
+        words,
+    )
+    text = "\n\n".join(c.text for c in chunks)
+    assert "\n".join(listing) in text
+    assert "To read the files, type:\n\n" in text and "不过 FAQ 随版本变动不大。R2 = 1 − i Ri2" in text
+    small = chunk_blocks(parsed(block("code", "\n".join(listing))), "f.pdf", "0" * 16, words, 64, 8, max_tokens=16)
+    assert len(small) > 1 and all(set(c.text.split("\n")) <= set(listing) for c in small)
+    assert any(len(c.text.split("\n")) > 1 for c in small), "a piece carried over as overlap goes below, not beside"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from crag.config import load_settings
@@ -18,8 +20,9 @@ from crag.evidence import (
     select,
     split_quotes,
 )
+from crag.refine import local_strips
 from crag.text import language, split_sentences, width
-from crag.types import Action, AnswerKind, Chunk, Source, Strip, cited
+from crag.types import Action, AnswerKind, Chunk, ScoredChunk, Source, Strip, cited
 from tests.fakes import ScriptedModel, chunk, pipeline
 from tests.helpers import ISSUE_EN, ISSUE_ZH
 
@@ -463,3 +466,76 @@ def test_quoting_past_its_budget_quotes_the_strips_as_they_are_and_says_so(setti
     answer = p.ask(question)
     assert "bzip2 -d" in answer.text
     assert any("quoting ran out of its time" in note for note in answer.trace.notes)
+
+
+def test_a_quote_never_ends_inside_an_expression() -> None:
+    """A quote cut for length ends at a sentence's end, and one whose cut would leave a bracket or a quotation open
+    is cut a sentence earlier: "(see e.g." split from "the help page…)", "read.table(file, header" cut by its chunk."""
+    fact = "Use read.table to read a file of data with a header line; it returns a data frame of the fields. " * 3
+    aside = "It takes many options (see e.g."
+    rest = "the help page of the reader, which lists all of the arguments in full and explains them. " * 8
+    text = evidence_answer(
+        select([strip(f"{fact}{aside} {rest})", 0.9, (0, 0))], "How do I read a file with a header line?"),
+        [SOURCE],
+        "en",
+        Action.CORRECT,
+    )
+    [quote] = [q["quote"] for q in quoted_lines(text)]
+    assert quote.endswith("a data frame of the fields.") and "(see e.g." not in quote
+    # The chunk ended inside a call: the quote stops a sentence before it.
+    cut = "Commas between the fields are read with read.table. To read it, call read.table(file, header"
+    text = evidence_answer(select([strip(cut, 0.9, (0, 0))], "How are commas read?"), [SOURCE], "en", Action.CORRECT)
+    assert [q["quote"] for q in quoted_lines(text)] == ["Commas between the fields are read with read.table."]
+    # A bracket nothing closes is no expression: "[" named as an operator does not cut the quote short.
+    filler = "Partial matching of names applies when extracting elements by name with the dollar operator. " * 8
+    stray = f"{filler}Note that [ always requires an exact match of the name. The empty string matches no element."
+    [quote] = select([strip(stray, 0.9, (0, 0))], "Does [ require an exact match of the name?")
+    assert "Note that [ always requires an exact match of the name." in quote.text
+    zh = '用 read.table 读取数据文件。比如执行 read.table("a.txt", header'
+    text = evidence_answer(select([strip(zh, 0.9, (0, 0))], "怎样读取数据文件？"), [SOURCE], "zh", Action.CORRECT)
+    assert [q["quote"] for q in quoted_lines(text)] == ["用 read.table 读取数据文件。"]
+
+
+TABLE = (
+    "The bin/linux directory of a CRAN site contains the following packages:\n\n"
+    "||**CPU**|**Versions**|**Provider**|\n|---|---|---|---|\n"
+    "|Debian|i386/amd64|squeeze/wheezy|Johannes<br>Ranke|\n||armel|wheezy|Johannes Ranke|\n"
+    "|Ubuntu|i386/amd64|lucid/precise/trusty|Michael Rutter|"
+)
+
+
+def test_a_quoted_table_is_a_table_with_its_header_row(settings) -> None:
+    """A table is quoted as a Markdown table under its header row, its citation after it, not as "|…|<br>|" markup
+    run into a line; its rows read back one by one (each is the document's own text) for the benchmark's check."""
+    p = pipeline(settings, [chunk(TABLE)], [0.9], backend="embedded")
+    answer = p.ask("Which Linux packages does CRAN provide for Debian?", web=False)
+    assert answer.kind is AnswerKind.EVIDENCE
+    table = (
+        "|  | CPU | Versions | Provider |\n| --- | --- | --- | --- |\n"
+        "| Debian | i386/amd64 | squeeze/wheezy | Johannes Ranke |\n|  | armel | wheezy | Johannes Ranke |\n"
+        "| Ubuntu | i386/amd64 | lucid/precise/trusty | Michael Rutter |\n\n[1]"
+    )
+    assert table in answer.text and "<br>" not in answer.text and "**" not in answer.text
+    assert "“The bin/linux directory of a CRAN site contains the following packages:” [1]" in answer.text
+    rows = [q["quote"] for q in quoted_lines(answer.text) if q.kind == "table"]
+    assert rows[0] == "|  | CPU | Versions | Provider |" and "| Debian | i386/amd64 |" in rows[1]
+    assert cited(answer.text) == {1}
+    # Chinese text around a table, and a table bigger than a strip: every piece keeps the header row.
+    zh = "下表列出常用命令：\n\n|命令|作用|\n|---|---|\n" + "".join(
+        f"|cmd{i}|作用说明第{i}条很长的文字|\n" for i in range(30)
+    )
+    strips = [replace(s, kept=True) for s in local_strips([ScoredChunk(chunk(zh), 0.9)])]
+    assert len(strips) > 2 and all("| 命令 | 作用 |\n| --- | --- |" in s.text for s in strips)
+    assert strips[0].text.startswith("下表列出常用命令：\n\n| 命令 | 作用 |")
+
+
+def test_glyphs_that_are_not_text_are_never_quoted() -> None:
+    """Private-use code points and U+FFFD (a symbol font's characters) are dropped from a quote, runs of them too, even
+    from text an older index still holds; real symbols stay."""
+    text = evidence_answer(
+        select([strip("The sum \ufffd \ufffd\ufffd of squares → ∑ is \ue000\U000f0001small. 它很小。", 0.9, (0, 0))]),
+        [SOURCE],
+        "en",
+        Action.CORRECT,
+    )
+    assert [q["quote"] for q in quoted_lines(text)] == ["The sum of squares → ∑ is small.它很小。"]

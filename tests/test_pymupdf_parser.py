@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -11,22 +12,28 @@ import pymupdf
 import pytest
 
 from crag.config import cpu_threads
+from crag.evidence import evidence_answer, quoted_lines, select
 from crag.ingest.base import PDFError
+from crag.ingest.chunking import chunk_blocks
 from crag.ingest.pymupdf import (
     PyMuPDFParser,
     body_style,
-    box_text,
     false_heading,
     in_margin,
     layout_sessions,
     load_layout_model,
-    note_marks,
     page_sizes,
     printed_pages,
     render_page,
 )
-from crag.text import join_lines
+from crag.ingest.spans import box_text, note_marks
+from crag.refine import local_strips, number_sources
+from crag.text import join_lines, language
+from crag.types import Action, ScoredChunk
 from tests.pdfs import (
+    CODE,
+    ZH_CODE,
+    code_pdf,
     corrupt_pdf,
     encrypted_pdf,
     image_only_pdf,
@@ -265,3 +272,80 @@ def test_the_page_numbers_a_manual_prints_are_read_from_its_page_labels(tmp_path
     assert printed_pages(labelled, [1]) == "i"
     plain = manual_pdf(tmp_path / "plain.pdf", pages=2)
     assert printed_pages(plain, [1, 2]) == ""  # no labels: the PDF's numbers are the printed ones
+
+
+def _evidence(parsed, question: str) -> str:
+    """The evidence answer a question gets from every chunk of a parsed file, all graded relevant."""
+    graded = [ScoredChunk(c, 0.9) for c in chunk_blocks(parsed, "code.pdf", "0" * 16, lambda t: len(t.split()))]
+    strips = [replace(s, kept=True) for s in local_strips(graded)]
+    chosen = select(strips, question)
+    return evidence_answer(chosen, number_sources(strips, graded, chosen), language(question), Action.CORRECT)
+
+
+def test_code_set_in_a_monospaced_font_is_quoted_as_code_with_its_lines(tmp_path: Path, parser: PyMuPDFParser) -> None:
+    """A listing the layout model reads as text (the manuals' code is set in Courier or CMTT) keeps its lines and their
+    indentation from the page to the quote: fenced, its citation under the fence, the sentence that introduces it
+    quoted before it. Flattened, "sep = "," ) summary(df)" ran on as one line."""
+    parsed = parser.parse(code_pdf(tmp_path / "code.pdf"))
+    assert [b.text for b in parsed.blocks if b.type == "code"] == ["\n".join(CODE), "\n".join(ZH_CODE)]
+    text = _evidence(parsed, "How do I read a file with a header line and commas between the fields?")
+    assert "\n".join(["```", *CODE, "```", "[1]"]) in text
+    assert "the fields, you can type:” [1]\n\n```" in text
+    [code] = [q for q in quoted_lines(text) if q["quote"].startswith("df <-")]
+    assert code["quote"] == "\n".join(CODE) and code["n"] == "1"
+    zh = _evidence(parsed, "怎样升级全部宏包？")
+    assert "\n".join(["```", *ZH_CODE, "```"]) in zh and "“要升级全部宏包，先升级 tlmgr 自身，再执行以下命令：”" in zh
+
+
+def test_glyphs_that_are_not_text_are_dropped_when_a_page_is_read() -> None:
+    """A symbol font's characters come out as private-use code points or U+FFFD ("R2 = 1 − �i Ri2/ �i yi2" in the R
+    FAQ): they go, runs of them too, while real symbols (math, arrows, Chinese punctuation) stay."""
+    formula = _placed(
+        "text",
+        ("R2 = 1 −", 0, 40, 4),
+        ("\ufffd", 42, 48, 4),
+        ("i Ri2/", 48, 70, 4),
+        ("\uf8f1\ue000 \U000f0001", 72, 80, 4),
+        ("yi2 → ∑ ≤ 3，完。", 82, 150, 4),
+    )
+    assert box_text(formula) == "R2 = 1 − i Ri2/ yi2 → ∑ ≤ 3，完。"
+    assert box_text(_placed("text", ("不过 FAQ 随版本变动不大\ufffd。", 0, 100, 4))) == "不过 FAQ 随版本变动不大。"
+
+
+def test_lines_in_a_monospaced_font_are_code_even_when_the_pdf_does_not_flag_the_font() -> None:
+    """The layout model puts a listing in the box of the sentence that introduces it; lines set wholly in a
+    monospaced font (flagged, or known by name: NimbusMonL, FreeMono, CMTT9 often carry no flag) are a code block of
+    their own, indented as the page sets them. One such line inside a sentence stays in it."""
+    from crag.ingest.spans import box_pieces
+
+    def line(y: float, *spans: tuple[str, str, float]) -> dict:
+        placed = [
+            {"text": t, "font": f, "size": 10.0, "flags": 0, "bbox": (x, y, x + 6 * len(t), y + 10)}
+            for t, f, x in spans
+        ]
+        box = (min(s["bbox"][0] for s in placed), y, max(s["bbox"][2] for s in placed), y + 10)
+        return {"bbox": box, "spans": placed}
+
+    mono = "NimbusMonL-Regu"
+    box = SimpleNamespace(
+        boxclass="text",
+        x0=72.0,
+        y0=0.0,
+        x1=400.0,
+        y1=80.0,
+        textlines=[
+            line(0, ("Possible return values:", "NimbusRomNo9L-Regu", 72)),
+            line(12, ("BZ_PARAM_ERROR", mono, 90)),
+            line(24, ("if", mono, 96), ("strm", mono, 114), ("is NULL", mono, 144)),
+            line(36, ("Then call", "NimbusRomNo9L-Regu", 72), ("BZ2_bzCompress", mono, 130)),
+            line(48, ("again", mono, 72)),
+            line(60, ("with more input.", "NimbusRomNo9L-Regu", 72)),
+        ],
+    )
+    pieces = box_pieces(box)
+    assert [(p.code, p.text) for p in pieces] == [
+        (False, "Possible return values:"),
+        (True, "BZ_PARAM_ERROR\n if strm is NULL"),
+        (False, "Then call BZ2_bzCompress again with more input."),
+    ]
+    assert pieces[1].bbox == (90.0, 12.0, 186.0, 34.0)

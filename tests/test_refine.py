@@ -254,3 +254,22 @@ def test_a_chinese_how_to_question_puts_the_section_on_the_thing_above_a_passage
     score = {s.chunk_id: s.score for s in strips}
     assert all(score[f"c{about}"] > score[f"c{i}"] + 0.02 for i in range(3) if i != about), score
     assert f"c{about}" in [s.chunk_id for s in evidence.select(strips, question)]
+
+
+def test_code_and_tables_keep_their_lines_in_strips_and_no_strip_ends_inside_a_bracket() -> None:
+    """Code stays one piece with its lines, after the sentence that introduces it; a table's strips each open with its
+    header row; a strip does not end where a bracket is open ("(see e.g." is no strip's end)."""
+    code = 'df <- read.table("data.csv", header = TRUE,\n                 sep = ",")\nsummary(df)'
+    assert decompose(f"To read it, type:\n\n{code}\n\nThe summary follows.") == [
+        f"To read it, type:\n\n{code}\n\nThe summary follows."
+    ]
+    table = "|Name|Size|\n|---|---|\n" + "".join(f"|file{i}.txt|{i} kB|\n" for i in range(20))
+    strips = decompose(f"文件如下：\n\n{table}", limit=120)
+    assert len(strips) > 2 and all(s.split("\n\n")[-1].startswith("| Name | Size |\n| --- | --- |\n") for s in strips)
+    assert strips[0].startswith("文件如下：\n\n| Name | Size |") and "| file19.txt | 19 kB |" in strips[-1]
+    html = "<table><tr><td>Name</td><td>Size</td></tr><tr><td>a.txt</td><td>1<br>kB</td></tr></table>"  # MinerU's
+    assert decompose(html) == ["| Name | Size |\n| --- | --- |\n| a.txt | 1 kB |"]
+    assert decompose("Pick one of the options (see e.g. the manual). It works.", limit=30) == [
+        "Pick one of the options (see e.g. the manual).",
+        "It works.",
+    ]

@@ -6,16 +6,19 @@ Document and web text is shown with ``st.text``, ``st.code`` and tables, never a
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import altair as alt
 import pandas as pd
 import streamlit as st
 
+from crag.blocks import markdown_table, table_rows
 from crag.export import answer_markdown, follows_up
 from crag.markdown import model_markdown
 from crag.messages import unsupported_message
 from crag.models import PACKAGED_LABEL
+from crag.quotes import Quote, answer_parts
 from crag.text import pages_label
 from crag.types import NOT_WRITTEN, Answer, AnswerKind, Source, Trace
 from crag.websearch import OFF_REASON
@@ -39,7 +42,7 @@ def text(content: str, kind: AnswerKind) -> None:
     """The answer's text: quotes escaped and set as quotes, a model's Markdown with its images and links as typed,
     our messages as is."""
     if kind is AnswerKind.EVIDENCE:
-        st.markdown(evidence_markdown(content))
+        st.markdown(quotes_markdown(content))
     elif kind is AnswerKind.NO_ANSWER:
         st.markdown(md_coded(content))
     else:  # the model's text, then the quotes it rests on, set as quotes
@@ -48,7 +51,34 @@ def text(content: str, kind: AnswerKind) -> None:
         written, quotes = split_quotes(content)
         st.markdown(model_markdown(written))
         if quotes:
-            st.markdown(evidence_markdown(quotes))
+            st.markdown(quotes_markdown(quotes))
+
+
+def quotes_markdown(text: str) -> str:
+    """``evidence_markdown``, with the code an answer quotes set as code and its tables as tables, each block's
+    citation under it."""
+    out, lines = [], []
+    for part in answer_parts(text):
+        if isinstance(part, Quote):
+            out += [evidence_markdown("\n".join(lines))] if lines else []
+            out.append(block_markdown(part))
+            lines = []
+        else:
+            lines.append(part)
+    out += [evidence_markdown("\n".join(lines))] if lines else []
+    return "\n\n".join(out)
+
+
+def block_markdown(block: Quote) -> str:
+    """Quoted code in a fence, which shows it as typed (a fence longer than any run of backticks in it); a quoted
+    table as a table, every cell escaped. The question it answers before it, its citation under it."""
+    asked = f"*{md_escape(block.asked)}*\n\n" if block.asked else ""
+    if block.kind == "code":
+        fence = "`" * max([3, *(len(run) + 1 for run in re.findall(r"`+", block.quote))])
+        body = f"{fence}\n{block.quote}\n{fence}"
+    else:
+        body = markdown_table([[md_escape(cell) or " " for cell in row] for row in table_rows(block.quote) or []])
+    return f"{asked}{body}\n\n\\[{block.n}\\]"
 
 
 def render(answer: Answer, question: str, files_dir: Path, key: int, previous: str = "") -> None:

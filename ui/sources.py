@@ -8,13 +8,16 @@ Document and web text is shown with ``st.text`` and captions, never as Markdown 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 import streamlit as st
 
+from crag.blocks import markdown_table, table_rows
 from crag.errors import CragError
 from crag.evidence import quoted_lines
+from crag.quotes import Quote, quoted_blocks, split_quotes
 from crag.text import pages_label
 from crag.types import Answer, AnswerKind, Source, Trace
 from ui.text import md_escape
@@ -34,10 +37,12 @@ def sources_panel(answer: Answer, files_dir: Path, key: int) -> None:
             st.caption("The answer cites none of these passages: check it against them before you rely on it.")
         for source in shown:
             with st.container(border=True):
+                shown = shown_quotes(source, answer)
                 if source.kind == "local":
-                    local_source(source, passage_boxes(source, answer.trace), quoted_from(source, answer), files_dir)
+                    boxes = passage_boxes(source, answer.trace)
+                    local_source(source, boxes, quoted_from(source, answer), files_dir, shown)
                 else:
-                    web_source(source)
+                    web_source(source, shown)
         others = [f"[{s.n}]" for s in answer.sources if s not in shown]
         if others:
             kept = "kept by refinement but not quoted" if answer.kind is AnswerKind.EVIDENCE else "given to the model"
@@ -79,7 +84,31 @@ def quoted_from(source: Source, answer: Answer) -> tuple[str, ...]:
     return tuple(s.text for s in strips if s.kept and s.kind == "local" and s.chunk_id in source.chunk_ids)
 
 
-def local_source(source: Source, boxes: tuple, quoted: tuple[str, ...], files_dir: Path) -> None:
+def shown_quotes(source: Source, answer: Answer) -> list[Quote]:
+    """What the answer quotes from this source, as the answer shows it: its sentences, its code, its tables (an
+    evidence answer, or the quotes under a written one)."""
+    quotes = answer.text if answer.kind is AnswerKind.EVIDENCE else split_quotes(answer.text)[1]
+    return [q for q in quoted_blocks(quotes) if int(q.n) == source.n]
+
+
+def passage_text(source: Source, shown: Sequence[Quote]) -> None:
+    """The quotes the answer took from the source, set as the answer sets them (prose as text, code as code, a table
+    as a table); the start of its text when the answer quotes none of it."""
+    if not shown:
+        st.text(source.snippet)
+    for said in shown:
+        if said.kind == "code":
+            st.code(said.quote, language=None)
+        elif said.kind == "table":
+            rows = table_rows(said.quote) or []
+            st.markdown(markdown_table([[md_escape(cell) or " " for cell in row] for row in rows]))
+        else:
+            st.text(f"{said.asked}\n{said.quote}" if said.asked else said.quote)
+
+
+def local_source(
+    source: Source, boxes: tuple, quoted: tuple[str, ...], files_dir: Path, shown: Sequence[Quote] = ()
+) -> None:
     text, image = st.columns([2, 3], gap="medium")
     with text:
         where = f"{md_escape(source.file)} · {pages_label(source.pages)}"
@@ -88,7 +117,7 @@ def local_source(source: Source, boxes: tuple, quoted: tuple[str, ...], files_di
         st.markdown(f"**\\[{source.n}\\]** :material/description: {where}")
         if source.section:  # what the quote is about: "sudo tlmgr remove --all" under "Uninstalling TeX Live"
             st.caption(f":material/subdirectory_arrow_right: {md_escape(source.section)}")
-        st.text(source.snippet)
+        passage_text(source, shown)
     with image:
         for page in source.pages[:2]:
             close_up, problem = page_image(files_dir, source.file, page, boxes, quoted, around=CLOSE_UP_MARGIN)
@@ -104,7 +133,7 @@ def local_source(source: Source, boxes: tuple, quoted: tuple[str, ...], files_di
                     st.caption(md_escape(problem))
 
 
-def web_source(source: Source) -> None:
+def web_source(source: Source, shown: Sequence[Quote] = ()) -> None:
     st.markdown(f"**\\[{source.n}\\]** :material/language: {md_escape(source.title or source.url)}")
     parts = urlsplit(source.url)
     if parts.scheme in ("http", "https") and parts.netloc:
@@ -113,7 +142,7 @@ def web_source(source: Source) -> None:
         st.caption(f"[{md_escape(source.url)}]({href})")
     else:
         st.text(source.url)
-    st.text(source.snippet)
+    passage_text(source, shown)
 
 
 def page_image(

@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from crag.text import ENDED, join_sentences, note_text, split_sentences
+from crag.text import ENDED, drop_glyphs, join_sentences, note_text, split_sentences
 from crag.types import Block, Chunk, ParsedPDF
 
 TokenCounter = Callable[[str], int]
@@ -31,8 +31,9 @@ TokenCounter = Callable[[str], int]
 # 2: tables of contents and indexes left out; 3: margin notes (PyMuPDF) left out; 4: displayed commands and lines of
 # running text that the layout model calls headings are text (PyMuPDF); 5: a paragraph goes on over a page break;
 # 6: footnotes wait for the paragraph they interrupt; their raised marks leave the text (PyMuPDF); 7: a footnote's own
-# mark is raised ("²sudo …"), so that its strip ends with it
-CHUNKER_VERSION = 7
+# mark is raised ("²sudo …"), so that its strip ends with it; 8: code keeps its line breaks, a code block split over
+# two boxes is one, glyphs that are not text are dropped (and PyMuPDF finds code set in a monospaced font)
+CHUNKER_VERSION = 8
 
 ATOMIC = ("table", "equation")
 # How a paragraph's second half may open: a lower-case word or a Chinese character, not a capital or a number.
@@ -196,7 +197,7 @@ class Chunker:
     def add(self, blocks: Sequence[Block]) -> list[Chunk]:
         self._blocks += [
             b
-            for b in blocks
+            for b in map(_text_only, blocks)
             if b.type == "title" or (b.type not in DROPPED and b.text.strip() and not is_navigation(b.text))
         ]
         self._make_units(final=False)
@@ -231,10 +232,10 @@ class Chunker:
                     i += 1
                 text = "\n\n".join(b.text for b in group)
                 self._units.append(_Unit(text, self.count(text), tuple(group), atomic=True, whole=True))
-            elif self._units and _goes_on(self._units[-1], block):
+            elif self._units and (_goes_on(self._units[-1], block) or _code_goes_on(self._units[-1], block)):
                 last = self._units.pop()
-                text = join_sentences(last.text, block.text)
-                self._units.append(_Unit(text, self.count(text), (*last.blocks, block)))
+                text = (_join_code if block.type == "code" else join_sentences)(last.text, block.text)
+                self._units.append(_Unit(text, self.count(text), (*last.blocks, block), whole=last.whole))
             else:
                 atomic = block.type in ATOMIC
                 whole = atomic or block.type in ("caption", "code")
@@ -367,6 +368,28 @@ def _goes_on(last: _Unit | Block, block: Block) -> bool:
     )
 
 
+def _code_goes_on(last: _Unit | Block, block: Block) -> bool:
+    """Whether a code block goes on with the one before it: a listing the layout cut into two boxes of one page."""
+    return (
+        isinstance(last, _Unit) and block.type == last.blocks[-1].type == "code" and block.page == last.blocks[-1].page
+    )
+
+
+def _join_code(left: str, right: str) -> str:
+    return f"{left}\n{right}" if left else right
+
+
+def _text_only(block: Block) -> Block:
+    """A block without the glyphs that are not text (``drop_glyphs``), whichever parser read it. A line of code or a
+    row of a table keeps its line break; in prose, the space a glyph leaves goes with it."""
+    text = drop_glyphs(block.text)
+    if text == block.text:
+        return block
+    if block.type not in ("code", "table", "equation"):
+        text = " ".join(text.split())
+    return replace(block, text=text)
+
+
 def _join(units: Sequence[_Unit]) -> str:
     """Sentences of one paragraph join with a space (none for CJK); paragraphs join with a blank line."""
     text = ""
@@ -375,7 +398,8 @@ def _join(units: Sequence[_Unit]) -> str:
         if not text:
             text = unit.text
         elif previous and (unit.blocks[0] is previous[-1] or unit.blocks == previous) and not unit.atomic:
-            text = join_sentences(text, unit.text)
+            # Two pieces of one block: a sentence goes on a paragraph, a line of code goes below the one before.
+            text = (_join_code if unit.blocks[0].type == "code" else join_sentences)(text, unit.text)
         else:
             text += "\n\n" + unit.text
         previous = unit.blocks

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,7 +24,8 @@ from pymupdf4llm.helpers import document_layout
 
 from crag.config import cpu_threads
 from crag.ingest.base import PageProgress, PagesRead, Parser, PDFError
-from crag.text import NOTE_MARK, join_lines, split_sentences, strip_invisible
+from crag.ingest.spans import BOLD, MONOSPACED, Piece, box_pieces, clean, note_marks, spans
+from crag.text import split_sentences
 from crag.types import Block, ParsedPDF
 
 if TYPE_CHECKING:  # ocr.py builds on this module, so the parser only receives a PageOCR
@@ -103,7 +104,6 @@ BOX_TYPES = {
     "page-footer": "footer",
     "code": "code",
 }
-LIGATURE = re.compile("[\ufb00-\ufb06]")
 # A note in the page's outer margin ("Revised v0.4" beside a changed answer, a line number) is paratext that the
 # layout model reads as text: quoted, it cuts a sentence ("CTEX 首页上的下载中心：Revised v0.4 http://…").
 # MinerU calls it aside text, and it is dropped with headers and footers.
@@ -245,103 +245,53 @@ def _holds(region: str, quoted: Sequence[str], probe: int = 20) -> bool:
     return len(region) >= 8 and any(q[:probe] in region or q[-probe:] in region or region[:probe] in q for q in quoted)
 
 
-def clean(text: str) -> str:
-    """Ligatures (ﬁ -> fi) are folded so words match; C0/C1 controls (bullets in some fonts) go.
-
-    Only the ligature block is normalised: NFKC on everything would turn Chinese full-width
-    punctuation (！？；) into ASCII and blur the sentence boundaries the chunker splits on.
-    """
-    return strip_invisible(LIGATURE.sub(lambda m: unicodedata.normalize("NFKC", m.group()), text))
-
-
-# Two spans closer than this (a share of the font size) touch: no space between them. A word space is a
-# quarter of an em or more; logos (the L, raised A and TEX of LaTeX), kerning and font changes are less.
-TOUCHING = 0.1
-
-
-def _join_spans(spans: Sequence[dict], marks: Collection[str] = ()) -> str:
-    """One line's spans as text. TeX-made PDFs often have no space characters between the spans of a
-    line (spacing is positional), so the gap between their boxes decides. A raised footnote mark (one of
-    ``marks``) is left out: glued to a word, it made another word of it ("secure_path 中4.", "control.6")."""
-    out, last = "", None
-    for span in spans:
-        text = clean(span["text"])
-        if span["flags"] & SUPERSCRIPT and text.strip() in marks:
-            last = span  # what follows the mark touches it, not the word before it
-            continue
-        if not text.strip():
-            continue
-        size = max(span.get("size") or 0.0, (last or {}).get("size") or 0.0, 1.0)
-        if last is not None and span["bbox"][0] - last["bbox"][2] < TOUCHING * size:
-            out += text
-        else:
-            out = join_lines([out, text], dehyphenate=False)
-        last = span
-    return " ".join(out.split())
-
-
-def box_text(box: document_layout.LayoutBox, marks: Collection[str] = ()) -> str:
-    if box.boxclass == "table" and box.table:
-        return clean(box.table.get("markdown") or "").strip()
-    if box.boxclass == "code":
-        return "\n".join("".join(clean(span["text"]) for span in line["spans"]) for line in box.textlines or [])
-    marks = () if box.boxclass == "footnote" else marks  # a note opens with its own mark
-    return join_lines([_join_spans(line["spans"], marks) for line in box.textlines or []])
-
-
-SUPERSCRIPT, MONOSPACED, BOLD = 1, 8, 16  # PyMuPDF's span flags
-
-
-def note_marks(boxes: Sequence[document_layout.LayoutBox]) -> set[str]:
-    """The marks that the page's footnotes open with: only those are footnote marks in its text, not every raised
-    number (x², 10⁶)."""
-    return {m.group(1) for box in boxes if box.boxclass == "footnote" and (m := NOTE_MARK.match(box_text(box)))}
-
-
-def _spans(box: document_layout.LayoutBox) -> list[dict]:
-    return [span for line in box.textlines or [] for span in line["spans"] if span["text"].strip()]
-
-
 def body_style(boxes: Sequence[document_layout.LayoutBox]) -> tuple[set[str], float] | None:
     """The fonts of the page's running text, and its most common size (by characters)."""
-    spans = [span for box in boxes if box.boxclass == "text" for span in _spans(box)]
-    if not spans:
+    shown = [span for box in boxes if box.boxclass == "text" for span in spans(box)]
+    if not shown:
         return None
     sizes: dict[float, int] = {}
-    for span in spans:
+    for span in shown:
         sizes[round(span["size"], 1)] = sizes.get(round(span["size"], 1), 0) + len(span["text"])
-    return {span["font"] for span in spans}, max(sizes, key=sizes.__getitem__)
+    return {span["font"] for span in shown}, max(sizes, key=sizes.__getitem__)
 
 
 def false_heading(box: document_layout.LayoutBox, body: tuple[set[str], float] | None) -> bool:
     """A line the layout model calls a heading that is not one, and whose words would be lost to the section
     path: a command displayed in a monospaced font ("./configure --prefix=/where/you/want/R/to/go", "make
     install-pdf"), or a line set exactly as the running text ("or", "然后执行") that introduces what follows."""
-    spans = _spans(box)
-    if not spans or box.boxclass not in ("title", "section-header"):
+    shown = spans(box)
+    if not shown or box.boxclass not in ("title", "section-header"):
         return False
-    if all(span["flags"] & MONOSPACED for span in spans):
+    if all(span["flags"] & MONOSPACED for span in shown):
         return True
     if body is None:
         return False
     fonts, size = body
-    return all(span["font"] in fonts and span["size"] <= size + 0.5 and not span["flags"] & BOLD for span in spans)
+    return all(span["font"] in fonts and span["size"] <= size + 0.5 and not span["flags"] & BOLD for span in shown)
 
 
 def _block(
-    box: document_layout.LayoutBox, text: str, page: int, order: int, width: float, body: tuple[set[str], float] | None
+    box: document_layout.LayoutBox,
+    piece: Piece,
+    page: int,
+    order: int,
+    width: float,
+    body: tuple[set[str], float] | None,
 ) -> Block:
-    if in_margin(box, text, width):
+    if in_margin(box, piece.text, width):
         kind = "header"
+    elif piece.code:
+        kind = "code"
     elif false_heading(box, body):
         kind = "text"
     else:
         kind = BOX_TYPES.get(box.boxclass, "text")
     return Block(
         type=kind,
-        text=text,
+        text=piece.text,
         page=page,
-        bbox=(float(box.x0), float(box.y0), float(box.x1), float(box.y1)),
+        bbox=piece.bbox,
         order=order,
         level=(box.header_level or (1 if box.boxclass == "title" else 2)) if kind == "title" else 0,
     )
@@ -420,10 +370,10 @@ class PyMuPDFParser(Parser):
         width = doc[number - 1].rect.width
         boxes = [box for page_layout in layout.pages for box in page_layout.boxes]
         body, marks = body_style(boxes), note_marks(boxes)
+        pieces = [(box, piece) for box in boxes for piece in box_pieces(box, marks)]
         return [
-            _block(box, text, number, i, width, body)
-            for i, box in enumerate(boxes)
-            if (text := box_text(box, marks)) or box.boxclass == "picture"
+            _block(box, piece, number, i, width, body)
+            for i, (box, piece) in enumerate(p for p in pieces if p[1].text or p[0].boxclass == "picture")
         ]
 
     def _no_text(self, number: int) -> str:
