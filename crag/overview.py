@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from crag.injection import injection_reason
 from crag.text import HAN, content_words, fold, split_sentences, width
 from crag.types import Chunk, FileResult, Source, Strip
 
@@ -23,7 +24,8 @@ _ABOUT_EN = re.compile(
     rf"\b(?:summar(?:y|ise|ize|ising|izing)|overview|outline|table of contents|gist|tl;?dr)\b"
     rf"(?:\W+(?:of|for|on|about))?(?:\W+(?:this|the|that|these|those|it|them|my|each|every|all))?"
     rf"(?:\W+(?:\w+\W+){{0,3}}?{_DOCUMENT}\b|\W*$)"
-    rf"|\bwhat\b.{{0,40}}\b{_DOCUMENT}\b.{{0,30}}\b(?:about|cover|covers|contain|contains|describe|describes)\b"
+    rf"|\bwhat\b.{{0,40}}\b{_DOCUMENT}\b.{{0,30}}\b(?:about|cover|covers|contain|contains|describe|describes)"
+    rf"\W*$"
     rf"|\bwhat(?:'s| is| are)\s+(?:this|it|they)\s+about\b",
     re.IGNORECASE,
 )
@@ -58,13 +60,17 @@ def _spoken(text: str) -> str:
     return " ".join(re.split(r"[\W_]+", fold(text).lower())).strip()
 
 
-def named_files(question: str, files: Iterable[str]) -> list[str]:
-    """The files a question names, by file name ("R-intro.pdf") or by its stem as words ("r intro")."""
+def named_files(question: str, files: Iterable[str], by_word: bool = False) -> list[str]:
+    """The files a question names, by file name ("R-intro.pdf") or by its stem as words ("r intro"). A stem of one
+    word ("gnuplot", "widget") names its file only ``by_word``, in a question already known to be about whole
+    documents ("the gnuplot manual"): elsewhere it is a word of the question ("How many cores does the widget
+    need?")."""
     asked, spoken = fold(question).lower(), f" {_spoken(question)} "
     found = []
     for file in files:
         name, stem = fold(PurePosixPath(file).name).lower(), _spoken(PurePosixPath(file).stem)
-        if name in asked or (len(stem) >= 4 and f" {stem} " in spoken):
+        words_ok = len(stem) >= 4 and (by_word or " " in stem)
+        if name in asked or (words_ok and f" {stem} " in spoken):
             found.append(file)
     return found
 
@@ -89,7 +95,7 @@ def documents_asked(question: str, languages: Mapping[str, str]) -> list[str]:
     """The documents a question about whole documents is about, of ``languages`` (each file of the scope with its
     language): those it names; else those of the language it names ("the Chinese PDF"); else every one."""
     files = list(languages)
-    if named := named_files(question, files):
+    if named := named_files(question, files, by_word=True):
         return named
     for lang, asked in _LANGUAGE_ASKED.items():
         if asked.search(question) and (in_it := [f for f in files if languages[f] == lang]):
@@ -225,7 +231,8 @@ def _sentences(text: str) -> list[str]:
         if paragraph.lstrip().startswith(("|", "•", "-", "`")):
             continue
         for sentence in split_sentences(" ".join(paragraph.split())):
-            if 40 <= width(sentence) <= 480 and not _FRONT_MATTER.search(sentence):
+            # A sentence that gives orders is no statement of what a document is, and never reaches a model.
+            if 40 <= width(sentence) <= 480 and not _FRONT_MATTER.search(sentence) and not injection_reason(sentence):
                 out.append(sentence)
     return out
 
