@@ -19,12 +19,12 @@ from crag.text import content_words, has_han
 # word follows ("…, and how do I…", "…以及如何…", "…，怎么…").
 _QUESTION_WORD_EN = r"(?:how|what|where|when|which|why|who|can|could|is|are|does|do|should)\b"
 _QUESTION_WORD_ZH = r"(?:如何|怎么|怎样|什么|哪|为什么|是否|能否|能不能|可以|有没有|有哪些)"
-_SPLIT = re.compile(
-    rf"(?<=[?？;；])\s*(?=\S)"
-    rf"|\s*,?\s+(?:and|also|plus)\s+(?={_QUESTION_WORD_EN})"
-    rf"|\s*,\s+(?={_QUESTION_WORD_EN})(?!is\b|are\b|do\b|does\b)"
-    rf"|\s*(?:以及|并且|另外|还有|同时|和|与)\s*(?={_QUESTION_WORD_ZH})"
-    rf"|\s*[，,]\s*(?:那么|还有|另外|以及)?\s*(?={_QUESTION_WORD_ZH})",
+_SPLIT = re.compile(  # each way in starts once per run of spaces (possessive, after a non-space): linear on any text
+    rf"(?<=[?？;；])\s*+(?=\S)"
+    rf"|(?<!\s)(?:\s*+,\s*+|\s++)(?:and|also|plus)\s++(?={_QUESTION_WORD_EN})"
+    rf"|(?<!\s)\s*+,\s++(?={_QUESTION_WORD_EN})(?!is\b|are\b|do\b|does\b)"
+    rf"|(?<!\s)\s*+(?:以及|并且|另外|还有|同时|和|与)\s*+(?={_QUESTION_WORD_ZH})"
+    rf"|(?<!\s)\s*+[，,]\s*+(?:(?:那么|还有|另外|以及)\s*+)?(?={_QUESTION_WORD_ZH})",
     re.IGNORECASE,
 )
 # An ask of its own names something: at least one word that is not how a question asks.
@@ -76,32 +76,51 @@ def _new_subject(piece: str, before: list[str]) -> bool:
     return any(t.text.lower() not in named for t in specific_terms(piece))
 
 
-# "Compare A and B", "What is the difference between A and B?", "A 和 B 有什么区别", "A vs B": one ask per side.
-_COMPARE = re.compile(
-    r"^.*?\b(?:compare|comparison of|differences? between)\s+(?P<a>.+?)\s+(?:and|with|to|vs\.?|versus)\s+"
-    r"(?P<b>.+?)(?:\s+(?:in|for|on|when)\s+.+?)?\s*[?？.]?$"
-    r"|^(?P<a2>[^?？]+?)\s+(?:vs\.?|versus)\s+(?P<b2>[^?？]+?)\s*[?？.]?$"
-    r"|^(?:比较|对比)(?:一下)?\s*(?P<a3>[^和与跟]+?)\s*(?:和|与|跟)\s*(?P<b3>[^和与跟]+?)\s*[。？?]?$"
-    r"|^(?P<a4>[^和与跟]+?)\s*(?:和|与|跟)\s*(?P<b4>[^和与跟]+?)\s*(?:的|之间的|之间)?\s*(?:有)?(?:什么|哪些)?"
-    r"(?:区别|差别|异同|不同)",
-    re.IGNORECASE,
-)
+# "Compare A and B", "the difference between A and B?", "A vs B", "比较一下 A 与 B", "A 和 B 有什么区别": one ask
+# per side. Found piece by piece (no pattern spans both sides), so that no text makes a pattern backtrack.
+_COMPARE_EN = re.compile(r"\b(?:compare|comparison of|differences? between)\s++", re.IGNORECASE)
+_JOIN_EN = re.compile(r"\s(?:and|with|to|vs\.?|versus)\s", re.IGNORECASE)
+_VERSUS = re.compile(r"\s(?:vs\.?|versus)\s", re.IGNORECASE)
+_CONTEXT_EN = re.compile(r"\s(?:in|for|on|when)\s|[?？.]", re.IGNORECASE)
+_COMPARE_ZH = ("比较一下", "对比一下", "比较", "对比")
+_DIFFERENCE_ZH = re.compile(r"(?:之间的|之间|的)?(?:有)?(?:什么|哪些)?(?:区别|差别|异同|不同)")
+_JOIN_ZH = re.compile(r"和|与|跟")
+
+
+def _sides(question: str) -> tuple[str, str] | None:
+    """The two things a comparison compares, as written, or None."""
+    if found := _COMPARE_EN.search(question):
+        rest = question[found.end() :]
+        rest = rest[: m.start()] if (m := _CONTEXT_EN.search(rest, pos=1)) else rest
+        if join := _JOIN_EN.search(rest):
+            return rest[: join.start()], rest[join.end() :]
+    if versus := _VERSUS.search(question):
+        return question[: versus.start()], question[versus.end() :].rstrip("?？. ")
+    head = question.strip()
+    if found := _DIFFERENCE_ZH.search(head):
+        head = head[: found.start()]
+    elif not head.startswith(_COMPARE_ZH):
+        return None
+    head = next((head[len(w) :] for w in _COMPARE_ZH if head.startswith(w)), head).rstrip("。？? ")
+    if join := _JOIN_ZH.search(head):
+        return head[: join.start()], head[join.end() :]
+    return None
 
 
 def compared(question: str) -> list[tuple[str, str]]:
-    """For a question that compares two things, each side and what to search for it ("Compare bzip2 and gzip for
-    speed" → ("bzip2", "bzip2 for speed"), ("gzip", "gzip for speed")); [] for any other question."""
-    found = _COMPARE.search(question.strip())
-    if not found:
+    """For a question that compares two things, each side and what to search for it: the question with the other
+    side's name left out ("Compare bzip2 and gzip" → ("bzip2", "Compare bzip2 and"), ("gzip", "Compare and gzip"));
+    [] for any other question."""
+    sides = _sides(question)
+    if sides is None:
         return []
-    groups = found.groupdict()
-    a, b = (next(groups[k] for k in keys if groups[k]) for keys in (("a", "a2", "a3", "a4"), ("b", "b2", "b3", "b4")))
+    a, b = (side.strip() for side in sides)
     if not (specific_terms(a) and specific_terms(b)):  # two things the documents may name, not two ideas
         return []
-    # Each side is searched with the rest of the question, the other side's last name left out: "Debian 里的 DD 和 DM
-    # 有什么区别" asks about DD in Debian, and about DM in Debian.
+    # The rest of the question goes with each side: "Debian 里的 DD 和 DM 有什么区别" asks about DD in Debian, and
+    # about DM in Debian.
     item = {side: specific_terms(side)[-1].text for side in (a, b)}
     return [
-        (side.strip(), " ".join(re.sub(re.escape(item[other]), " ", question, count=1).split()))
+        (side, " ".join(re.sub(re.escape(item[other]), " ", question, count=1).split()))
         for side, other in ((a, b), (b, a))
     ]
