@@ -81,7 +81,7 @@ def _new_subject(piece: str, before: list[str]) -> bool:
 _COMPARE_EN = re.compile(r"\b(?:compare|comparison of|differences? between)\s++", re.IGNORECASE)
 _JOIN_EN = re.compile(r"\s(?:and|with|to|vs\.?|versus)\s", re.IGNORECASE)
 _VERSUS = re.compile(r"\s(?:vs\.?|versus)\s", re.IGNORECASE)
-_CONTEXT_EN = re.compile(r"\s(?:in|for|on|when)\s|[?？.]", re.IGNORECASE)
+_CONTEXT_EN = re.compile(r"\s(?:in|for|on|when)\s|[?？]|\.(?!\w)", re.IGNORECASE)  # not the dot of read.csv
 _COMPARE_ZH = ("比较一下", "对比一下", "比较", "对比")
 _DIFFERENCE_ZH = re.compile(r"(?:之间的|之间|的)?(?:有)?(?:什么|哪些)?(?:区别|差别|异同|不同)")
 _JOIN_ZH = re.compile(r"和|与|跟")
@@ -120,7 +120,12 @@ def compared(question: str) -> list[tuple[str, str]]:
     # The rest of the question goes with each side: "Debian 里的 DD 和 DM 有什么区别" asks about DD in Debian, and
     # about DM in Debian.
     item = {side: specific_terms(side)[-1].text for side in (a, b)}
-    return [
-        (side, " ".join(re.sub(re.escape(item[other]), " ", question, count=1).split()))
-        for side, other in ((a, b), (b, a))
-    ]
+    return [(side, _without(question, item[other])) for side, other in ((a, b), (b, a))]
+
+
+def _without(question: str, name: str) -> str:
+    """The question without one name, as a whole word ("pdfLaTeX" keeps its "LaTeX"), or, in Chinese text that
+    runs on without spaces, as written."""
+    whole = re.compile(rf"(?<!\w){re.escape(name)}(?!\w)")
+    found = whole.search(question) or re.search(re.escape(name), question)
+    return " ".join((question[: found.start()] + " " + question[found.end() :]).split()) if found else question

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from crag.text import TOKEN, content_words, has_han, stem
+from crag.text import TOKEN, content_words, han_named, has_han, stem
 
 History = Sequence[tuple[str, str]]  # (role, text), role "user" | "assistant"
 
@@ -168,10 +168,4 @@ def reading(question: str, alone: float, answered: bool, graded: Sequence[tuple[
 
 def _names(words: Sequence[str], passage: str) -> bool:
     found = set(content_words(passage))
-    return any(_han_named(word, passage) if has_han(word) else word in found for word in words)
-
-
-def _han_named(word: str, passage: str) -> bool:
-    """A Chinese word in the passage, or its characters in order with at most one between them: the question and
-    the passage are segmented differently, and a short form drops a character (行距 for 行间距)."""
-    return re.search(".?".join(map(re.escape, word)), passage) is not None
+    return any(han_named(word, passage) if has_han(word) else word in found for word in words)

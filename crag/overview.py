@@ -19,22 +19,29 @@ from crag.text import HAN, content_words, fold, split_sentences, width
 from crag.types import Chunk, FileResult, Source, Strip
 
 # "What is this document about?", "Summarize it", "give me an overview of the manual", "what does the PDF cover".
+# The document is named as such ("the manual", "these files"), not any text ("the outline of a text box").
 _DOCUMENT = r"(?:document|doc|pdf|file|manual|guide|handbook|book|paper|tutorial|report|text|faq)s?"
+_THESE = r"(?:this|the|that|these|those|my|each|every|all|your)"
 _ABOUT_EN = re.compile(
     rf"\b(?:summar(?:y|ise|ize|ising|izing)|overview|outline|table of contents|gist|tl;?dr)\b"
-    rf"(?:\W+(?:of|for|on|about))?(?:\W+(?:this|the|that|these|those|it|them|my|each|every|all))?"
-    rf"(?:\W+(?:\w+\W+){{0,3}}?{_DOCUMENT}\b|\W*$)"
-    rf"|\bwhat\b.{{0,40}}\b{_DOCUMENT}\b.{{0,30}}\b(?:about|cover|covers|contain|contains|describe|describes)"
-    rf"\W*$"
-    rf"|\bwhat(?:'s| is| are)\s+(?:this|it|they)\s+about\b",
+    rf"(?:\W++(?:of|for|on|about))?+(?:\W++(?:{_THESE}\W++(?:\w++\W++)?{_DOCUMENT}\b|it|them)|\W*+$)"
+    rf"|\bwhat\b.{{0,40}}\b{_THESE}\s++(?:\w++\s++)?{_DOCUMENT}\b.{{0,30}}\b"
+    rf"(?:about|cover|covers|contain|contains|describe|describes)\W*+$"
+    rf"|\bwhat(?:'s| is| are)\s++(?:this|it|they)\s++about\b",
     re.IGNORECASE,
 )
 # "这份文档主要讲了什么", "<file> 讲的是什么", "总结一下", "这个 PDF 的主要内容", "概述一下这本手册".
 _DOCUMENT_ZH = r"(?:文档|文件|手册|资料|PDF|pdf|书|指南|文章|教程|材料)"
 _ABOUT_ZH = re.compile(
-    rf"(?:这|那|该|本|此)[份个篇本部]?{_DOCUMENT_ZH}?.{{0,8}}(?:讲|说|介绍|写|谈|讲述|关于|涉及)(?:了|的|些)*(?:是)?(?:什么|啥|哪些)"
+    rf"(?:这|那|该|本|此)[份个篇本部些]?\s?{_DOCUMENT_ZH}?.{{0,8}}(?:讲|说|介绍|写|谈|讲述|关于|涉及)(?:了|的|些)*(?:是)?(?:什么|啥|哪些)"
     rf"|{_DOCUMENT_ZH}.{{0,8}}(?:讲|说|介绍|写|谈|讲述|关于|涉及)(?:了|的|些)*(?:是)?(?:什么|啥|哪些)"
-    rf"|总结|概括|概述|概要|摘要|大纲|主要内容|内容简介|内容提要"
+    rf"|(?:总结|概括|概述|介绍)一下\s*(?:(?:这|本|该)?[份个篇本部些]?{_DOCUMENT_ZH}|[。？?！!]|$)"
+    rf"|(?:这|本|该)[份个篇本部些]?\s?{_DOCUMENT_ZH}.{{0,6}}(?:主要内容|内容简介|内容提要|摘要|大纲|概要|目录)"
+)
+# A question that names a file asks about the whole of it when it ends in what it asks ("What is R-intro.pdf
+# about?", "R-intro.pdf 讲了什么") or asks for a summary; "What does R-intro.pdf say about data frames?" does not.
+_ABOUT_NAMED = re.compile(
+    r"\babout\W*+$|\bsummar|\boverview\b|(?:讲|介绍|说)(?:了|的)?(?:些)?(?:什么|啥)|是什么|(?:介绍|总结|概括)一下", re.I
 )
 
 
@@ -48,8 +55,16 @@ def asks_about_documents(question: str, files: Iterable[str] = ()) -> bool:
         return False
     if len(named) > 1 and _COMPARES.search(question):  # "Compare gnuplot.pdf and ctex.pdf": what each is
         return True
-    about = re.search(r"\babout\b|summar|overview|讲|介绍|是什么", question, re.IGNORECASE) is not None
-    return about or not content_words(without_names(question, files))
+    return _ABOUT_NAMED.search(question) is not None or not content_words(without_names(question, files))
+
+
+def names_a_document(question: str, files: Iterable[str]) -> bool:
+    """Whether a question names its document itself ("this manual", "这份文档", a file name), rather than with a
+    word that points back to the conversation ("Summarize it")."""
+    named = re.search(
+        rf"\b{_THESE}\s++(?:\w++\s++)?{_DOCUMENT}\b|(?:这|本|该)[份个篇本部些]?{_DOCUMENT_ZH}", question, re.I
+    )
+    return named is not None or bool(named_files(question, files))
 
 
 _COMPARES = re.compile(r"\bcompar|\bdiffer|\bvs\b|\bversus\b|比较|对比|区别|差别|异同", re.IGNORECASE)
@@ -70,7 +85,8 @@ def named_files(question: str, files: Iterable[str], by_word: bool = False) -> l
     for file in files:
         name, stem = fold(PurePosixPath(file).name).lower(), _spoken(PurePosixPath(file).stem)
         words_ok = len(stem) >= 4 and (by_word or " " in stem)
-        if name in asked or (words_ok and f" {stem} " in spoken):
+        # The whole name: "guide.pdf" is not named by "user-guide.pdf", nor "a.pdf" by "data.pdf".
+        if re.search(rf"(?<![\w.-]){re.escape(name)}(?!\w)", asked) or (words_ok and f" {stem} " in spoken):
             found.append(file)
     return found
 
@@ -79,7 +95,7 @@ def without_names(question: str, files: Iterable[str]) -> str:
     """The question without the files it names: a file's name is no term a passage must mention."""
     for file in named_files(question, files):
         name = PurePosixPath(file).name
-        question = re.sub(re.escape(name), " ", question, flags=re.IGNORECASE)
+        question = re.sub(rf"(?<![\w.-]){re.escape(name)}(?!\w)", " ", question, flags=re.IGNORECASE)
         words = r"[\W_]+".join(map(re.escape, _spoken(PurePosixPath(file).stem).split()))
         question = re.sub(rf"(?<!\w){words}(?!\w)(?:\.pdf)?", " ", question, flags=re.IGNORECASE)
     return " ".join(question.split())
@@ -158,7 +174,8 @@ def overview(file: str, chunks: Sequence[Chunk], record: FileResult | None) -> O
 
 
 _CONTENTS = re.compile(r"^(?:table of )?contents$|^index$|^目\s*录$|^索\s*引$", re.IGNORECASE)
-_LEADERS = re.compile(r"(?:\.\s*){5,}\d|(?:\s\d{1,3}){6,}")  # a contents page: "Introduction ........ 5"
+# A contents page: "Introduction ........ 5", or a run of page numbers. Each run is tried from its start only.
+_LEADERS = re.compile(r"(?<![.\s])(?:\.\s*+){5,}+\d|(?<!\d)(?:\s\d{1,3}){6,}+")
 
 
 def _opening(chunks: Sequence[Chunk], title: str) -> list[Chunk]:
@@ -177,7 +194,7 @@ def _top(chunk: Chunk) -> str:
 def _title(chunks: Sequence[Chunk]) -> str:
     """The heading the document opens with, unless that is a chapter's ("1 Introduction"): then it has none found."""
     first = chunks[0]
-    top = first.section.split(" > ")[0].strip() if first.section else ""
+    top = _top(first)
     if not top:
         top = next((line.strip() for line in first.text.splitlines() if line.strip()), "")[:120]
     return "" if _NUMBERED.match(top) else top
@@ -219,7 +236,9 @@ _TITLE_STOP = frozenset("a an the of to and for on in with its guide manual intr
 def _title_words(title: str) -> list[str]:
     """What a title names: its words but the generic ones ("An Introduction to R" → R), and the pairs of Chinese
     characters of its Chinese part ("新维护者手册" → 新维, 维护, …)."""
-    latin = [w for w in re.findall(r"[^\W\d_]+(?:[+#]+)?", fold(title)) if not HAN.match(w) and w not in _TITLE_STOP]
+    latin = [
+        w for w in re.findall(r"[^\W\d_]+(?:[+#]+)?", fold(title)) if not HAN.match(w) and w.lower() not in _TITLE_STOP
+    ]
     han = "".join(HAN.findall(title))
     return latin + [han[i : i + 2] for i in range(len(han) - 1)]
 

@@ -42,7 +42,7 @@ from crag.followups import (
 )
 from crag.messages import language_hint, model_failure_message, near_miss_note, no_answer, what_is_missing
 from crag.models import COUNTED, BackendInfo, build_chat_model, resolve_backend, run_structured
-from crag.overview import Overview, asks_about_documents, documents_asked, without_names
+from crag.overview import Overview, asks_about_documents, documents_asked, names_a_document, without_names
 from crag.refine import keep_closest, local_strips, number_sources, refine, refine_closest, web_strips
 from crag.retriever import Retriever, open_retriever
 from crag.scope import EVERYTHING, Scope
@@ -64,6 +64,7 @@ STRIP_FLOOR = -0.2  # a strip below this is noise even when few strips exist
 CLOSEST_KEPT = 3  # Ambiguous with no strip above the floor: the closest passages shown, said to be such
 WEB_RESULTS = 5
 WEB_PAGES_FETCHED = 2
+MAX_DOCUMENTS = 12  # documents described in one answer: more is a catalogue, and a scope narrows it
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,13 +172,17 @@ class Pipeline:
             )
         return Condensed(question, (question, with_history), with_history, tuple(notes))
 
-    def documents(self, question: str, scope: Scope) -> list[Overview]:
+    def documents(self, question: str, scope: Scope, history: History = ()) -> list[Overview]:
         """What each document a question about whole documents asks of is ("What is this document about?",
-        "总结一下 R-intro.pdf"); [] for any other question."""
+        "总结一下 R-intro.pdf"), those with a sentence that says so, at most ``MAX_DOCUMENTS``; [] for any other
+        question, and for one that points back to the conversation ("Summarize it")."""
         languages = self.retriever.file_languages(scope)
         if not languages or not asks_about_documents(question, languages):
             return []
-        return self.retriever.overviews(documents_asked(question, languages))
+        if history and not stands_alone(question) and not names_a_document(question, languages):
+            return []
+        asked = documents_asked(question, languages)[:MAX_DOCUMENTS]
+        return [d for d in self.retriever.overviews(asked) if d.said]
 
     def own_terms(self, asked: str, scope: Scope) -> str:
         """The question without the files it names: "R-intro.pdf" is no term a passage must mention."""
@@ -277,7 +282,7 @@ class Pipeline:
 _Made = tuple[AnswerKind, str, list[Source]]  # what ``AnswerStream._write`` returns
 
 
-def joined(question: str, found: Sequence[Knowledge], every: bool = False) -> Knowledge:
+def joined_asks(question: str, found: Sequence[Knowledge], every: bool = False) -> Knowledge:
     """What the asks of one question found, as one: every passage, grade and strip, their terms, and one action:
     theirs when they agree, else Ambiguous (part of the question is answered, part is not). ``every``: the question
     needs every ask answered (a comparison), so one the documents know nothing of makes it Incorrect."""
@@ -363,7 +368,7 @@ class AnswerStream:
         question about whole documents is answered from the documents themselves instead (``crag.overview``), and a
         question of several asks ask by ask (``crag.asks``)."""
         self._start = time.perf_counter()
-        documents = self.p.documents(self.question, self.options.scope)
+        documents = self.p.documents(self.question, self.options.scope, self.history)
         # The asks are asked without the conversation: only a question that stands alone is split.
         several = self._several() if not documents and (not self.history or stands_alone(self.question)) else []
         if several:
@@ -397,10 +402,10 @@ class AnswerStream:
             # Nothing the model wrote is backed by its sources: their own words answer instead.
             self.notes.append("the model's answer said nothing its sources back: the sources are quoted instead")
             kind, chosen, sources = self._number_sources(knowledge, AnswerKind.EVIDENCE, first)
+            if documents:
+                yield self._emit(overview.render(documents, sources, language(self.question)))
+                return AnswerKind.EVIDENCE, "", sources
             kind, error = yield from self._generate(knowledge, kind, chosen, sources)
-        outline = overview.outline_text(documents[0], language(self.question)) if documents else ""
-        if outline and kind is AnswerKind.GENERATED and not error:
-            yield self._emit("\n\n" + outline)
         return kind, error, sources
 
     def _several(self) -> list[tuple[str, str]]:
@@ -429,7 +434,8 @@ class AnswerStream:
             one = AnswerStream(self.p, ask, (), self.on_step, self.options)
             one.usage, one.timings, one._start = self.usage, self.timings, self._start
             found.append(one._search())
-            self._before_answer = self._before_answer or self.usage.requests
+            if n == 1:
+                self._before_answer = self.usage.requests
             yield self._emit(("\n\n" if n > 1 else "") + f"**{n}. {heading}**\n\n")
             with self._stage("generating", "generate"):
                 kind, error, numbered = yield from self._relay(one._write(found[-1], len(sources) + 1))
@@ -442,7 +448,7 @@ class AnswerStream:
         self.grounding = Grounding(invented=invented)
         order = (AnswerKind.GENERATED, AnswerKind.EVIDENCE)  # written if any ask was, else quoted, else none
         kind = next((k for k in order if k in kinds), AnswerKind.NO_ANSWER)
-        return joined(self.question, found, every=self._comparison), kind, error, sources
+        return joined_asks(self.question, found, every=self._comparison), kind, error, sources
 
     def _relay(self, steps: Generator[str, None, _Made]) -> Generator[str, None, _Made]:
         """Another stream's text, as this answer's own; returns what that stream returned."""
@@ -496,7 +502,8 @@ class AnswerStream:
             with self._stage("refining", "refine"):
                 strips = p.refine(question, evaluation.graded, o.lower_threshold)
             strips, action = self._fall_back(strips, action)
-        if action is Action.CORRECT and evaluator.name != "llm":
+        # A model's grade is trusted; a similarity grade (also the LLM grader's fallback) is checked.
+        if action is Action.CORRECT and not any(g.method == "llm" for g in evaluation.graded):
             action = self._held_to_terms(strips)
         web = WebKnowledge(error=OFF_REASON) if action is not Action.CORRECT and not o.web else WebKnowledge()
         if action is not Action.CORRECT and o.web:

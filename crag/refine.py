@@ -65,7 +65,9 @@ class _Strips:
     def add(self, piece: str, join: Callable[[str, str], str], block: bool = False, inside: bool = False) -> None:
         """``inside``: the strip so far ends inside a bracket or quotation that ``piece`` closes; it goes on."""
         size = width(self.current) + width(piece) + 1
-        full = not inside and (size > 2 * self.limit or (size > self.limit and not leads_in(self.current)))
+        # An open bracket or quotation holds a strip open past its limit, never past twice it: a stray inch mark
+        # (12" … 15") must not make one strip of a page.
+        full = size > 2 * self.limit or (not inside and size > self.limit and not leads_in(self.current))
         introduced = block and leads_in(self.current)  # a block stays with the sentence that introduces it
         if self.current and full and not introduced:
             self.close()

@@ -35,6 +35,7 @@ from crag.text import (
     content_words,
     fold,
     general_frequency,
+    han_named,
     language,
     lexical_tokens,
     phrase,
@@ -466,6 +467,4 @@ def unanswered(question: str, texts: Sequence[str], stats: TermStats | None = No
 def _held(words: Sequence[str], text: str) -> list[str]:
     """The words a text holds: English ones by their stem, Chinese ones as written or with a character between."""
     stems_held = {stem(w) for w in lexical_tokens(text)} | set(re.findall(r"[a-z0-9]+", fold(text).lower()))
-    return [
-        w for w in words if (re.search(".?".join(map(re.escape, w)), text) if HAN_RUN.fullmatch(w) else w in stems_held)
-    ]
+    return [w for w in words if (han_named(w, text) if HAN_RUN.fullmatch(w) else w in stems_held)]

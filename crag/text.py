@@ -222,6 +222,12 @@ def note_text(text: str) -> str:
 SENTENCE_END = re.compile(rf"(?<=[.!?])\s+|(?<=[。！？；])|(?<=[.!?])(?={HAN.pattern})")
 
 
+def han_named(word: str, text: str) -> bool:
+    """A Chinese word in a text, or its characters in order with at most one between them: a question and a passage
+    are segmented differently, and a short form drops a character (行距 for 行间距)."""
+    return re.search(".?".join(map(re.escape, word)), text) is not None
+
+
 def split_sentences(text: str) -> list[str]:
     return [s for s in (p.strip() for p in SENTENCE_END.split(text)) if s]
 

@@ -72,6 +72,7 @@ def test_ask_streams_the_answer_with_its_badge_trace_and_sources(monkeypatch: py
     assert sources.label == "Sources (1)"  # only [1] is cited
     assert "manual\\.pdf · page 1" in texts(sources.markdown)
     assert "Intro" in texts(sources.caption)  # the headings above the passage
+    assert "not cited" not in texts(sources.caption)  # [1] is shown as cited, and there is no other source
     assert "two processor cores" in sources.text[0].value
     # The page with the passage highlighted: a close-up, and the whole page behind a popover.
     assert len(sources.image) == 2

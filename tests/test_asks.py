@@ -101,6 +101,14 @@ def test_an_ask_the_documents_do_not_answer_is_said_to_be_so(settings) -> None:
         ),
         ("比较一下 ctex 与 xeCJK", [("ctex", "比较一下 ctex 与"), ("xeCJK", "比较一下 与 xeCJK")]),
         ("How do I compare two data frames?", []),
+        ("Compare pdfLaTeX and LaTeX", [("pdfLaTeX", "Compare pdfLaTeX and"), ("LaTeX", "Compare and LaTeX")]),
+        (
+            "What is the difference between read.csv and read.table?",
+            [
+                ("read.csv", "What is the difference between read.csv and ?"),
+                ("read.table", "What is the difference between and read.table?"),
+            ],
+        ),
         ("Compare the widget and the gadget", []),  # two ideas, not two things the documents name
     ],
 )

@@ -31,6 +31,11 @@ from tests.pdfs import manual_pdf
         ("手册里介绍了哪些内容", True),
         ("What is the -v option for?", False),
         ("What does the document say about the widget?", False),  # about something in it
+        ("How do I set the outline of a text box?", False),
+        ("How do I get a summary of a data file?", False),
+        ("What should a bug report contain?", False),
+        ("如何设置摘要的格式？", False),
+        ("如何生成大纲？", False),
         ("How do I summarize a data frame by group?", False),
         ("Which file does the config go in?", False),
         ("怎么安装宏包？", False),
@@ -46,6 +51,9 @@ def test_a_named_file_makes_a_question_about_it_and_is_no_term_to_find() -> None
     assert named_files("tell me about the r intro", files) == ["manuals/R-intro.pdf"]
     assert named_files("用户手册.pdf 讲了什么", files) == ["用户手册.pdf"]
     assert named_files("How do I plot with gnuplots?", files) == []
+    assert named_files("Summarize user-guide.pdf", ["guide.pdf", "user-guide.pdf"]) == ["user-guide.pdf"]
+    assert named_files("Summarize data.pdf", ["a.pdf", "data.pdf"]) == ["data.pdf"]
+    assert not asks_about_documents("What does R-intro.pdf say about data frames?", files)
     assert named_files("How do I plot with gnuplot?", files) == []  # a word of the question
     assert named_files("an overview of the gnuplot manual", files, by_word=True) == ["gnuplot.pdf"]
     assert asks_about_documents("What is gnuplot.pdf?", files) and asks_about_documents("介绍一下 用户手册.pdf", files)
@@ -153,3 +161,11 @@ def test_a_sentence_that_gives_orders_is_never_what_a_document_says_it_is() -> N
     )
     said = overview("foo.pdf", [Chunk("c0", text, "foo.pdf", (1,), "Foo")], None).said
     assert [s.text for s in said] == ["The Foo tool is a program that counts sheep in photographs."]
+
+
+def test_a_follow_up_that_points_back_is_no_question_about_the_documents(two_manuals: Settings) -> None:
+    """A "Summarize it" after a question on memory asks about that, not for every document in the scope."""
+    history = [("user", "How much memory does the widget need?"), ("assistant", "“…eight hundred…” [1]")]
+    answer = Pipeline.from_settings(two_manuals).ask("Summarize it", history=history)
+    assert "What it says it is" not in answer.text and not answer.text.startswith("2 documents")
+    assert not any("whole document" in note for note in answer.trace.notes)

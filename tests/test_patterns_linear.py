@@ -54,6 +54,8 @@ def adversarial() -> dict[str, str]:
         "words": "a " * (n // 2),
         "hyphens": "-" * n,
         "dotted": "a." * (n // 2),
+        "dots": "." * n,  # a form's blank, a contents page's leaders
+        "spaced dots": ". " * (n // 2),
         "dotted digits": "1." * (n // 2),
         "name characters": "a-b_c.d/" * (n // 8),
         "camel case": "Ab" * (n // 2),

@@ -273,3 +273,10 @@ def test_code_and_tables_keep_their_lines_in_strips_and_no_strip_ends_inside_a_b
         "Pick one of the options (see e.g. the manual).",
         "It works.",
     ]
+
+
+def test_a_stray_inch_mark_never_makes_one_strip_of_a_page() -> None:
+    """An open quotation holds a strip open past its limit, never past twice it: 12" … 15" is no quotation."""
+    text = 'The screen is 12" wide. ' + "It has many other features worth a sentence. " * 30 + 'The tablet is 15" wide.'
+    strips = decompose(text, limit=120)
+    assert len(strips) > 3 and max(len(s) for s in strips) <= 2 * 120 + 60

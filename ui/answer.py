@@ -48,10 +48,16 @@ def text(content: str, kind: AnswerKind) -> None:
     else:  # the model's text, then the quotes it rests on, set as quotes
         from crag.evidence import split_quotes  # as evidence_markdown does: with the first answer, not the first page
 
-        written, quotes = split_quotes(content)
-        st.markdown(model_markdown(written))
-        if quotes:
-            st.markdown(quotes_markdown(quotes))
+        for section in ASK_HEADING.split(content):  # a question of several asks: each its text and its quotes
+            if not section.strip():
+                continue
+            written, quotes = split_quotes(section)
+            st.markdown(model_markdown(written))
+            if quotes:
+                st.markdown(quotes_markdown(quotes))
+
+
+ASK_HEADING = re.compile(r"^(?=\*\*\d++\. )", re.MULTILINE)  # "**2. How do I…**" (``crag.pipeline``)
 
 
 def quotes_markdown(text: str) -> str:

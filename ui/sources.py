@@ -37,12 +37,12 @@ def sources_panel(answer: Answer, files_dir: Path, key: int) -> None:
             st.caption("The answer cites none of these passages: check it against them before you rely on it.")
         for source in shown:
             with st.container(border=True):
-                shown = shown_quotes(source, answer)
+                quotes = shown_quotes(source, answer)
                 if source.kind == "local":
                     boxes = passage_boxes(source, answer.trace)
-                    local_source(source, boxes, quoted_from(source, answer), files_dir, shown)
+                    local_source(source, boxes, quoted_from(source, answer), files_dir, quotes)
                 else:
-                    web_source(source, shown)
+                    web_source(source, quotes)
         others = [f"[{s.n}]" for s in answer.sources if s not in shown]
         if others:
             kept = "kept by refinement but not quoted" if answer.kind is AnswerKind.EVIDENCE else "given to the model"

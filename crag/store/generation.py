@@ -166,6 +166,7 @@ class IndexReader:
         self._views: OrderedDict[tuple[str, ...], ScopeView | None] = OrderedDict()
         self._views_lock = threading.Lock()
         self._overviews: dict[str, Overview | None] = {}
+        self._by_file: dict[str, list[Chunk]] | None = None
         self._vectors = VectorCache(self.chunks, self.vectors)
 
     def scoped(self, scope: Scope, files_dir: Path | None = None) -> ScopeView | None:
@@ -220,10 +221,13 @@ class IndexReader:
         """What one document is, for questions about the whole of it (``crag.overview``), made once per generation
         from its chunks and its manifest entry; None for a file this generation does not hold."""
         with self._views_lock:
+            if self._by_file is None:  # grouped once: a question about many documents reads each once
+                self._by_file = {}
+                for chunk in self.chunks:
+                    self._by_file.setdefault(chunk.file, []).append(chunk)
             if file not in self._overviews:
-                chunks = [c for c in self.chunks if c.file == file]
                 record = next((m for m in self.manifest if m.file == file), None)
-                self._overviews[file] = overview(file, chunks, record)
+                self._overviews[file] = overview(file, self._by_file.get(file, []), record)
             return self._overviews[file]
 
     def vectors(self, ids: Sequence[str]) -> list[list[float]]:
