@@ -326,6 +326,11 @@ class AnswerStream:
         self._start = 0.0
         self._running: weakref.ref[Generator[str, None, None]] | None = None  # weak: dropping it closes it
 
+    @property
+    def _language(self) -> str:
+        """The question's language, judged without the files it names: "texlive-zh-cn.pdf 讲了什么" is Chinese."""
+        return language(self.p.own_terms(self.question, self.options.scope))
+
     def __enter__(self) -> AnswerStream:
         return self
 
@@ -395,7 +400,7 @@ class AnswerStream:
         kind, chosen, sources = self._number_sources(knowledge, first=first)
         if documents and (kind is not AnswerKind.GENERATED or len(documents) > 1):
             # Quoted: what each document says it is, with its outline. A model summarises one document only.
-            yield self._emit(overview.render(documents, sources, language(self.question)))
+            yield self._emit(overview.render(documents, sources, self._language))
             return AnswerKind.EVIDENCE, "", sources
         kind, error = yield from self._generate(knowledge, kind, chosen, sources)
         if kind is AnswerKind.GENERATED and not error and not self.grounding.grounded:
@@ -403,7 +408,7 @@ class AnswerStream:
             self.notes.append("the model's answer said nothing its sources back: the sources are quoted instead")
             kind, chosen, sources = self._number_sources(knowledge, AnswerKind.EVIDENCE, first)
             if documents:
-                yield self._emit(overview.render(documents, sources, language(self.question)))
+                yield self._emit(overview.render(documents, sources, self._language))
                 return AnswerKind.EVIDENCE, "", sources
             kind, error = yield from self._generate(knowledge, kind, chosen, sources)
         return kind, error, sources
@@ -613,9 +618,7 @@ class AnswerStream:
         """The answer's text: the quoted evidence; the chat model's, held to its sources as it streams, then the quotes
         it rests on; or a message that says why there is none. Returns the kind of answer made and, when the model
         failed, why."""
-        quoted = evidence.evidence_answer(
-            chosen, sources, language(self.question), knowledge.action, self.options.scope.paths
-        )
+        quoted = evidence.evidence_answer(chosen, sources, self._language, knowledge.action, self.options.scope.paths)
         if kind is AnswerKind.EVIDENCE:
             if quoted:
                 yield self._emit(

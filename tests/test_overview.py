@@ -169,3 +169,8 @@ def test_a_follow_up_that_points_back_is_no_question_about_the_documents(two_man
     answer = Pipeline.from_settings(two_manuals).ask("Summarize it", history=history)
     assert "What it says it is" not in answer.text and not answer.text.startswith("2 documents")
     assert not any("whole document" in note for note in answer.trace.notes)
+
+
+def test_a_question_in_chinese_that_names_a_file_is_answered_in_chinese(two_manuals: Settings) -> None:
+    answer = Pipeline.from_settings(two_manuals).ask("sheepcounter-guide.pdf 讲了什么")
+    assert answer.text.startswith("**Sheepcounter User Guide**（sheepcounter-guide.pdf，共 5 页）。它自己的介绍：")
