@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from crag.blocks import (
+    BREAK,
     Asked,
     Code,
     Table,
@@ -81,7 +82,9 @@ BOLD = re.compile(r"\*\*(\S(?:[^*]*?\S)?)\*\*")
 def flatten(text: str) -> str:
     """A table's markup (pipes, rules, <br>) as plain spaces, bold markers and glyphs that are not text dropped,
     whitespace collapsed. A text that holds no table keeps its pipes: a quote must not change a command."""
-    text = BOLD.sub(r"\1", drop_glyphs(text))
+    # A <br> is the parser's line break inside a table cell, never the document's text, even in a piece of a cell
+    # that lost its row ("…并在新<br>版本的…").
+    text = BREAK.sub(" ", BOLD.sub(r"\1", drop_glyphs(text)))
     if TABLE.search(text):
         text = TABLE_MARKUP.sub(" ", TABLE_RULE.sub(" ", text))
     return " ".join(text.split())

@@ -154,6 +154,13 @@ def test_a_quote_keeps_the_pipes_of_a_command_and_drops_only_a_tables(settings, 
     assert flatten("|`RCurl`|`1.4-2`|\n|---|---|\n|`rgdal`|`0.6-27`|") == "`RCurl` `1.4-2` `rgdal` `0.6-27`"
 
 
+def test_a_piece_of_a_table_cell_is_quoted_without_the_parsers_line_breaks() -> None:
+    """A cell cut from its row keeps no "<br>": it is the parser's line break, never the document's text."""
+    assert flatten("此选项已过时，并在新<br>版本的CTEX宏包中失效。<br>可以使用caption宏包。") == (
+        "此选项已过时，并在新 版本的CTEX宏包中失效。 可以使用caption宏包。"
+    )
+
+
 def test_no_quotable_sentence_means_no_answer_not_an_empty_one(settings) -> None:
     p = pipeline(settings, [chunk("| a | b |\n|---|---|\n| 1 | 2 |")], [0.9], backend="embedded")
     answer = p.ask("What is in the table?", web=False)
