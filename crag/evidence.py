@@ -49,6 +49,7 @@ from crag.text import (
     NOTE,
     content_words,
     drop_glyphs,
+    join_lines,
     lexical_tokens,
     split_sentences,
     width,
@@ -84,7 +85,8 @@ def flatten(text: str) -> str:
     whitespace collapsed. A text that holds no table keeps its pipes: a quote must not change a command."""
     # A <br> is the parser's line break inside a table cell, never the document's text, even in a piece of a cell
     # that lost its row ("…并在新<br>版本的…").
-    text = BREAK.sub(" ", BOLD.sub(r"\1", drop_glyphs(text)))
+    text = BOLD.sub(r"\1", drop_glyphs(text))
+    text = join_lines(BREAK.split(text), dehyphenate=False) if BREAK.search(text) else text
     if TABLE.search(text):
         text = TABLE_MARKUP.sub(" ", TABLE_RULE.sub(" ", text))
     return " ".join(text.split())

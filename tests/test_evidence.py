@@ -157,7 +157,7 @@ def test_a_quote_keeps_the_pipes_of_a_command_and_drops_only_a_tables(settings, 
 def test_a_piece_of_a_table_cell_is_quoted_without_the_parsers_line_breaks() -> None:
     """A cell cut from its row keeps no "<br>": it is the parser's line break, never the document's text."""
     assert flatten("此选项已过时，并在新<br>版本的CTEX宏包中失效。<br>可以使用caption宏包。") == (
-        "此选项已过时，并在新 版本的CTEX宏包中失效。 可以使用caption宏包。"
+        "此选项已过时，并在新版本的CTEX宏包中失效。可以使用caption宏包。"
     )
 
 
