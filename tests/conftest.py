@@ -12,7 +12,7 @@ import pytest
 from pydantic_ai import models
 
 from crag.config import Settings, load_settings
-from tests.helpers import http_server, refused_port
+from tests.helpers import http_server, offline_kb, refused_port
 
 # The slowest test files, slowest first (from `pytest --durations`). `make test` runs two processes, each taking
 # the next whole file: started first, these run beside the many short files instead of alone at the end.
@@ -89,15 +89,7 @@ def scoped_kb(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     files = root / "Files"
     files.mkdir()
     folders_of_pdfs(files)
-    settings = load_settings(
-        files_dir=files,
-        chroma_dir=root / "db",
-        parser="pymupdf",
-        embed_backend="local",
-        llm_backend="embedded",
-        web_search=False,
-        ollama_url=f"http://127.0.0.1:{refused_port()}",
-    )
+    settings = offline_kb(root)
     sync(settings, LocalEmbedder())
     (files / "pending").mkdir()
     manual_pdf(files / "pending" / "later.pdf", topic="later")

@@ -78,3 +78,17 @@ def widget_kb(root: Path) -> Settings:
     return load_settings(
         files_dir=files, chroma_dir=root / "db", parser="pymupdf", llm_backend="embedded", embed_backend="local"
     )
+
+
+def offline_kb(root: Path) -> Settings:
+    """Settings for a knowledge base in ``root/Files`` and ``root/db`` as a user without a model server has it: the
+    embedded backend, the packaged embedder, PyMuPDF, web search off, Ollama on a port nothing listens on."""
+    return load_settings(
+        files_dir=root / "Files",
+        chroma_dir=root / "db",
+        parser="pymupdf",
+        embed_backend="local",
+        llm_backend="embedded",
+        web_search=False,
+        ollama_url=f"http://127.0.0.1:{refused_port()}",
+    )

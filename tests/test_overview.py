@@ -8,12 +8,12 @@ from pathlib import Path
 import pymupdf
 import pytest
 
-from crag.config import Settings, load_settings
+from crag.config import Settings
 from crag.ingest import sync
 from crag.overview import asks_about_documents, documents_asked, named_files, without_names
 from crag.pipeline import Pipeline
 from crag.types import Action, AnswerKind, cited
-from tests.helpers import refused_port
+from tests.helpers import offline_kb
 from tests.pdfs import manual_pdf
 
 
@@ -102,15 +102,7 @@ def two_manuals(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     files.mkdir()
     _bookmarked_manual(files / "sheepcounter-guide.pdf")
     manual_pdf(files / "widget.pdf", topic="widget", pages=3)
-    settings = load_settings(
-        files_dir=files,
-        chroma_dir=root / "db",
-        parser="pymupdf",
-        embed_backend="local",
-        llm_backend="embedded",
-        web_search=False,
-        ollama_url=f"http://127.0.0.1:{refused_port()}",
-    )
+    settings = offline_kb(root)
     sync(settings, LocalEmbedder())
     return settings
 

@@ -13,8 +13,8 @@ from crag.config import load_settings
 from crag.evaluator import Grade, Grading, Usage
 from crag.evidence import quoted_lines, split_quotes
 from crag.models.loops import own_event_loop
-from crag.pipeline import decide_action
 from crag.scope import EVERYTHING
+from crag.steps import decide_action
 from crag.text import BadQuestion, quote
 from crag.types import Action, AnswerKind, WebResult, cited
 from tests.fakes import FakeRetriever, FakeSearcher, FixedEvaluator, ScriptedModel, chunk, pipeline
@@ -213,7 +213,7 @@ def test_a_repeated_line_is_cut(settings) -> None:
 
 
 def test_an_evidence_answer_is_never_flagged(settings, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("crag.pipeline.unsupported", lambda answer, texts: ("X",))  # quotes: nothing is checked
+    monkeypatch.setattr("crag.stream.unsupported", lambda answer, texts: ("X",))  # quotes: nothing is checked
     p = pipeline(settings, [chunk(DOC)], [0.9], backend="embedded")
     answer = p.ask("How many cores does the widget need?")
     assert answer.kind is AnswerKind.EVIDENCE and answer.trace.unsupported == ()

@@ -35,6 +35,7 @@ from ui.text import gist, md_escape, stage_label, stopped, stopped_by_user, user
 
 if TYPE_CHECKING:
     import crag.pipeline
+    import crag.stream
 
 SAVE_EVERY = 1.0  # seconds between two saves of an answer that is streaming
 WAIT_LOOK = 0.5  # seconds between two looks at the models' loading, while a question waits for it
@@ -311,7 +312,7 @@ class Stages:
 
 
 def show(
-    stream: crag.pipeline.AnswerStream,
+    stream: crag.stream.AnswerStream,
     pipeline: crag.pipeline.Pipeline,
     answer_mode: str | None,
     store: Conversations,
@@ -342,7 +343,7 @@ def show(
     return ""
 
 
-def saving(stream: crag.pipeline.AnswerStream, store: Conversations, reply: int) -> Iterator[str]:
+def saving(stream: crag.stream.AnswerStream, store: Conversations, reply: int) -> Iterator[str]:
     """The stream, saved now and then as it goes: a crash keeps the partial answer."""
     last = time.perf_counter()
     for delta in stream:

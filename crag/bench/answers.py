@@ -62,8 +62,9 @@ from crag.bench.retrieval import HOLDOUT, NEWCOMER, QUESTIONS, Question, load_qu
 from crag.config import Settings, load_settings
 from crag.evidence import flatten, quoted_lines, split_quotes
 from crag.ingest import sync
-from crag.pipeline import Pipeline, decide_action
+from crag.pipeline import Pipeline
 from crag.refine import injection_reason
+from crag.steps import decide_action
 from crag.store import open_store
 from crag.support import claims
 from crag.terms import Vocabulary, mentions

@@ -366,12 +366,17 @@ def main(argv: list[str] | None = None) -> int:
     texts = page_texts(fetch_corpus(default_cache_dir(), SPLITS if holdout else MAIN_SPLITS))
     print(summary(rows))
     problems = check(rows, texts, counts=not holdout) + check_loader(path)
+    return report(problems, len(rows), len(texts))
+
+
+def report(problems: list[str], questions: int, pdfs: int) -> int:
+    """Print the problems found, or that there are none; the exit status."""
     print()
     if problems:
         print(f"{len(problems)} problem(s):")
         print("\n".join(f"  {p}" for p in problems))
         return 1
-    print(f"OK: {len(rows)} questions checked against {len(texts)} PDFs.")
+    print(f"OK: {questions} questions checked against {pdfs} PDFs.")
     return 0
 
 
@@ -380,13 +385,7 @@ def main_newcomer() -> int:
     texts = page_texts(fetch_corpus(default_cache_dir(), NEWCOMER_SPLITS))
     print(newcomer_summary(rows))
     problems = check_newcomer(rows, texts) + check_loader(NEWCOMER)
-    print()
-    if problems:
-        print(f"{len(problems)} problem(s):")
-        print("\n".join(f"  {p}" for p in problems))
-        return 1
-    print(f"OK: {len(rows)} questions checked against {len(texts)} PDFs.")
-    return 0
+    return report(problems, len(rows), len(texts))
 
 
 if __name__ == "__main__":

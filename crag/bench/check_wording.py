@@ -32,7 +32,7 @@ from pathlib import Path
 
 import Stemmer
 
-from crag.bench.check_questions import KEYS, LANGS, norm, page_texts, squash
+from crag.bench.check_questions import KEYS, LANGS, norm, page_texts, report, squash
 from crag.bench.corpus import CORPUS, default_cache_dir, fetch_corpus
 
 HERE = Path(__file__).parent
@@ -226,13 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     print(summary(sets))
     problems = [p for name, rows in sets.items() for p in check_rows(name, rows, texts)]
     problems += check_counts(sets)
-    print()
-    if problems:
-        print(f"{len(problems)} problem(s):")
-        print("\n".join(f"  {p}" for p in problems))
-        return 1
-    print(f"OK: {sum(map(len, sets.values()))} questions checked against {len(texts)} PDFs.")
-    return 0
+    return report(problems, sum(map(len, sets.values())), len(texts))
 
 
 if __name__ == "__main__":

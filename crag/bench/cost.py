@@ -27,8 +27,9 @@ from pydantic_ai import Agent, NativeOutput
 
 from crag import prompts
 from crag.models import LlamaCppChat
-from crag.pipeline import Pipeline, decide_action
+from crag.pipeline import Pipeline
 from crag.refine import local_strips, number_sources
+from crag.steps import decide_action
 from crag.types import WebResult
 from crag.websearch import Searcher
 
