@@ -1,11 +1,17 @@
 """A scope at every edge, over real PDFs in folders (``scoped_kb`` in tests/conftest.py) and the real pipeline:
 ``python -m crag retrieve|ask --scope``, ``POST /ask`` and ``GET /scopes``, and ``/v1`` through the official
-``openai`` client, where a ``crag-kb/<folder>`` model asks one knowledge base. MCP: tests/test_mcp_servers.py."""
+``openai`` client, where a ``crag-kb/<folder>`` model asks one knowledge base. MCP: tests/test_mcp_servers.py.
+
+The command line runs in this process (``crag.cli.main``, what ``python -m crag`` calls), with the settings in the
+environment as a user sets them: a subprocess would spend its seconds importing the embedder, not on scopes.
+``python -m crag`` itself, as a subprocess, is tested in tests/test_cli.py."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import openai
 import pytest
@@ -17,7 +23,6 @@ from crag.scope import Scope, UnknownScope, resolve
 from crag.store import open_store
 from tests.apiclient import sse
 from tests.test_api_openai import serving_app
-from tests.test_cli import run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -53,11 +58,37 @@ def cli_env(kb: Settings) -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True)
+class Run:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Callable[..., Run]:
+    """``python -m crag *args`` in this process: its exit status, stdout and stderr."""
+    from crag import cli
+
+    def run(*args: str, env: dict[str, str], cwd: Path | None = None) -> Run:
+        with monkeypatch.context() as m:
+            for name, value in env.items():
+                m.setenv(name, value)
+            if cwd is not None:
+                m.chdir(cwd)
+            capsys.readouterr()
+            code = cli.main(list(args))
+            out, err = capsys.readouterr()
+        return Run(code, out, err)
+
+    return run
+
+
 # ---------------------------------------------------------------------------------------------
 # The command line
 
 
-def test_cli_retrieve_takes_scopes(scoped_kb: Settings) -> None:
+def test_cli_retrieve_takes_scopes(scoped_kb: Settings, run_cli: Callable[..., Run]) -> None:
     env = cli_env(scoped_kb)
     proc = run_cli("retrieve", WIDGET, "-k", "4", "--scope", "projects/alpha", "--json", env=env)
     assert proc.returncode == 0, proc.stderr
@@ -79,7 +110,7 @@ def test_cli_retrieve_takes_scopes(scoped_kb: Settings) -> None:
     assert out["scope"] == ["projects/beta"] and {r["file"] for r in out["results"]} == {"projects/beta/sprocket.pdf"}
 
 
-def test_cli_unknown_scope_exits_2_with_the_knowledge_bases(scoped_kb: Settings) -> None:
+def test_cli_unknown_scope_exits_2_with_the_knowledge_bases(scoped_kb: Settings, run_cli: Callable[..., Run]) -> None:
     expected = unknown_message(scoped_kb, "projects/gamma")
     assert "`projects/alpha` (1 file)" in expected and "`courses` (2 files)" in expected
     for command in ("retrieve", "ask"):
@@ -88,7 +119,7 @@ def test_cli_unknown_scope_exits_2_with_the_knowledge_bases(scoped_kb: Settings)
         assert proc.stderr.strip().splitlines()[-1] == f"error: {expected}"
 
 
-def test_cli_ask_in_a_scope_names_it(scoped_kb: Settings) -> None:
+def test_cli_ask_in_a_scope_names_it(scoped_kb: Settings, run_cli: Callable[..., Run]) -> None:
     env = cli_env(scoped_kb)
     proc = run_cli("ask", ZORBLAX, "--scope", "projects/beta", "--json", env=env)
     assert proc.returncode == 0, proc.stderr
