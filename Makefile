@@ -12,7 +12,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8501
 
-.PHONY: run test serve bench lint format browser clean
+.PHONY: run test test-fast serve bench lint format browser clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -80,9 +80,15 @@ browser:
 # faster than one on 2 cores, where most time goes to builds and models that use both cores already.
 TEST_WORKERS ?= 2
 
+# `make test` runs every test; `make test-fast` leaves out those marked slow (real models and servers end to end,
+# the browser), for a quick check while you work.
 test: $(VENV)/.installed-dev browser
 	$(BIN)/ruff check app.py ui crag tests scripts
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+
+test-fast: $(VENV)/.installed-dev
+	$(BIN)/ruff check app.py ui crag tests scripts
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow"
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check app.py ui crag tests scripts

@@ -223,6 +223,7 @@ def test_fuzz_finds_no_server_errors(settings: Settings, method: str, path: str,
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_real_server_on_loopback(tmp_path: Path, closed_port_url: str) -> None:
     files = tmp_path / "Files"
     files.mkdir()

@@ -14,6 +14,7 @@ from tests.pdfs import manual_pdf
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.slow
 def test_quick_bench_writes_results_report_and_plots(tmp_path: Path, real_models) -> None:
     pdfs = {
         "widget.pdf": manual_pdf(tmp_path / "widget.pdf", topic="widget"),

@@ -31,6 +31,7 @@ CHROMIUM = shutil.which("chromium")
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.integration,
+    pytest.mark.slow,
     pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium is not installed (make test installs it as root)"),
 ]
 

@@ -22,7 +22,7 @@ from tests.pdfs import manual_pdf
 from tests.stuck_parser import StuckParser
 
 # A hang fails the test instead of blocking the suite; each test takes seconds when the build does not hang.
-pytestmark = [pytest.mark.reliability, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.reliability, pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 @pytest.fixture

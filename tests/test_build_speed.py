@@ -17,7 +17,7 @@ from crag.models import LocalEmbedder
 from tests.fakes import HashEmbedder
 from tests.pdfs import manual_pdf
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # real parse workers, real builds
 SAMPLE = [
     "How much memory does the widget need?",
     "R FAQ\nR is a system for statistical computation and graphics. It consists of a language plus a run-time "

@@ -22,6 +22,7 @@ def run_cli(*args: str, env: dict[str, str], cwd: Path | None = None) -> subproc
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_ask_json_answers_from_the_embedded_model(closed_port_url: str) -> None:
     proc = run_cli("ask", "What is 2+2?", "--json", env={"CRAG_OLLAMA_URL": closed_port_url})
     assert proc.returncode == 0, proc.stderr
@@ -36,6 +37,7 @@ def test_ask_json_answers_from_the_embedded_model(closed_port_url: str) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_ask_json_contract_with_a_knowledge_base(tmp_path: Path, closed_port_url: str) -> None:
     from tests.pdfs import manual_pdf
 
@@ -96,6 +98,7 @@ def test_invalid_setting_exits_with_one_line() -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_index_and_retrieve_json_contract(tmp_path: Path) -> None:
     from tests.pdfs import manual_pdf
 

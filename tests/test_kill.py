@@ -20,7 +20,7 @@ from crag.retriever import Retriever
 from crag.store import Store
 from tests.pdfs import manual_pdf
 
-pytestmark = [pytest.mark.integration, pytest.mark.reliability]
+pytestmark = [pytest.mark.integration, pytest.mark.reliability, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent
 KILL_POINTS = 3
 EXTRA_FILES = 16

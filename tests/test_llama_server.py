@@ -30,6 +30,7 @@ from tests.pdfs import manual_pdf
 from tests.test_api_openai import serving_app
 from tests.test_cli import run_cli
 
+pytestmark = pytest.mark.slow  # a real llama_cpp.server, a real model
 MODEL = "smollm2"
 QUESTION = "How much memory does the widget need?"
 GRADED = "llm (json_object)"  # llama-cpp-python's server takes json_object with the schema, not json_schema

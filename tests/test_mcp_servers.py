@@ -32,7 +32,7 @@ QUESTION = "How much memory does the widget need?"
 NEAR_MISS = "How much memory does the Zorblax widget need?"
 TOKEN = "mcp-test-token"
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -160,6 +160,7 @@ def test_a_failing_page_falls_back_to_pymupdf(stub: MinerUStub, pdf: Path, fallb
     assert [r.status for r in stub.chat_requests("layout")] == [200, 500]
 
 
+@pytest.mark.slow  # real OCR
 def test_a_failing_scanned_page_falls_back_to_pymupdf_with_ocr(stub: MinerUStub, pdf: Path, tmp_path: Path) -> None:
     """The fallback reads a scanned page with OCR (the real engine), and says so in the progress."""
     scan = scanned_copy(pdf, tmp_path / "page2.pdf", [2], dpi=150)

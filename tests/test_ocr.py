@@ -323,6 +323,7 @@ def corpus_scans(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_character_error_rate_of_scans_is_under_10_percent(corpus_scans: dict) -> None:
     assert all(f.status == "indexed" and f.warnings == () for f in corpus_scans["report"].files)
     results = {}
@@ -365,6 +366,7 @@ def test_retrieval_finds_the_scanned_page(corpus_scans: dict) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_a_mixed_file_indexes_text_pages_and_scanned_pages(kb: Settings) -> None:
     path = mixed_scan_pdf(kb.files_dir / "mixed.pdf")
     (result,) = sync(kb, HashEmbedder()).files

@@ -16,6 +16,7 @@ from crag.models import USEEmbedder
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.slow,
     pytest.mark.skipif(shutil.which("apt-get") is None, reason="the corpus comes from Debian packages (apt-get)"),
 ]
 OUTPUT = Path(__file__).resolve().parent.parent / "test-output"

@@ -197,6 +197,7 @@ def test_an_unknown_scope_lists_the_knowledge_bases(kb: Settings, retriever: Ret
         retriever.retrieve(WIDGET, 3, scope=Scope.of(["projects/gamma"]))
 
 
+@pytest.mark.slow  # `chroma run`
 def test_a_scope_on_a_chroma_server(tmp_path: Path, embedder: LocalEmbedder) -> None:
     (tmp_path / "Files").mkdir()
     folders_of_pdfs(tmp_path / "Files")

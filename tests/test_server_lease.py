@@ -21,7 +21,7 @@ from crag.types import Chunk, FileResult
 from tests.chroma_server import chroma_server
 from tests.pdfs import manual_pdf
 
-pytestmark = [pytest.mark.integration, pytest.mark.reliability]
+pytestmark = [pytest.mark.integration, pytest.mark.reliability, pytest.mark.slow]  # a `chroma run` per test
 
 
 @pytest.fixture

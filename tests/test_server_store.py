@@ -24,7 +24,7 @@ from crag.types import Progress
 from tests.chroma_server import chroma_server, crag
 from tests.pdfs import manual_pdf
 
-pytestmark = [pytest.mark.integration, pytest.mark.reliability]
+pytestmark = [pytest.mark.integration, pytest.mark.reliability, pytest.mark.slow]
 LEASE = "6"  # seconds: a killed build blocks the next one this long, so the test does not wait 30 s
 QUESTION = "How much memory does the widget need?"
 
