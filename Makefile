@@ -77,18 +77,20 @@ browser:
 	  else echo "chromium is not installed: the browser test will be skipped (apt-get install chromium)"; fi; }
 
 # Two test processes, each running whole test files (module fixtures build their index once): about 15 %
-# faster than one on 2 cores, where most time goes to builds and models that use both cores already.
+# faster than one on 2 cores, where most time goes to builds and models that use both cores already. The files
+# go in the order tests/conftest.py gives them, slowest first (--no-loadscope-reorder).
 TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # `make test` runs every test; `make test-fast` leaves out those marked slow (real models and servers end to end,
 # the browser), for a quick check while you work.
 test: $(VENV)/.installed-dev browser
 	$(BIN)/ruff check app.py ui crag tests scripts
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(PYTEST)
 
 test-fast: $(VENV)/.installed-dev
 	$(BIN)/ruff check app.py ui crag tests scripts
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow"
+	$(PYTEST) -m "not slow"
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check app.py ui crag tests scripts

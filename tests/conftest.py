@@ -15,17 +15,30 @@ from crag.config import Settings, load_settings
 from tests.helpers import http_server, offline_kb, refused_port
 
 # The slowest test files, slowest first (from `pytest --durations`). `make test` runs two processes, each taking
-# the next whole file: started first, these run beside the many short files instead of alone at the end.
+# the next whole file (with --no-loadscope-reorder: xdist would otherwise hand out the files with the most tests
+# first, and these, with few tests each, would run alone at the end): started first, these run beside the many
+# short files instead.
 SLOW_FIRST = (
     "test_retrieval_quality.py",
-    "test_bench.py",
-    "test_browser.py",
-    "test_kill.py",
     "test_ocr.py",
-    "test_server_store.py",
-    "test_scope_edges.py",
     "test_llama_server.py",
+    "test_build_speed.py",
+    "test_store.py",
+    "test_server_store.py",
+    "test_reliability.py",
     "test_cli.py",
+    "test_api_index.py",
+    "test_browser.py",
+    "test_bench.py",
+    "test_mineru.py",
+    "test_kill.py",
+    "test_app_kb.py",
+    "test_mcp_servers.py",
+    "test_build_hang.py",
+    "test_patterns_linear.py",
+    "test_scope.py",
+    "test_server_lease.py",
+    "test_scope_edges.py",
 )
 
 
