@@ -354,6 +354,7 @@ def test_character_error_rate_of_scans_is_under_10_percent(corpus_scans: dict) -
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_retrieval_finds_the_scanned_page(corpus_scans: dict) -> None:
     from crag.retriever import Retriever
 
