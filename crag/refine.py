@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from crag.analysis import coverage, word_weights
 from crag.blocks import code_text, held_open, is_code, markdown_table, table_rows
-from crag.evaluator import SimilarityEvaluator, coverage, word_weights
+from crag.evaluator import SimilarityEvaluator
 from crag.injection import injection_reason
 from crag.text import ASKS, ENDED, NOTE, join_blocks, join_sentences, split_sentences, width
 from crag.types import ScoredChunk, Source, Strip, WebResult

@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from crag.analysis import Analysis
 from crag.config import Settings
 from crag.models import (
     Embedder,
@@ -24,7 +25,7 @@ from crag.models import (
 from crag.overview import Overview
 from crag.scope import EVERYTHING, Scope, UnknownScope
 from crag.store import POINTER_MAX_AGE, IndexReader, Mode, RebuildNeeded, index_text, open_store
-from crag.terms import TermStats, check_terms, mention_test
+from crag.terms import TermStats
 from crag.text import cjk_share
 from crag.types import ScoredChunk
 
@@ -77,12 +78,12 @@ class Retriever:
             )
         reader.scoped(scope, self.settings.files_dir)
 
-    def anchor(self, question: str, hits: list[ScoredChunk], scope: Scope = EVERYTHING) -> list[ScoredChunk]:
+    def anchor(self, asked: Analysis, hits: list[ScoredChunk], scope: Scope = EVERYTHING) -> list[ScoredChunk]:
         """``hits`` and, for each term of the question they miss, the best passage of the scope that mentions it."""
         reader = self.current()
         if reader is None:
             return hits
-        return anchor(question, hits, reader.stats(scope), lambda query, n: reader.lexical(query, n, scope))
+        return anchor(asked, hits, lambda query, n: reader.lexical(query, n, scope))
 
     def term_stats(self, scope: Scope = EVERYTHING) -> TermStats | None:
         """Document frequencies of the scope in the index that answers now (None when nothing is built)."""
@@ -150,17 +151,17 @@ def _first(ranked: list[ScoredChunk], seen: set[str], mentioned: Callable[[str],
 
 
 def anchor(
-    question: str, hits: list[ScoredChunk], stats: TermStats, lexical: Callable[[str, int], list[ScoredChunk]]
+    asked: Analysis, hits: list[ScoredChunk], lexical: Callable[[str, int], list[ScoredChunk]]
 ) -> list[ScoredChunk]:
     own = [h for h in hits if not h.from_history] or hits  # what the question found by its own words
-    check = check_terms(question, [index_text(h.chunk) for h in own], stats)
+    check = asked.near_miss([index_text(h.chunk) for h in own])
     if check.unknown or not check.missing:  # unknown: a near miss, Incorrect whatever else is found
         return hits
     seen = {h.chunk.id for h in hits}
-    by_question = lexical(question, ANCHOR_DEPTH)  # searched once for all the terms
+    by_question = lexical(asked.text, ANCHOR_DEPTH)  # searched once for all the terms
     found = []
     for term in check.missing[:ANCHORED]:
-        mentioned = mention_test(question, term)
+        mentioned = asked.mentioned_by(term)
         if hit := _first(by_question, seen, mentioned) or _first(lexical(term, ANCHOR_DEPTH), seen, mentioned):
             seen.add(hit.chunk.id)
             found.append(replace(hit, anchor=term))

@@ -1,5 +1,5 @@
 """The support check of written answers: the names, identifiers and numbers an answer states that nothing the model
-was given mentions. The near-miss check (``terms.check_terms``) turned around: there the question's terms are
+was given mentions. The near-miss verdict (``crag.analysis``) turned around: there the question's terms are
 looked for in the passages, here the answer's terms are looked for in its sources and the question.
 
 ``Grounder`` applies it to a written answer as it streams, sentence by sentence: what a source backs goes through,

@@ -1,7 +1,7 @@
 """A question's specific terms (names, identifiers, rare words), and whether a text mentions one in any form.
 
-The near-miss check (``check_terms``, below) and the support check of written answers (``crag.support``) ask one
-thing of a text: does it name this? Users and documents word the same thing differently, so a term counts as
+The near-miss verdict on a question (``crag.analysis``) and the support check of written answers (``crag.support``)
+ask one thing of a text: does it name this? Users and documents word the same thing differently, so a term counts as
 mentioned when the text holds it in any of these forms:
 
 - another inflection or derivation of an English word, by its Snowball stem ("compression", "compressed"), also
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Protocol
@@ -31,17 +31,13 @@ from crag.text import (
     EN_STOP,
     HAN_RUN,
     chinese_words,
-    cjk_share,
-    content_words,
     fold,
     general_frequency,
-    han_named,
     language,
     lexical_tokens,
     phrase,
     stem,
 )
-from crag.types import TermCheck
 
 # On wordfreq's Zipf scale of everyday language (3: once per million words): a word rarer than SPECIFIC_ZIPF is
 # specific ("undoes" 2.3, "页眉" 2.3, against "explain" 4.9 or "设置" 5.0); rarer than NAME_LIKE_ZIPF, it is as
@@ -381,7 +377,7 @@ def spelled_out(term: Term, where: Vocabulary) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# The near-miss check
+# What the index knows (the near-miss verdict on a question is crag.analysis's)
 
 
 class TermStats(Protocol):
@@ -393,78 +389,3 @@ class TermStats(Protocol):
 
     @property
     def vocabulary(self) -> Vocabulary: ...
-
-
-def check_terms(question: str, texts: Sequence[str], stats: TermStats | None = None) -> TermCheck:
-    """Which of the question's specific terms the texts never mention in any form, and which the whole index never
-    does.
-
-    A plain word is only expected in texts of its own script: a Chinese passage answering an English question does
-    not repeat its English words. Identifiers and names are expected everywhere.
-    """
-    terms = specific_terms(question)
-    if not terms or not texts:
-        return TermCheck(tuple(t.text for t in terms))
-    passages = [(Vocabulary([text]), cjk_share(text)) for text in texts]
-    vocabulary = stats.vocabulary if stats is not None else None
-    other_names = aliases(question, terms, vocabulary)
-    missing, unknown = [], []
-    for term in terms:
-        forms = [term, *other_names.get(term.text, ())]
-        expected = [p for p, share in passages if _expected(term, share)]
-        if not expected or any(mentions(form, p) for p in expected for form in forms):
-            continue
-        missing.append(term.text)
-        if term.strong and vocabulary is not None and not any(mentions(form, vocabulary) for form in forms):
-            unknown.append(term.text)
-    return TermCheck(tuple(t.text for t in terms), tuple(missing), tuple(unknown))
-
-
-def _expected(term: Term, cjk: float) -> bool:
-    """Whether a passage with this share of Chinese characters should name the term to answer the question."""
-    return term.kind == "identifier" or (cjk > 0.2 if term.kind == "han" else cjk < 0.5)
-
-
-def mention_test(question: str, term: str) -> Callable[[str], bool]:
-    """Whether a text mentions ``term``, one of the question's specific terms, in any of its forms."""
-    found = next(t for t in specific_terms(question) if t.text == term)
-    return lambda text: mentions(found, Vocabulary([text]))
-
-
-# ---------------------------------------------------------------------------------------------
-# Whether the passages kept for an answer answer it: what a Correct badge promises
-
-COVERED = 0.5  # of a question's own words (one in plain words), the share the kept passages must hold
-ENOUGH_WORDS = 3  # or this many of them: a long question's passage need not repeat half of its words
-# Words any question may use that no answer need repeat: how it asks, not what it asks about.
-_ASKING = frozenset(
-    stem(w)
-    for w in "use using used make get set way want need possible can could should would please help tell show "
-    "explain find work works".split()
-) | frozenset("怎么 怎样 如何 什么 为什么 可以 能否 能不能 需要 应该 办法 方法 请问 一下 使用".split())
-
-
-def unanswered(question: str, texts: Sequence[str], stats: TermStats | None = None) -> str:
-    """Why passages graded relevant still do not answer a question ("" when they may): they never mention one of
-    its specific terms in any form, or, for a question in plain words, they hold fewer than ``COVERED`` of its
-    words. Passages in the other language than the question's are not asked to repeat its words."""
-    check = check_terms(question, texts, stats)
-    if check.missing:
-        return "the passages kept never mention “" + "”, “".join(check.missing) + "”"
-    if check.terms:
-        return ""
-    chinese = language(question) == "zh"
-    same = [t for t in texts if (cjk_share(t) > 0.2) == chinese]
-    words = [w for w in content_words(question) if w not in _ASKING]
-    if not same or not words:
-        return ""
-    held = _held(words, " ".join(same))
-    if len(held) >= min(COVERED * len(words), ENOUGH_WORDS):
-        return ""
-    return f"the passages kept hold {len(held)} of the question's {len(words)} words"
-
-
-def _held(words: Sequence[str], text: str) -> list[str]:
-    """The words a text holds: English ones by their stem, Chinese ones as written or with a character between."""
-    stems_held = {stem(w) for w in lexical_tokens(text)} | set(re.findall(r"[a-z0-9]+", fold(text).lower()))
-    return [w for w in words if (han_named(w, text) if HAN_RUN.fullmatch(w) else w in stems_held)]

@@ -12,12 +12,13 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from crag.analysis import Analysis
 from crag.evidence import MAX_STRIPS, aside, evidence_answer, flatten, pieces, quotable, select
 from crag.followups import elliptical, rewrite_problem
 from crag.injection import injection_reason
 from crag.refine import decompose
 from crag.support import Grounder, unsupported
-from crag.terms import Vocabulary, check_terms, mentions, specific_terms
+from crag.terms import Vocabulary, mentions, specific_terms
 from crag.text import content_words, lexical_tokens, phrase, quote, split_sentences
 from crag.types import Action, Source, Strip, cited
 from tests.helpers import ISSUE_EN, ISSUE_ZH
@@ -99,7 +100,7 @@ def test_an_evidence_answer_is_made_from_any_strips(parts: list[str], question: 
 @example("Where does the installer put abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefgh?", [ISSUE_EN])
 def test_the_term_check_reports_only_the_questions_terms(question: str, passages: list[str]) -> None:
     terms = [t.text for t in specific_terms(question)]
-    check = check_terms(question, passages)
+    check = Analysis(question).near_miss(passages)
     assert list(check.terms) == terms
     assert set(check.missing) <= set(terms)
     assert all(isinstance(mentions(t, Vocabulary(passages)), bool) for t in specific_terms(question))
