@@ -54,16 +54,10 @@ from crag.text import (
     split_sentences,
     width,
 )
+from crag.tuning import TUNING
 from crag.types import Action, Source, Strip
 
-MAX_STRIPS = 6
-MAX_WIDTH = 1200  # quoted text, in English-character equivalents: two short paragraphs
-MARGIN = 0.5  # a strip within this score of the best one is quoted too
-MIN_WIDTH = 12  # a shorter passage is table debris or page furniture (a Chinese character counts 4)
 HEADING_WIDTH = 160  # a FAQ question shown before its answer's quote: one line, about 40 Chinese characters
-READABLE = 0.5  # the share of a quote's visible characters that must be letters, digits or Han
-QUOTE_WINDOW = 600  # a strip wider than this is quoted from its best run of sentences only
-ANSWER_WEIGHT = 0.2  # how much holding the question's names and a fact lifts a strip among those to quote
 # Seconds for all the quoting of one answer (trimming asides, finding each strip's best run). It takes milliseconds:
 # the budget is a second wall behind linear text rules, so that a rule that goes wrong on some text costs a
 # trimmed quote, never a thread blocked for minutes. Past it, the remaining strips are quoted as they are.
@@ -112,7 +106,7 @@ def readable(text: str) -> bool:
     """Words, not debris: a table of contents' dot leaders (". . . . . 12") or a rule says nothing, so it is
     never quoted. Letters, digits and Chinese characters must be at least half of what is not a space."""
     chars = [c for c in text if not c.isspace()]
-    return bool(chars) and sum(c.isalnum() for c in chars) >= READABLE * len(chars)
+    return bool(chars) and sum(c.isalnum() for c in chars) >= TUNING.evidence.readable * len(chars)
 
 
 def worth_quoting(parts: Sequence[str]) -> bool:
@@ -122,7 +116,7 @@ def worth_quoting(parts: Sequence[str]) -> bool:
     cells = " ".join(flatten(p) for p in parts if isinstance(p, Table))
     code = " ".join(p for p in parts if isinstance(p, Code))
     said = f"{prose} {cells} {code}".strip()
-    return width(said) >= MIN_WIDTH and (readable(f"{prose} {cells}") or any(c.isalnum() for c in code))
+    return width(said) >= TUNING.evidence.min_width and (readable(f"{prose} {cells}") or any(c.isalnum() for c in code))
 
 
 def headed_parts(parts: Sequence[str]) -> list[tuple[str, list[str]]]:
@@ -280,17 +274,17 @@ def quotable(strip: Strip, question: str) -> Strip | None:
     sentences = closed(sentences)
     if not sentences:
         return None
-    if sum(width(x) for x in sentences) > QUOTE_WINDOW:
+    if sum(width(x) for x in sentences) > TUNING.evidence.quote_window:
         sentences = best_run(sentences, question)
     text = joined(sentences)
     return replace(strip, text=text) if text != strip.text else strip
 
 
 def best_run(sentences: Sequence[str], question: str) -> list[str]:
-    """The run of neighbouring sentences, at most ``QUOTE_WINDOW`` wide (or one sentence), that holds the most of
-    what the question asks; the earliest of equals. A FAQ's question stays with the answer after it. A run never
-    ends inside a bracket or a quotation that a later sentence closes: it ends a sentence earlier (when every run
-    would, the runs are taken as they come)."""
+    """The run of neighbouring sentences, at most ``quote_window`` wide (``TUNING.evidence``; or one sentence), that
+    holds the most of what the question asks; the earliest of equals. A FAQ's question stays with the answer after
+    it. A run never ends inside a bracket or a quotation that a later sentence closes: it ends a sentence earlier
+    (when every run would, the runs are taken as they come)."""
     weights = [answer_weight(x, question) for x in sentences]
     start, end = _best(sentences, weights, held_open(sentences)) or _best(sentences, weights, [False] * len(sentences))
     if start and isinstance(sentences[start - 1], Asked):
@@ -302,7 +296,7 @@ def _best(sentences: Sequence[str], weights: Sequence[float], inside: Sequence[b
     best, best_weight = None, -1.0
     for start in range(len(sentences)):
         end, size = start, 0
-        while end < len(sentences) and (end == start or size + width(sentences[end]) <= QUOTE_WINDOW):
+        while end < len(sentences) and (end == start or size + width(sentences[end]) <= TUNING.evidence.quote_window):
             size += width(sentences[end])
             end += 1
         while end > start + 1 and inside[end - 1]:
@@ -316,9 +310,9 @@ def select(
     strips: Sequence[Strip], question: str = "", notes: list[str] | None = None, budget: float | None = None
 ) -> list[Strip]:
     """The best kept strips to quote, within the budget, in document order: by their score, lifted by what they hold
-    of the question's names and a fact, within ``MARGIN`` of the best. A strip that says nothing new is left out:
-    neighbouring chunks share their edges, so one sentence may come in two, or one chunk may end in the first half of
-    a sentence that the next holds whole.
+    of the question's names and a fact, within ``TUNING.evidence.margin`` of the best. A strip that says nothing new
+    is left out: neighbouring chunks share their edges, so one sentence may come in two, or one chunk may end in the
+    first half of a sentence that the next holds whole.
 
     Trimming and weighing the strips has ``budget`` seconds (``QUOTE_BUDGET``); the strips left when it runs out are
     quoted as they are, ranked by their score alone, and ``notes`` says so."""
@@ -332,7 +326,9 @@ def select(
     ranked = sorted(rank, key=lambda s: -rank[s])
     chosen: list[tuple[Strip, list[str], int]] = []  # with its sentences and its width
     for strip in ranked:
-        if len(chosen) == MAX_STRIPS or (chosen and rank[strip] < rank[ranked[0]] - MARGIN):
+        if len(chosen) == TUNING.evidence.max_strips or (
+            chosen and rank[strip] < rank[ranked[0]] - TUNING.evidence.margin
+        ):
             break
         quotable_text = passages(pieces(strip.text))
         sentences = [s for text in quotable_text for s in split_sentences(text)]  # flattened: whitespace collapsed
@@ -341,7 +337,7 @@ def select(
             continue
         # A strip chosen before whose every sentence this one holds (whole or as the rest of a cut one) goes.
         kept = [c for c in chosen if not _within(c[1], sentences)]
-        if kept and sum(size for _, _, size in kept) + size > MAX_WIDTH:
+        if kept and sum(size for _, _, size in kept) + size > TUNING.evidence.max_width:
             continue
         chosen = [*kept, (strip, sentences, size)]
     return sorted((strip for strip, _, _ in chosen), key=lambda s: (s.kind != "local", s.order))
@@ -357,7 +353,9 @@ def _weighed(strips: Sequence[Strip], question: str, deadline: float) -> tuple[d
             rank[strip] = strip.score
             untrimmed += 1
         elif q := quotable(strip, question):
-            rank[q] = q.score + ANSWER_WEIGHT * max((answer_weight(x, question) for x in pieces(q.text)), default=0)
+            rank[q] = q.score + TUNING.evidence.answer_weight * max(
+                (answer_weight(x, question) for x in pieces(q.text)), default=0
+            )
     return rank, untrimmed
 
 

@@ -10,6 +10,7 @@ import re
 from collections.abc import Sequence
 
 from crag.text import TOKEN, content_words, han_named, has_han, stem
+from crag.tuning import TUNING
 
 History = Sequence[tuple[str, str]]  # (role, text), role "user" | "assistant"
 
@@ -38,11 +39,8 @@ def rewrite_problem(rewrite: str, question: str, history: History) -> str:
     return ""
 
 
-# Questions before that a follow-up is read with, at most: "what about macOS?" after "and on Windows?" after
-# "How do I install R from source?" needs the first; a longer chain of asides is rare and would drown the question.
-CHAIN = 3
-
-
+# A follow-up is read with the questions before it back to the one that set the topic, at most
+# ``TUNING.followups.chain`` of them: a longer chain of asides is rare and would drown the question.
 def conversation_query(question: str, history: History) -> str:
     """The question, then the previous question as it was asked: a follow-up ("And on Windows?", "那行距呢？") is
     retrieved in the context of what it follows, without a model. Whole, the previous question keeps what a list
@@ -58,7 +56,7 @@ def conversation_query(question: str, history: History) -> str:
             continue
         if previous != asked and previous not in chain:
             chain.append(previous)
-        if not _leans_on(previous) or len(chain) == CHAIN:
+        if not _leans_on(previous) or len(chain) == TUNING.followups.chain:
             break
     return " ".join([question, *chain])
 
@@ -109,8 +107,6 @@ _POINTS_BACK = re.compile(
 )
 # A fragment ("Windows?", "On a Mac?", "怎么卸载？") has no subject of its own: it is asked of the topic before. A
 # short question that opens as questions do ("What is gnuplot?") asks about what it names.
-FRAGMENT_WORDS = 3
-FRAGMENT_HAN = 4
 _ASKS = re.compile(r"^\W*(?:what|how|why|when|where|who|which|is|are|do|does|can|could|should)\b", re.IGNORECASE)
 
 
@@ -127,7 +123,11 @@ def stands_alone(question: str) -> bool:
         return False
     words = TOKEN.findall(question)
     han = sum(len(w) for w in words if has_han(w))
-    return han > FRAGMENT_HAN if han else len(words) > FRAGMENT_WORDS or _ASKS.search(question) is not None
+    return (
+        han > TUNING.followups.fragment_han
+        if han
+        else len(words) > TUNING.followups.fragment_words or _ASKS.search(question) is not None
+    )
 
 
 def _own_words(question: str) -> list[str]:

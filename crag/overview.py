@@ -16,6 +16,7 @@ from pathlib import PurePosixPath
 
 from crag.injection import injection_reason
 from crag.text import HAN, content_words, fold, split_sentences, width
+from crag.tuning import TUNING
 from crag.types import Chunk, FileResult, Source, Strip
 
 # "What is this document about?", "Summarize it", "give me an overview of the manual", "what does the PDF cover".
@@ -132,10 +133,9 @@ class Overview:
     opening: tuple[Chunk, ...] = ()  # the chunks ``said`` quotes
 
 
-OPENING = 12  # chunks of a document's opening read for what it is: title page, preface, introduction
-SAID = 2  # sentences quoted for what a document is
-SAID_EACH = 1  # of each document, when a question is about several
-OUTLINE = 14  # headings listed, at most
+SAID_EACH = TUNING.overview.said_each  # read by crag.stream, which is to read TUNING itself
+
+
 # A sentence that says what its document is: it defines ("R is an integrated suite…", "…是一种…") or describes
 # ("This manual describes…", "本文档描述…"); one that names the document ("this manual", "本文档") says more.
 _DEFINES = re.compile(
@@ -179,12 +179,16 @@ _LEADERS = re.compile(r"(?<![.\s])(?:\.\s*+){5,}+\d|(?<!\d)(?:\s\d{1,3}){6,}+")
 
 
 def _opening(chunks: Sequence[Chunk], title: str) -> list[Chunk]:
-    """The chunks that open a document, past its table of contents: its first ``OPENING``, and further on the
-    first few of sections named as an introduction or after what the title names ("Gnuplot" in "gnuplot 5.4")."""
+    """The chunks that open a document, past its table of contents: its first ``TUNING.overview.opening``, and further
+    on the first few of sections named as an introduction or after what the title names ("Gnuplot" in "gnuplot 5.4")."""
     words = {w.lower() for w in _title_words(title)}
-    readable = [c for c in chunks[: OPENING * 6] if not _CONTENTS.match(_top(c)) and not _LEADERS.search(c.text)]
-    later = [c for c in readable[OPENING:] if _INTRODUCTION.search(_top(c)) or _top(c).lower() in words]
-    return readable[:OPENING] + later[:4]
+    readable = [
+        c for c in chunks[: TUNING.overview.opening * 6] if not _CONTENTS.match(_top(c)) and not _LEADERS.search(c.text)
+    ]
+    later = [
+        c for c in readable[TUNING.overview.opening :] if _INTRODUCTION.search(_top(c)) or _top(c).lower() in words
+    ]
+    return readable[: TUNING.overview.opening] + later[:4]
 
 
 def _top(chunk: Chunk) -> str:
@@ -223,7 +227,10 @@ def _said(opening: Sequence[Chunk], title: str) -> tuple[Strip, ...]:
             scored.append((score, i, j, sentence, chunk))
     if not scored:
         return ()
-    best = sorted((s for s in scored if s[0] >= 2.0), key=lambda s: (-s[0], s[1], s[2]))[:SAID] or scored[:1]
+    best = (
+        sorted((s for s in scored if s[0] >= 2.0), key=lambda s: (-s[0], s[1], s[2]))[: TUNING.overview.said]
+        or scored[:1]
+    )
     return tuple(
         Strip(sentence, 1.0, True, "local", file=c.file, pages=c.pages, order=(i, j), chunk_id=c.id, section=c.section)
         for _, i, j, sentence, c in best
@@ -266,7 +273,7 @@ def _bookmarks(record: FileResult | None) -> tuple[tuple[int, str, int], ...]:
         (level - top, title, page)
         for level, title, page in record.outline
         if level < top + levels and not _CONTENTS.match(re.sub(r"^\W*[IVX\d]+\W+", "", title))
-    )[:OUTLINE]
+    )[: TUNING.overview.outline]
 
 
 # A chapter heading: "2 Objects", "Chapter 3", "A.", "第一章"; not a title opening with a one-letter name ("R FAQ").
@@ -282,7 +289,7 @@ def _headings(chunks: Sequence[Chunk], title: str) -> tuple[tuple[int, str, int]
         if len(top) > 2 and top != title and top not in seen and not _CONTENTS.match(top) and chunk.pages:
             seen[top] = chunk.pages[0]
     chapters = {h: p for h, p in seen.items() if _NUMBERED.match(h) and not re.match(r"^(?:\d+|[A-Z])\.\d", h)}
-    return tuple((0, heading, page) for heading, page in (chapters or seen).items())[:OUTLINE]
+    return tuple((0, heading, page) for heading, page in (chapters or seen).items())[: TUNING.overview.outline]
 
 
 # How an answer about whole documents reads, in the question's language.
@@ -339,5 +346,7 @@ def render(documents: Sequence[Overview], sources: Sequence[Source], language: s
         return "\n\n".join(p for p in parts if p)
     paragraphs = [_SEVERAL[language].format(count=len(documents))]
     for document in documents:
-        paragraphs.append("\n".join([heading(document, language), *numbered(document.said[:SAID_EACH], sources)]))
+        paragraphs.append(
+            "\n".join([heading(document, language), *numbered(document.said[: TUNING.overview.said_each], sources)])
+        )
     return "\n\n".join(paragraphs)

