@@ -34,6 +34,7 @@ from crag.blocks import (
     opens,
     table_rows,
 )
+from crag.lexicons import alternation
 from crag.quotes import LEADS as LEADS
 from crag.quotes import LINE as LINE
 from crag.quotes import SCOPED_LEADS as SCOPED_LEADS
@@ -159,43 +160,48 @@ class Aside:
     asked: re.Pattern[str]
 
 
+# The words of each rule are lexicons (``crag/lexicons/*.txt``); what is structure (an address, a year, a date,
+# the count of words) stays here. A question asks for an aside when it holds a word of the aside's ``-asked`` list.
+_LICENCE = alternation("licence")
+_CONTACT_LABEL = alternation("contact-labels")
+_VERSION_WORD = alternation("version-words", "start")
+_MONTH = alternation("months")
+_REQUIREMENT = alternation("version-requirement")
+
+
+def _asked(name: str) -> re.Pattern[str]:
+    return re.compile(alternation(f"{name}-asked", "none"), re.IGNORECASE)
+
+
 ASIDES = (
     Aside(
         "licence",
-        re.compile(
-            r"\blicen[cs]e[sd]?\b|\bcopyright\s*(?:©|\(c\)|\d{4})|©\s*\d{4}|permission is (?:hereby )?granted"
-            r"|all rights reserved|\bwithout (?:any )?warranty|under the terms of|版权所有|许可证|许可协议|保留所有权利"
-            r"|免责声明",
-            re.IGNORECASE,
-        ),
-        re.compile(r"licen[cs]|copyright|warrant|legal|distribut|free software|版权|许可|授权|协议|发行", re.I),
+        re.compile(rf"{_LICENCE}|\bcopyright\s*(?:©|\(c\)|\d{{4}})|©\s*\d{{4}}", re.IGNORECASE),
+        _asked("licence"),
     ),
     Aside(
         "contact",
         # An address is looked for from the start of its run of characters only: from every one, a long word
         # would be scanned again and again.
-        re.compile(r"(?<![\w.+-])[\w.+-]++@[\w-]++(?:\.[\w-]++)+|\b(?:e-?mail|tel|phone|fax)\s*:", re.IGNORECASE),
-        re.compile(
-            r"e-?mail|contact|author|maintainer|report|bug|mailing|address|邮件|邮箱|联系|作者|维护者|报告", re.I
-        ),
+        re.compile(rf"(?<![\w.+-])[\w.+-]++@[\w-]++(?:\.[\w-]++)+|{_CONTACT_LABEL}\s*:", re.IGNORECASE),
+        _asked("contact"),
     ),
-    # A line of at most eight words that names a version or a date ("Version 1.0.8, 13 July 2019."), but not a
-    # requirement ("Use version 4 or later."). Each word is taken whole (possessive ``*+``, ``++``): with a plain
-    # ``\W*`` that may match nothing, a long run of letters (a Chinese clause is one) splits into words in
-    # more ways than can be tried before the count fails.
+    # A line of at most eight words that names a version or a date ("Version 1.0.8, 13 July 2019."), but not one
+    # that says what version is required ("Use version 4 or later."). Each word is taken whole (possessive ``*+``,
+    # ``++``): with a plain ``\W*`` that may match nothing, a long run of letters (a Chinese clause is one) splits into
+    # words in more ways than can be tried before the count fails.
     Aside(
         "version",
         re.compile(
-            r"^(?=.*(?:\b(?:version|release|revision|v)\s*\d|\b\d{4}[-/.]\d{1,2}|\d{4}\s*年|\b(?:january|february|"
-            r"march|april|may|june|july|august|september|october|november|december)\b\s*\d))"
-            r"(?!.*(?:\b(?:or|and)\s+(?:later|newer|higher|above|greater)\b|或更高|或更新|及以上|或以上|以上版本))"
+            rf"^(?=.*(?:{_VERSION_WORD}\s*\d|\b\d{{4}}[-/.]\d{{1,2}}|\d{{4}}\s*年|{_MONTH}\s*\d))"
+            rf"(?!.*{_REQUIREMENT})"
             r"(?:\W*+\w++){1,8}+\W*+$",
             re.IGNORECASE,
         ),
-        re.compile(r"version|release|date|when|year|updated|new in|版本|日期|发布|哪一?年|何时|什么时候|更新", re.I),
+        _asked("version"),
     ),
 )
-FOOTNOTE_ASKED = re.compile(r"footnote|脚注", re.IGNORECASE)
+FOOTNOTE_ASKED = _asked("footnote")
 # Words a sentence cannot end on: a quote ending in one was cut ("…include the > repeat expr statement and the").
 UNFINISHED = re.compile(rf"\b(?:{'|'.join(sorted(EN_STOP))})\s*$", re.IGNORECASE)
 

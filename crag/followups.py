@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from crag.lexicons import alternation, words
 from crag.text import TOKEN, content_words, han_named, has_han, stem
 from crag.tuning import TUNING
 
@@ -64,8 +65,8 @@ def conversation_query(question: str, history: History) -> str:
 # A question that opens with "and" or "what about", or a Chinese one that opens with 那 or ends in 呢, leaves out what
 # it is about: it goes on from the question before, whatever a passage says to its few words alone.
 _ELLIPTICAL = re.compile(
-    r"^\s*(?:and|or|but|also|then|so|what about|how about|what if)\b"
-    r"|^\s*(?:那|那么|还有|另外|而且)|呢\s*[?？]?\s*$",
+    rf"^\s*{alternation('follow-on-openers', script='latin')}"
+    rf"|^\s*{alternation('follow-on-openers', script='han')}|呢\s*[?？]?\s*$",
     re.IGNORECASE,
 )
 
@@ -78,12 +79,7 @@ def elliptical(question: str) -> bool:
 # Words that ask for more of what came before ("Tell me more", "Can you explain?", "具体怎么做？", "还有呢？"): they
 # name no topic of their own, so a passage need not name them.
 MORE_OF_THE_SAME = frozenset(
-    [
-        stem(w)
-        for w in "about again all alternative another clarify continue detail details elaborate else example examples "
-        "explain expand give mean method more one option other others say show tell way ways".split()
-    ]
-    + "详细 具体 还有 怎么办 例子 举例 解释 说明 展开 继续 其他 别的 意思 然后 再说 办法 方法".split()
+    [stem(w) for w in words("more-of-the-same", "latin")] + list(words("more-of-the-same", "han"))
 )
 
 
@@ -97,17 +93,17 @@ def _leans_on(question: str) -> bool:
 # "it" that stands for nothing ("Is it possible to…", "How long does it take to…") and "that" after a noun ("a
 # command that lists…") point at nothing said before.
 _POINTS_BACK = re.compile(
-    r"\b(?:they|them|their|theirs|themselves|itself|its)\b"
+    rf"{alternation('pointing-words', script='latin')}"
     r"|\bit\b(?!\s+(?:is\s+)?(?:possible|necessary|safe|ok|okay|true|important|better|worth|recommended|takes?)"
     r"\s+(?:to|that|if|for|\d))"
     r"|(?:^|\b(?:do|does|did|doing|done|is|are|was|were|about|of|for|with|mean|means|in|on|from|to|use|undo|fix)\s+)"
     r"(?:this|that|these|those)\b"
-    r"|它|这个|那个|这些|那些|这种|那种|这样|那样",
+    rf"|{alternation('pointing-words', script='han')}",
     re.IGNORECASE,
 )
 # A fragment ("Windows?", "On a Mac?", "怎么卸载？") has no subject of its own: it is asked of the topic before. A
 # short question that opens as questions do ("What is gnuplot?") asks about what it names.
-_ASKS = re.compile(r"^\W*(?:what|how|why|when|where|who|which|is|are|do|does|can|could|should)\b", re.IGNORECASE)
+_ASKS = re.compile(rf"^\W*{alternation('question-words', script='latin')}", re.IGNORECASE)
 
 
 def points_back(question: str) -> bool:

@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from crag.injection import injection_reason
+from crag.lexicons import alternation, words
 from crag.text import HAN, content_words, fold, split_sentences, width
 from crag.tuning import TUNING
 from crag.types import Chunk, FileResult, Source, Strip
 
 # "What is this document about?", "Summarize it", "give me an overview of the manual", "what does the PDF cover".
 # The document is named as such ("the manual", "these files"), not any text ("the outline of a text box").
-_DOCUMENT = r"(?:document|doc|pdf|file|manual|guide|handbook|book|paper|tutorial|report|text|faq)s?"
+_DOCUMENT = alternation("document-words", "none") + "s?"
 _THESE = r"(?:this|the|that|these|those|my|each|every|all|your)"
 _ABOUT_EN = re.compile(
     rf"\b(?:summar(?:y|ise|ize|ising|izing)|overview|outline|table of contents|gist|tl;?dr)\b"
@@ -32,7 +33,7 @@ _ABOUT_EN = re.compile(
     re.IGNORECASE,
 )
 # "这份文档主要讲了什么", "<file> 讲的是什么", "总结一下", "这个 PDF 的主要内容", "概述一下这本手册".
-_DOCUMENT_ZH = r"(?:文档|文件|手册|资料|PDF|pdf|书|指南|文章|教程|材料)"
+_DOCUMENT_ZH = alternation("document-words-zh", "none")
 _ABOUT_ZH = re.compile(
     rf"(?:这|那|该|本|此)[份个篇本部些]?\s?{_DOCUMENT_ZH}?.{{0,8}}(?:讲|说|介绍|写|谈|讲述|关于|涉及)(?:了|的|些)*(?:是)?(?:什么|啥|哪些)"
     rf"|{_DOCUMENT_ZH}.{{0,8}}(?:讲|说|介绍|写|谈|讲述|关于|涉及)(?:了|的|些)*(?:是)?(?:什么|啥|哪些)"
@@ -237,7 +238,7 @@ def _said(opening: Sequence[Chunk], title: str) -> tuple[Strip, ...]:
     )
 
 
-_TITLE_STOP = frozenset("a an the of to and for on in with its guide manual introduction notes version".split())
+_TITLE_STOP = frozenset(words("title-stop"))
 
 
 def _title_words(title: str) -> list[str]:
