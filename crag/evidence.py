@@ -170,7 +170,7 @@ _REQUIREMENT = alternation("version-requirement")
 
 
 def _asked(name: str) -> re.Pattern[str]:
-    return re.compile(alternation(f"{name}-asked", "none"), re.IGNORECASE)
+    return re.compile(alternation(f"{name}-asked", "start"), re.IGNORECASE)
 
 
 ASIDES = (

@@ -158,7 +158,17 @@ ASIDE_OF = {
         ("version", "What is new in 4.0?", True),
         ("version", "这个手册是哪一年发布的？", True),
         ("version", "最新版本是多少？", True),
+        ("version", "When did R 4.0 come out?", True),
+        ("version", "When was it last updated?", True),
+        ("version", "这份文档的更新日期是？", True),
         ("version", "How do I install R?", False),
+        # A word that holds an asked-for word inside it asks for nothing of it, nor does "when" of an event.
+        ("version", "How do I update all packages?", False),
+        ("version", "How do I validate the input?", False),
+        ("version", "What happens when R runs out of memory?", False),
+        ("version", "如何更新所有宏包？", False),
+        ("contact", "How do I debug R code?", False),
+        ("licence", "Can I redistribute R?", True),
         ("version", "如何安装宏包？", False),
     ],
 )
