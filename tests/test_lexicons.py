@@ -107,6 +107,8 @@ def test_contact_lines(sentence: str, kind: str) -> None:
         ("Release 2.1, May 3 2020.", "version"),
         ("2019年5月", "version"),
         ("最后更新：2023年3月1日", "version"),
+        ("版本 2.4.1", "version"),
+        ("CTeX 宏集版本 2.4.16", "version"),
         ("Use version 4 or later.", ""),
         # What version is required, or what to do with it, is content, not a version stamp.
         ("Version 4 is required.", ""),
@@ -116,6 +118,8 @@ def test_contact_lines(sentence: str, kind: str) -> None:
         ("Upgrade to release 3 before 2024-06.", ""),
         ("本宏包需要 2020 年以后的 TeX Live。", ""),
         ("请安装 2019 年的版本。", ""),
+        ("R 版本 4.2 以后支持 UTF-8。", ""),
+        ("版本 3.0 之后才有这个选项。", ""),
         ("R 4.0.0 and later releases read UTF-8 files.", ""),
         ("需要 2018 年或更高版本的 TeX Live。", ""),
         ("In version 2 the installer downloads the archive and then unpacks it into your home directory.", ""),
