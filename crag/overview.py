@@ -152,12 +152,8 @@ _NAMES_ITSELF = re.compile(
 # A version, a date: front matter ("This manual is for R, version 4.2.2 (2022-11-10).").
 _DATED = re.compile(r"\bversion\b|\d{4}-\d{2}|(?<!\d)\d++\.\d++\.\d|版本|\d{4}\s*+年", re.IGNORECASE)
 # Front matter that says nothing of what a document is about.
-_FRONT_MATTER = re.compile(
-    r"copyright|permission|licen[cs]e|warrant|all rights|trademark|版权|许可|授权|©|@", re.IGNORECASE
-)
-_INTRODUCTION = re.compile(
-    r"introduction|preface|overview|about|foreword|前言|简介|概述|引言|介绍|序|说明|起点", re.IGNORECASE
-)
+_FRONT_MATTER = re.compile(alternation("front-matter", "none"), re.IGNORECASE)
+_INTRODUCTION = re.compile(alternation("introduction-headings", "none"), re.IGNORECASE)
 
 
 def overview(file: str, chunks: Sequence[Chunk], record: FileResult | None) -> Overview | None:

@@ -11,7 +11,7 @@ from crag import lexicons
 from crag.asks import asks
 from crag.evidence import aside
 from crag.followups import elliptical, points_back, stands_alone
-from crag.overview import _title_words, asks_about_documents
+from crag.overview import _FRONT_MATTER, _INTRODUCTION, _title_words, asks_about_documents
 
 NEUTRAL = "How do I read a data file?"
 
@@ -283,3 +283,35 @@ def test_a_question_about_whole_documents(question: str, whole: bool) -> None:
 )
 def test_a_title_names_what_is_not_a_stop_word(title: str, named: list[str]) -> None:
     assert [w for w in _title_words(title) if w.isascii()] == named
+
+
+@pytest.mark.parametrize(
+    ("sentence", "front"),
+    [
+        ("Copyright 1999 the authors.", True),
+        ("Permission is granted to copy this manual.", True),
+        ("TeX is a trademark of the American Mathematical Society.", True),
+        ("Send comments to ctex@example.org.", True),
+        ("本文档的版权归作者所有。", True),
+        ("R is a language and environment for statistical computing.", False),
+        ("本文档介绍 CTeX 宏集的用法。", False),
+    ],
+)
+def test_front_matter_says_nothing_of_what_a_document_is(sentence: str, front: bool) -> None:
+    assert bool(_FRONT_MATTER.search(sentence)) is front
+
+
+@pytest.mark.parametrize(
+    ("heading", "introduces"),
+    [
+        ("1 Introduction", True),
+        ("Preface", True),
+        ("About this manual", True),
+        ("前言", True),
+        ("第一章 简介", True),
+        ("3 Data frames", False),
+        ("第三章 表格", False),
+    ],
+)
+def test_an_introduction_heading(heading: str, introduces: bool) -> None:
+    assert bool(_INTRODUCTION.search(heading)) is introduces
