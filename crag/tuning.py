@@ -27,8 +27,8 @@ class Evidence:
     """Quoted text of one answer, in English-character equivalents (a Chinese character counts 4): two short
     paragraphs. Hand-set."""
     margin: float = 0.5
-    """A strip whose rank is within this of the best strip's is quoted too. Dev split (key fact 0.789 -> 0.803 when
-    margin notes became paratext)."""
+    """A strip whose rank is within this of the best strip's is quoted too. Hand-set with the first evidence answers,
+    on the dev split's questions."""
     min_width: int = 12
     """A passage narrower than this is table debris or page furniture and is not quoted. Hand-set."""
     readable: float = 0.5
@@ -56,9 +56,9 @@ class Refinement:
     often shares fewer words with the question than one that restates it. Hand-set with the first evidence answers,
     on the dev split's questions."""
     off_topic: float = 0.2
-    """How far a strip whose heading holds none of a Chinese question's words is lowered, when the embedder reads no
-    Chinese (with a multilingual embedder the rule is off). Dev split (with MiniLM; with USE it changed no dev
-    figure)."""
+    """How far a strip whose heading holds none of a Chinese question's words is lowered (less for a heading that holds
+    some), when the embedder reads no Chinese (with a multilingual embedder the rule is off). Hand-set, checked on the
+    dev split and its twins with MiniLM (their figures unchanged)."""
 
 
 @dataclass(frozen=True)
@@ -83,8 +83,9 @@ class Asks:
     """More asks than this is a list of topics, not a question of several asks: searched as one. Hand-set."""
     own_words: int = 2
     """An ask after the first names at least this many words of its own (one a subject of its own) to be asked
-    alone. Chosen among three ways of splitting measured on the newcomer, test and holdout sets
-    (docs/benchmarks.md): the one that kept the test and holdout answers unchanged."""
+    alone. Hand-set; the rule it belongs to (split only where the second ask names a subject of its own) was chosen
+    among three ways of splitting measured on the newcomer, test and holdout sets (docs/benchmarks.md), as the one
+    that kept the test and holdout answers unchanged."""
 
 
 @dataclass(frozen=True)
