@@ -152,8 +152,8 @@ _NAMES_ITSELF = re.compile(
 # A version, a date: front matter ("This manual is for R, version 4.2.2 (2022-11-10).").
 _DATED = re.compile(r"\bversion\b|\d{4}-\d{2}|(?<!\d)\d++\.\d++\.\d|版本|\d{4}\s*+年", re.IGNORECASE)
 # Front matter that says nothing of what a document is about.
-_FRONT_MATTER = re.compile(alternation("front-matter", "none"), re.IGNORECASE)
-_INTRODUCTION = re.compile(alternation("introduction-headings", "none"), re.IGNORECASE)
+FRONT_MATTER = re.compile(alternation("front-matter", "none"), re.IGNORECASE)
+INTRODUCTION = re.compile(alternation("introduction-headings", "none"), re.IGNORECASE)
 
 
 def overview(file: str, chunks: Sequence[Chunk], record: FileResult | None) -> Overview | None:
@@ -178,13 +178,11 @@ _LEADERS = re.compile(r"(?<![.\s])(?:\.\s*+){5,}+\d|(?<!\d)(?:\s\d{1,3}){6,}+")
 def _opening(chunks: Sequence[Chunk], title: str) -> list[Chunk]:
     """The chunks that open a document, past its table of contents: its first ``TUNING.overview.opening``, and further
     on the first few of sections named as an introduction or after what the title names ("Gnuplot" in "gnuplot 5.4")."""
-    words = {w.lower() for w in _title_words(title)}
+    words = {w.lower() for w in title_words(title)}
     readable = [
         c for c in chunks[: TUNING.overview.opening * 6] if not _CONTENTS.match(_top(c)) and not _LEADERS.search(c.text)
     ]
-    later = [
-        c for c in readable[TUNING.overview.opening :] if _INTRODUCTION.search(_top(c)) or _top(c).lower() in words
-    ]
+    later = [c for c in readable[TUNING.overview.opening :] if INTRODUCTION.search(_top(c)) or _top(c).lower() in words]
     return readable[: TUNING.overview.opening] + later[:4]
 
 
@@ -206,7 +204,7 @@ def _said(opening: Sequence[Chunk], title: str) -> tuple[Strip, ...]:
     names ("R is an integrated suite…" in "An Introduction to R") counts most, then one that defines or describes;
     naming the document or the title's words adds, a version or a date takes away. The first readable sentence when
     none defines or describes."""
-    words = _title_words(title)
+    words = title_words(title)
     subject = re.compile(
         rf"^(?:\W*\w+\W+){{0,2}}?(?:{'|'.join(map(re.escape, words))})\s*(?:(?:is|are)\b|是)", re.IGNORECASE
     )
@@ -237,7 +235,7 @@ def _said(opening: Sequence[Chunk], title: str) -> tuple[Strip, ...]:
 _TITLE_STOP = frozenset(words("title-stop"))
 
 
-def _title_words(title: str) -> list[str]:
+def title_words(title: str) -> list[str]:
     """What a title names: its words but the generic ones ("An Introduction to R" → R), and the pairs of Chinese
     characters of its Chinese part ("新维护者手册" → 新维, 维护, …)."""
     latin = [
@@ -255,7 +253,7 @@ def _sentences(text: str) -> list[str]:
             continue
         for sentence in split_sentences(" ".join(paragraph.split())):
             # A sentence that gives orders is no statement of what a document is, and never reaches a model.
-            if 40 <= width(sentence) <= 480 and not _FRONT_MATTER.search(sentence) and not injection_reason(sentence):
+            if 40 <= width(sentence) <= 480 and not FRONT_MATTER.search(sentence) and not injection_reason(sentence):
                 out.append(sentence)
     return out
 

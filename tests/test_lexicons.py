@@ -11,7 +11,7 @@ from crag import lexicons
 from crag.asks import asks
 from crag.evidence import aside
 from crag.followups import elliptical, points_back, stands_alone
-from crag.overview import _FRONT_MATTER, _INTRODUCTION, _title_words, asks_about_documents
+from crag.overview import FRONT_MATTER, INTRODUCTION, asks_about_documents, title_words
 
 NEUTRAL = "How do I read a data file?"
 
@@ -282,7 +282,7 @@ def test_a_question_about_whole_documents(question: str, whole: bool) -> None:
     ],
 )
 def test_a_title_names_what_is_not_a_stop_word(title: str, named: list[str]) -> None:
-    assert [w for w in _title_words(title) if w.isascii()] == named
+    assert [w for w in title_words(title) if w.isascii()] == named
 
 
 @pytest.mark.parametrize(
@@ -298,7 +298,7 @@ def test_a_title_names_what_is_not_a_stop_word(title: str, named: list[str]) -> 
     ],
 )
 def test_front_matter_says_nothing_of_what_a_document_is(sentence: str, front: bool) -> None:
-    assert bool(_FRONT_MATTER.search(sentence)) is front
+    assert bool(FRONT_MATTER.search(sentence)) is front
 
 
 @pytest.mark.parametrize(
@@ -314,4 +314,4 @@ def test_front_matter_says_nothing_of_what_a_document_is(sentence: str, front: b
     ],
 )
 def test_an_introduction_heading(heading: str, introduces: bool) -> None:
-    assert bool(_INTRODUCTION.search(heading)) is introduces
+    assert bool(INTRODUCTION.search(heading)) is introduces
