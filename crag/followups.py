@@ -94,8 +94,7 @@ def _leans_on(question: str) -> bool:
 # command that lists…") point at nothing said before.
 _POINTS_BACK = re.compile(
     rf"{alternation('pointing-words', script='latin')}"
-    r"|\bit\b(?!\s+(?:is\s+)?(?:possible|necessary|safe|ok|okay|true|important|better|worth|recommended|takes?)"
-    r"\s+(?:to|that|if|for|\d))"
+    rf"|\bit\b(?!\s+(?:is\s+)?{alternation('empty-it')}\s+(?:to|that|if|for|\d))"
     r"|(?:^|\b(?:do|does|did|doing|done|is|are|was|were|about|of|for|with|mean|means|in|on|from|to|use|undo|fix)\s+)"
     r"(?:this|that|these|those)\b"
     rf"|{alternation('pointing-words', script='han')}",
