@@ -228,6 +228,12 @@ def test_a_follow_up_opens_as_one(question: str, goes_on: bool) -> None:
         ("它支持中文吗？", True),
         ("那个命令怎么用？", True),
         ("Is it possible to read Excel files?", False),
+        ("How long does it take to build R?", False),
+        # "it" before how a thing is judged points at nothing said before, whichever judgement it is.
+        ("Is it normal that R uses so much memory?", False),
+        ("Is it hard to learn LaTeX?", False),
+        ("Is it allowed to mix pdfTeX and XeTeX files?", False),
+        ("Is it worth it?", True),
         ("Which command lists the files that changed?", False),
         ("How do I install R?", False),
         ("如何安装 R？", False),
