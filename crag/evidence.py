@@ -167,6 +167,7 @@ _CONTACT_LABEL = alternation("contact-labels")
 _VERSION_WORD = alternation("version-words", "start")
 _MONTH = alternation("months")
 _REQUIREMENT = alternation("version-requirement")
+_HAN = "\u3400-\u4dbf\u4e00-\u9fff"  # Chinese characters, counted in a version line
 
 
 def _asked(name: str) -> re.Pattern[str]:
@@ -186,16 +187,17 @@ ASIDES = (
         re.compile(rf"(?<![\w.+-])[\w.+-]++@[\w-]++(?:\.[\w-]++)+|{_CONTACT_LABEL}\s*:", re.IGNORECASE),
         _asked("contact"),
     ),
-    # A line of at most eight words that names a version or a date ("Version 1.0.8, 13 July 2019."), but not one
-    # that says what version is required ("Use version 4 or later."). Each word is taken whole (possessive ``*+``,
+    # A line of at most eight words (and eight Chinese characters, a Chinese clause being one word) that names a
+    # version or a date ("Version 1.0.8, 13 July 2019.", "最后更新：2023年3月1日"), but not one that says what version
+    # is required ("Use version 4 or later."). Each word is taken whole (possessive ``*+``,
     # ``++``): with a plain ``\W*`` that may match nothing, a long run of letters (a Chinese clause is one) splits into
     # words in more ways than can be tried before the count fails.
     Aside(
         "version",
         re.compile(
             rf"^(?=.*(?:{_VERSION_WORD}\s*\d|\b\d{{4}}[-/.]\d{{1,2}}|\d{{4}}\s*年|{_MONTH}\s*\d))"
-            rf"(?!.*{_REQUIREMENT})"
-            r"(?:\W*+\w++){1,8}+\W*+$",
+            rf"(?!.*{_REQUIREMENT})(?!(?:[^{_HAN}]*+[{_HAN}]){{{TUNING.evidence.stamp_han + 1}}})"
+            rf"(?:\W*+\w++){{1,{TUNING.evidence.stamp_words}}}+\W*+$",
             re.IGNORECASE,
         ),
         _asked("version"),

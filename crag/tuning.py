@@ -36,6 +36,13 @@ class Evidence:
     (dot leaders of a table of contents, a rule). Hand-set."""
     quote_window: int = 600
     """A strip wider than this is quoted from its best run of sentences only. Hand-set."""
+    stamp_words: int = 8
+    """A version or date line (left out at a quote's ends) has at most this many words ("Version 1.0.8, 13 July
+    2019."). Hand-set."""
+    stamp_han: int = 8
+    """...and at most this many Chinese characters: a Chinese clause counts as one word, so without this a long
+    Chinese sentence that names a year passed for a date line. Hand-set: the corpus's Chinese date lines hold at most
+    seven ("最后更新：2023年3月1日"), its sentences that merely name a year ten or more."""
     answer_weight: float = 0.2
     """How much holding the question's names and a fact lifts a strip's rank among those to quote. Hand-set, with the
     specific-terms rule."""

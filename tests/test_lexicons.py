@@ -107,6 +107,7 @@ def test_contact_lines(sentence: str, kind: str) -> None:
         ("Release 2.1, May 3 2020.", "version"),
         ("2019年5月", "version"),
         ("最后更新：2023年3月1日", "version"),
+        ("修订于 2021 年 3 月 5 日", "version"),
         ("Use version 4 or later.", ""),
         # What version is required, or what to do with it, is content, not a version stamp.
         ("Version 4 is required.", ""),
@@ -121,6 +122,10 @@ def test_contact_lines(sentence: str, kind: str) -> None:
         ("LATEX 2020-02-02 以后的版本可以直接使用钩子。", ""),
         ("可以使用LATEX 2020/10/01 的钩子机制来统一设置。", ""),
         ("下边的例子基于老的版本0.9.12 。", ""),
+        # A Chinese clause is one word to the eight-word limit: a stamp is short in Chinese characters too.
+        ("Peter 在2015 年10 月去世，我们将持续工作以纪念他。", ""),
+        ("第一版是在1996 年五月发行的。", ""),
+        ("TEX Live 自2011 年起以年份作为发行版的版本号。", ""),
         ("R 4.0.0 and later releases read UTF-8 files.", ""),
         ("需要 2018 年或更高版本的 TeX Live。", ""),
         ("In version 2 the installer downloads the archive and then unpacks it into your home directory.", ""),
