@@ -184,7 +184,10 @@ ASIDES = (
         "contact",
         # An address is looked for from the start of its run of characters only: from every one, a long word
         # would be scanned again and again.
-        re.compile(rf"(?<![\w.+-])[\w.+-]++@[\w-]++(?:\.[\w-]++)+|{_CONTACT_LABEL}\s*:", re.IGNORECASE),
+        re.compile(
+            rf"(?<![\w.+-])[\w.+-]++@(?!{alternation('example-domains')})[\w-]++(?:\.[\w-]++)+|{_CONTACT_LABEL}\s*:",
+            re.IGNORECASE,
+        ),
         _asked("contact"),
     ),
     # A line of at most eight words (and eight Chinese characters, a Chinese clause being one word) that names a
