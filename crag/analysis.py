@@ -8,9 +8,9 @@ in, and hands the ``Analysis`` to retrieval (a missed term is searched again), t
 grades) and to the Correct badge's check (``unanswered``). The evaluator and refinement weigh words with
 ``word_weights`` and ``coverage``, below.
 
-A missing term is evidence against the passages, not a veto. A specific term that no retrieved passage mentions
-caps their grades below the upper threshold: Ambiguous at most, so the web is asked too and the answer says the
-passages may not answer. The action is Incorrect (every grade at most ``NEAR_MISS_SCORE``, below any sensible lower
+A missing term is evidence against the passages, not a veto. A specific term that no retrieved passage mentions caps
+their grades below the upper threshold: Ambiguous at most, so the web is asked too and the answer says the passages
+may not answer. The action is Incorrect (every grade at most ``TUNING.near_miss.score``, below any sensible lower
 threshold) only when the question is about what the documents lack: a term that no passage of the index mentions in
 any form is a name rarer than everyday words ("pbzip2", "Flatpak": a page that never names it does not answer a
 question about it), or it carries most of the weight of the question's specific terms and nothing else of the
@@ -26,7 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from crag.terms import SPECIFIC_ZIPF, Term, TermStats, Vocabulary, aliases, mentions, specific_terms
+from crag.lexicons import words
+from crag.terms import Term, TermStats, Vocabulary, aliases, mentions, specific_terms
 from crag.text import (
     HAN_RUN,
     cjk_share,
@@ -40,17 +41,12 @@ from crag.text import (
     split_pairs,
     stem,
 )
+from crag.tuning import TUNING
 from crag.types import TermCheck
 
-NEAR_MISS_SCORE = -0.9  # the grades' cap when a near miss is decisive: below any sensible lower threshold
-COVERED = 0.5  # of a question's own words (one in plain words), the share the kept passages must hold
-ENOUGH_WORDS = 3  # or this many of them: a long question's passage need not repeat half of its words
+_NEAR_MISS = TUNING.near_miss  # its score caps the grades (TermCheck.ceiling)
 # Words any question may use that no answer need repeat: how it asks, not what it asks about.
-_ASKING = frozenset(
-    stem(w)
-    for w in "use using used make get set way want need possible can could should would please help tell show "
-    "explain find work works".split()
-) | frozenset("怎么 怎样 如何 什么 为什么 可以 能否 能不能 需要 应该 办法 方法 请问 一下 使用".split())
+_ASKING = frozenset(stem(w) if w.isascii() else w for w in words("asking-not-asked"))
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,11 +96,11 @@ class Analysis:
         """Whether a near miss makes the action Incorrect (see the module's docstring)."""
         if not check.unknown:
             return False
-        if any(general_frequency(t.lower()) < SPECIFIC_ZIPF for t in check.unknown):
+        if any(general_frequency(t.lower()) < TUNING.terms.specific_zipf for t in check.unknown):
             return True
         weights = {t: term_weight(t, self.stats, t in check.unknown) for t in check.terms}
         absent = sum(weights[t] for t in check.missing)
-        if absent < 0.5 * sum(weights.values()):
+        if absent < _NEAR_MISS.absent_share * sum(weights.values()):
             return False
         rest = self.text
         for term in check.missing:
@@ -120,7 +116,7 @@ class Analysis:
 
     def unanswered(self, texts: Sequence[str]) -> str:
         """Why passages graded relevant still do not answer the question ("" when they may): they never mention one
-        of its specific terms in any form, or, for a question in plain words, they hold fewer than ``COVERED`` of its
+        of its specific terms in any form, or, for a question in plain words, they hold fewer than ``covered`` of its
         words. Passages in the other language than the question's are not asked to repeat its words."""
         check = self.near_miss(texts)
         if check.missing:
@@ -133,17 +129,9 @@ class Analysis:
         if not same or not words:
             return ""
         held = _held(words, " ".join(same))
-        if len(held) >= min(COVERED * len(words), ENOUGH_WORDS):
+        if len(held) >= min(_NEAR_MISS.covered * len(words), _NEAR_MISS.enough_words):
             return ""
         return f"the passages kept hold {len(held)} of the question's {len(words)} words"
-
-
-def ceiling(check: TermCheck, upper: float) -> float:
-    """The highest grade a near miss leaves the passages: ``NEAR_MISS_SCORE`` when it is decisive, just below
-    ``upper`` (Ambiguous at most) when a term is missing, no cap otherwise."""
-    if check.decisive:
-        return NEAR_MISS_SCORE
-    return upper - 0.01 if check.missing else math.inf
 
 
 def _expected(term: Term, cjk: float) -> bool:

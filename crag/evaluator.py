@@ -30,6 +30,7 @@ from crag.analysis import coverage, word_weights
 from crag.models import Embedder, NoStructuredOutput, run_structured
 from crag.terms import TermStats
 from crag.text import cjk_share
+from crag.tuning import TUNING
 
 log = logging.getLogger(__name__)
 
@@ -76,18 +77,13 @@ StatsSource = Callable[[], "TermStats | None"]
 # ---------------------------------------------------------------------------------------------
 # Similarity
 
-# Calibration of the raw similarity (dense cosine and weighted coverage) to [-1, 1] with a logistic curve:
-# MIDPOINT maps to 0 and SLOPE sets how fast scores saturate. Fitted on the dev split of
-# crag/bench/questions.jsonl (docs/benchmarks.md), never on the test split: for MiniLM first, and fitted again for the
-# multilingual USE on the dev split and its dev twins together, where no midpoint and slope made fewer wrong actions
-# without crowding the grades at the top of the scale.
-MIDPOINT = 0.38
-SLOPE = 12.0
-DENSE_WEIGHT = 0.7  # of the raw score, when the embedder understands the question's language
+# The raw similarity (dense cosine and weighted coverage) is calibrated to [-1, 1] with a logistic curve
+# (TUNING.grading: its midpoint maps to 0, its slope sets how fast grades saturate).
+_GRADING = TUNING.grading
 
 
 def calibrate(raw: float) -> float:
-    return round(2.0 / (1.0 + math.exp(-SLOPE * (raw - MIDPOINT))) - 1.0, 4)
+    return round(2.0 / (1.0 + math.exp(-_GRADING.slope * (raw - _GRADING.midpoint))) - 1.0, 4)
 
 
 class SimilarityEvaluator(Evaluator):
@@ -106,7 +102,7 @@ class SimilarityEvaluator(Evaluator):
         stats = self.stats()
         weights = word_weights(question, stats)
         # An English-only embedder says nothing about Chinese text: lean on word coverage instead.
-        dense = DENSE_WEIGHT if self.embedder.multilingual else DENSE_WEIGHT * (1.0 - cjk_share(question))
+        dense = _GRADING.dense_weight * (1.0 if self.embedder.multilingual else 1.0 - cjk_share(question))
         return [
             dense * sum(a * b for a, b in zip(q, v, strict=True)) + (1.0 - dense) * coverage(weights, text)
             for text, v in zip(texts, rows, strict=True)

@@ -134,9 +134,6 @@ class Overview:
     opening: tuple[Chunk, ...] = ()  # the chunks ``said`` quotes
 
 
-SAID_EACH = TUNING.overview.said_each  # read by crag.stream, which is to read TUNING itself
-
-
 # A sentence that says what its document is: it defines ("R is an integrated suite…", "…是一种…") or describes
 # ("This manual describes…", "本文档描述…"); one that names the document ("this manual", "本文档") says more.
 _DEFINES = re.compile(

@@ -25,7 +25,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.usage import RequestUsage
 
 from crag import prompts
-from crag.analysis import Analysis, ceiling
+from crag.analysis import Analysis
 from crag.config import Settings
 from crag.evaluator import Evaluator, LLMEvaluator, SimilarityEvaluator, Usage
 from crag.followups import (
@@ -39,18 +39,18 @@ from crag.overview import Overview, asks_about_documents, documents_asked, names
 from crag.refine import local_strips, refine, refine_closest, web_strips
 from crag.retriever import Retriever, open_retriever
 from crag.scope import EVERYTHING, Scope
-from crag.steps import CLOSEST_KEPT, Condensed, Evaluation, Options, WebKnowledge
+from crag.steps import Condensed, Evaluation, Options, WebKnowledge
 from crag.store import Mode, fuse, index_text
 from crag.stream import AnswerStream, OnStep
 from crag.text import clean_question, content_words, language, warm_up
+from crag.tuning import TUNING
 from crag.types import Answer, AnswerKind, ScoredChunk, Source, Strip, WebResult
 from crag.websearch import Searcher, WebSearchUnavailable, build_searcher, fetch_pages
 
 # Failures the pipeline survives become notes on the answer; the log keeps their cause for whoever runs the server.
 log = logging.getLogger(__name__)
 
-STRIPS_KEPT = 8  # strips that survive refinement, local and web each
-STRIP_FLOOR = -0.2  # a strip below this is noise even when few strips exist
+_ANSWERING = TUNING.answering
 WEB_RESULTS = 5
 WEB_PAGES_FETCHED = 2
 MAX_DOCUMENTS = 12  # documents described in one answer: more is a catalogue, and a scope narrows it
@@ -205,7 +205,7 @@ class Pipeline:
         # names are mentioned ("R 里怎么删除…" after a question on R is not answered by a tlmgr page that never says R).
         found = [(t, h.from_history) for t, h in zip(texts, hits, strict=True) if not h.anchor]
         terms = asked.near_miss([t for t, from_history in found if not from_history] or [t for t, _ in found])
-        cap = ceiling(terms, upper)
+        cap = terms.ceiling(upper)
         grades = evaluator.grade(question, texts, usage)
         graded = tuple(
             replace(h, score=min(g.score, cap), method=g.method) for h, g in zip(hits, grades.grades, strict=True)
@@ -214,11 +214,11 @@ class Pipeline:
 
     def refine(self, question: str, graded: Sequence[ScoredChunk], lower: float) -> list[Strip]:
         keep = [g for g in graded if g.score >= lower or g.anchor]
-        return refine(question, local_strips(keep), self.scorer, STRIPS_KEPT, STRIP_FLOOR)
+        return refine(question, local_strips(keep), self.scorer, _ANSWERING.strips_kept, _ANSWERING.strip_floor)
 
     def closest(self, question: str, graded: Sequence[ScoredChunk]) -> list[Strip]:
         """The strips of the passages that came closest, when the action is Incorrect and the web gave nothing."""
-        return refine_closest(question, local_strips(graded), self.scorer, CLOSEST_KEPT)
+        return refine_closest(question, local_strips(graded), self.scorer, _ANSWERING.closest_kept)
 
     def doc_query(self, question: str, graded: Sequence[ScoredChunk], usage: Usage, notes: list[str]) -> str:
         """The question in the words of the documents ("stems point upward" → "stem direction \\stemUp"), by the model;
@@ -246,7 +246,7 @@ class Pipeline:
             log.warning("web search unavailable: %s", exc.reason)
             return WebKnowledge(query, error=exc.reason)
         try:
-            strips = refine(question, web_strips(results), self.scorer, STRIPS_KEPT, STRIP_FLOOR)
+            strips = refine(question, web_strips(results), self.scorer, _ANSWERING.strips_kept, _ANSWERING.strip_floor)
         except Exception as exc:  # noqa: BLE001 - the web only adds: the documents' passages still answer
             log.warning("the web pages could not be scored", exc_info=exc)
             return WebKnowledge(query, results, f"the web pages could not be scored ({type(exc).__name__})")

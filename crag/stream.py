@@ -32,9 +32,10 @@ from crag.overview import Overview
 from crag.refine import keep_closest, number_sources
 from crag.retriever import Retriever
 from crag.scope import EVERYTHING, Scope
-from crag.steps import CLOSEST_KEPT, Condensed, Evaluation, Knowledge, Options, WebKnowledge, decide_action
+from crag.steps import Condensed, Evaluation, Knowledge, Options, WebKnowledge, decide_action
 from crag.store import Mode, index_text
 from crag.support import Grounder, Grounding, unsupported
+from crag.tuning import TUNING
 from crag.types import Action, Answer, AnswerKind, ScoredChunk, Source, Strip, TermCheck, Trace, cited
 from crag.websearch import OFF_REASON
 
@@ -272,7 +273,7 @@ class AnswerStream:
             "a question about the whole document: answered from what its opening pages say it is and its outline, "
             "not from the passages a search for the question's words finds"
         )
-        shown = overview.SAID_EACH if len(documents) > 1 else None  # several: a paragraph each, its best sentence
+        shown = TUNING.overview.said_each if len(documents) > 1 else None  # several: a paragraph each, its best
         strips = tuple(s for d in documents for s in d.said[:shown])
         quoted = {s.chunk_id for s in strips}
         graded = tuple(ScoredChunk(c, 1.0, "document") for d in documents for c in d.opening if c.id in quoted)
@@ -385,7 +386,7 @@ class AnswerStream:
             action = Action.AMBIGUOUS
             self.notes.append("Correct, but no strip survived refinement: treated as Ambiguous")
         if action is Action.AMBIGUOUS and not any(s.kept for s in strips):
-            strips = keep_closest(strips, CLOSEST_KEPT)
+            strips = keep_closest(strips, TUNING.answering.closest_kept)
             if any(s.kept for s in strips):
                 self.notes.append("no strip reached the floor: the closest passages are shown as such")
         return strips, action

@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from crag.terms import SPECIFIC_ZIPF, Term, Vocabulary, is_identifier, mentions, specific_terms
+from crag.terms import Term, Vocabulary, is_identifier, mentions, specific_terms
 from crag.text import CJK, content_words, general_frequency, language
 from crag.tuning import TUNING
 from crag.types import Source, cited
@@ -44,9 +44,9 @@ def _states(term: Term, chinese: bool) -> bool:
     if not term.strong or _ABBREVIATION.fullmatch(text) or _NUMERIC.fullmatch(text):
         return False
     if text.isalpha() and (text.isupper() or (chinese and not is_identifier(text))):
-        return general_frequency(text.lower()) < SPECIFIC_ZIPF
+        return general_frequency(text.lower()) < TUNING.terms.specific_zipf
     if term.kind == "identifier" and not is_identifier(text) and not text[0].isupper():
-        return general_frequency(text.lower()) < SPECIFIC_ZIPF
+        return general_frequency(text.lower()) < TUNING.terms.specific_zipf
     return True
 
 
@@ -97,7 +97,7 @@ def claims(answer: str) -> tuple[list[Term], list[str]]:
     for match in _CODE.finditer(answer):
         for option, command, call in _CODE_TERM.findall(match[0]):
             # A call of an everyday word ("print()", "paste()") is the language's, not a claim about the documents.
-            if option or command or is_identifier(call) or general_frequency(call.lower()) < SPECIFIC_ZIPF:
+            if option or command or is_identifier(call) or general_frequency(call.lower()) < TUNING.terms.specific_zipf:
                 terms.append(Term(option or command or call, "identifier", True))
     numbers: list[str] = []
     for line in _CODE.sub(" ", answer).splitlines():

@@ -27,6 +27,7 @@ from typing import Protocol
 
 import Stemmer
 
+from crag.lexicons import alternation, words
 from crag.text import (
     EN_STOP,
     HAN_RUN,
@@ -38,15 +39,10 @@ from crag.text import (
     phrase,
     stem,
 )
+from crag.tuning import TUNING
 
-# On wordfreq's Zipf scale of everyday language (3: once per million words): a word rarer than SPECIFIC_ZIPF is
-# specific ("undoes" 2.3, "页眉" 2.3, against "explain" 4.9 or "设置" 5.0); rarer than NAME_LIKE_ZIPF, it is as
-# good as a name ("devtools" 1.35, "tidyverse" 1.1). Chosen on the dev split of the question set.
-SPECIFIC_ZIPF = 3.0
-NAME_LIKE_ZIPF = 1.5
-# English capitalises everyday words too ("Chinese", "Windows"): a capitalised word is a name when it is also less
-# common than this.
-NAME_ZIPF = 4.5
+# How rare in everyday language a word must be to be specific or a name, and how a derived name is told: TUNING.terms.
+_TERMS = TUNING.terms
 
 # An identifier: letters and digits joined by . _ / + # - (read.csv, PDF/A, UTF-8, x86_64, C++).
 _IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+#/-]*[A-Za-z0-9+#]|[A-Za-z]")
@@ -54,14 +50,8 @@ _SENTENCE_START = re.compile(r"(?:^|[.!?。！？]\s*)$")
 _STEMMER = Stemmer.Stemmer("english")
 _WORD = re.compile(r"[a-z]+")
 _CAPITALISED = re.compile(r"\b[A-Z][a-z]{2,}\b")
-# A name and its derived form share their start: "Norway" / "Norwegian", "China" / "Chinese", "Japan" / "Japanese".
-DERIVED_PREFIX = 4  # letters shared, at least
-DERIVED_REST = 2  # letters of the shorter word after the shared start, at most
 
-_NUMBER_WORDS = (
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty"
-).split()
+_NUMBER_WORDS = words("number-words")  # zero to twenty, in order
 _DIGITS = {word: str(n) for n, word in enumerate(_NUMBER_WORDS)} | {str(n): w for n, w in enumerate(_NUMBER_WORDS)}
 _TIMES = re.compile(r"(?<= )(\d+)x(\d+)(?= )")  # " 3x3 ": a size
 _DIGITS_THEN_LETTERS = re.compile(r"(?<=[0-9])(?=[a-z])")  # "10mb" is also written "10 mb"
@@ -72,16 +62,15 @@ _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 # whole, from the first: a long word is scanned once, not once from each of its letters.
 _CLIPPED = re.compile(r"(?<![A-Za-z])([A-Za-z]{3,}+)(\d+)")
 # Words that join a name's capitalised words without an initial of their own: "Journal of Chemical Physics".
-_CONNECTORS = frozenset("of and for the in on to de du la von van".split())
+_CONNECTORS = frozenset(words("name-connectors"))
 # A run of capitalised words, found from the start of its first word's letters ("eBay Inc" gives "Bay Inc", its
 # group): from each capital of a long word, the word would be scanned again.
 _NAME_RUN = re.compile(
-    r"(?<![A-Za-z])[a-z]*+([A-Z][A-Za-z]++(?:\s++(?:(?:of|and|for|the|in|on|to|de|du|la|von|van)\s++)?[A-Z][A-Za-z]++)+)"
+    rf"(?<![A-Za-z])[a-z]*+([A-Z][A-Za-z]++(?:\s++(?:{alternation('name-connectors', 'none')}\s++)?[A-Z][A-Za-z]++)+)"
 )
 _ACRONYM = re.compile(r"[A-Z][A-Za-z]*[A-Z]|[A-Z]{2,}")
 # A definition: "Debian Free Software Guidelines (DFSG)", "自由软件指导方针（DFSG）".
 _HAN_DEFINITION = re.compile(r"([\u3400-\u9fff]{2,16})\s*[（(]\s*([A-Z][A-Za-z0-9]{1,9})\s*[）)]")
-_CHINESE_GAP = 2  # characters allowed between the two halves of a Chinese word ("构建 的软件包" is not one)
 _LETTERS_THEN_DIGIT = re.compile(r"(?<=[a-z]{2})(?=[0-9])")
 _SPACE = re.compile(r"\s+")
 _TRIPLE_WORD = re.compile(r"[A-Za-z]{3,}+|\S+")
@@ -220,16 +209,16 @@ def _specific_terms(question: str) -> tuple[Term, ...]:
             continue
         zipf = max(general_frequency(word.lower()), general_frequency(stem(word.lower())))
         capitalised = word[0].isupper() and not _SENTENCE_START.search(question[: match.start()])
-        if is_identifier(word) or (capitalised and zipf < NAME_ZIPF):
+        if is_identifier(word) or (capitalised and zipf < _TERMS.name_zipf):
             terms[word.lower()] = Term(word, "identifier", True)
         elif chinese:
-            terms[word.lower()] = Term(word, "identifier", zipf < NAME_ZIPF)
-        elif zipf < SPECIFIC_ZIPF:
-            terms[word.lower()] = Term(word, "word", zipf < NAME_LIKE_ZIPF)
+            terms[word.lower()] = Term(word, "identifier", zipf < _TERMS.name_zipf)
+        elif zipf < _TERMS.specific_zipf:
+            terms[word.lower()] = Term(word, "word", zipf < _TERMS.name_like_zipf)
     for run in HAN_RUN.findall(question):
         for word in chinese_words(run):
-            if len(word) > 1 and word not in terms and (zipf := general_frequency(word)) < SPECIFIC_ZIPF:
-                terms[word] = Term(word, "han", zipf < NAME_LIKE_ZIPF)
+            if len(word) > 1 and word not in terms and (zipf := general_frequency(word)) < _TERMS.specific_zipf:
+                terms[word] = Term(word, "han", zipf < _TERMS.name_like_zipf)
     return tuple(terms.values())
 
 
@@ -296,7 +285,7 @@ def mentions(term: Term, where: Vocabulary) -> bool:
     """Whether the texts mention ``term`` in any of its forms (see the module's docstring)."""
     if term.kind == "han":
         return term.text in where.squeezed or any(
-            re.search(f"{re.escape(a)}[^\n。！？]{{0,{_CHINESE_GAP}}}{re.escape(b)}", where.squeezed)
+            re.search(f"{re.escape(a)}[^\n。！？]{{0,{_TERMS.chinese_gap}}}{re.escape(b)}", where.squeezed)
             for a, b in term.halves
         )
     if term.letter:
@@ -321,8 +310,8 @@ def _derived(word: str, other: str) -> bool:
     shorter = min(len(word), len(other))
     shared = next((i for i, (a, b) in enumerate(zip(word, other, strict=False)) if a != b), shorter)
     if shared == shorter:
-        return shorter > DERIVED_PREFIX
-    return shared >= DERIVED_PREFIX and shorter - shared <= DERIVED_REST
+        return shorter > _TERMS.derived_prefix
+    return shared >= _TERMS.derived_prefix and shorter - shared <= _TERMS.derived_rest
 
 
 # ---------------------------------------------------------------------------------------------

@@ -131,9 +131,82 @@ class Support:
 
 
 @dataclass(frozen=True)
+class Terms:
+    """Which words of a question are specific terms, and when a text writes one in another form (``crag.terms``).
+    Frequencies are on wordfreq's Zipf scale of everyday language (3: once per million words)."""
+
+    specific_zipf: float = 3.0
+    """A word rarer than this is specific: a passage that answers names it in some form ("undoes" 2.3, "页眉" 2.3,
+    against "explain" 4.9 or "设置" 5.0). Dev split."""
+    name_like_zipf: float = 1.5
+    """A word rarer than this is as good as a name: documents that never mention it do not answer a question about it.
+    Dev split."""
+    name_zipf: float = 4.5
+    """A capitalised word is a name only when it is also rarer than this: English capitalises everyday words too
+    ("Chinese", "Windows"). Hand-set."""
+    derived_prefix: int = 4
+    """A name and its derived form ("Norway" / "Norwegian") share at least this many first letters. Hand-set."""
+    derived_rest: int = 2
+    """...and the shorter of the two has at most this many letters after them. Hand-set."""
+    chinese_gap: int = 2
+    """Characters allowed between the two halves of a Chinese word for the text to write it ("构建 的软件包" does not
+    write 软件包构建). Hand-set."""
+    one_language: float = 0.8
+    """The share of a file's passages in one language for the file to be in that language (``crag.text``). Hand-set."""
+
+
+@dataclass(frozen=True)
+class NearMiss:
+    """The near-miss verdict on a question's specific terms, and the Correct badge's check (``crag.analysis``)."""
+
+    score: float = -0.9
+    """The grades' cap when a near miss decides the action: below any sensible lower threshold, so Incorrect.
+    Hand-set."""
+    absent_share: float = 0.5
+    """A term the documents never mention decides the action only when the absent terms carry at least this share of
+    the weight of the question's specific terms. Hand-set."""
+    covered: float = 0.5
+    """For a question in plain words (no specific term), the share of its own words the passages kept for a Correct
+    answer must hold. Hand-set, checked on the newcomer set (docs/benchmarks.md)."""
+    enough_words: int = 3
+    """...or this many of them: a long question's answer need not repeat half of its words. Hand-set."""
+
+
+@dataclass(frozen=True)
+class Grading:
+    """The similarity grade of a passage (``crag.evaluator``): dense cosine and weighted word coverage mixed, then
+    mapped to [-1, 1] with a logistic curve."""
+
+    midpoint: float = 0.38
+    """The raw similarity that maps to 0. Dev split (and its cross-language twins), where no midpoint and slope made
+    fewer wrong actions without crowding the grades at the top of the scale."""
+    slope: float = 12.0
+    """How fast the grades saturate away from the midpoint. Dev split, with ``midpoint``."""
+    dense_weight: float = 0.7
+    """The cosine's share of the raw similarity when the embedder reads the question's language; word coverage has
+    the rest. Hand-set."""
+
+
+@dataclass(frozen=True)
+class Answering:
+    """How many strips an answer is made from (``crag.pipeline``, ``crag.steps``)."""
+
+    strips_kept: int = 8
+    """Strips that survive refinement, local and web each. Hand-set."""
+    strip_floor: float = -0.2
+    """A strip graded below this is noise even when few strips exist. Hand-set."""
+    closest_kept: int = 3
+    """When nothing answers, the closest passages shown, said to be such. Hand-set."""
+
+
+@dataclass(frozen=True)
 class Tuning:
     """Every group of chosen numbers."""
 
+    terms: Terms = field(default_factory=Terms)
+    near_miss: NearMiss = field(default_factory=NearMiss)
+    grading: Grading = field(default_factory=Grading)
+    answering: Answering = field(default_factory=Answering)
     evidence: Evidence = field(default_factory=Evidence)
     refinement: Refinement = field(default_factory=Refinement)
     overview: Overview = field(default_factory=Overview)
