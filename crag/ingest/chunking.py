@@ -42,8 +42,10 @@ DROPPED = ("header", "footer")
 MARKDOWN_RULE = re.compile(r"^\|?\s*:?-{3,}")  # the |---|---| line under a markdown table's header row
 # A line of a table of contents or of an index: dot leaders, then page numbers ("Legalese . . . . 1",
 # "|1.2|What is Debian?<br>. . . .|1|", "Quoting strings_. . . ._ 5, 8|").
+# Tried only where a run of leaders starts, and taken whole: a line of dots alone is read once, not once per dot.
 LEADER_LINE = re.compile(
-    r"(?:\.\s?){4,}[\s_*|]*(?:<br>)?[\s_*|]*(?:\d+|[ivxlc]+)(?:\s*[,，–-]\s*\d+)*[\s_*|]*$", re.IGNORECASE
+    r"(?<!\.)(?<!\.\s)(?:\.\s?){4,}+[\s_*|]*(?:<br>)?[\s_*|]*(?:\d+|[ivxlc]+)(?:\s*[,，–-]\s*\d+)*[\s_*|]*$",
+    re.IGNORECASE,
 )
 
 
