@@ -35,7 +35,7 @@ from crag.scope import EVERYTHING, Scope
 from crag.steps import CLOSEST_KEPT, Condensed, Evaluation, Knowledge, Options, WebKnowledge, decide_action
 from crag.store import Mode, index_text
 from crag.support import Grounder, Grounding, unsupported
-from crag.types import Action, Answer, AnswerKind, ScoredChunk, Source, Strip, TermCheck, Trace, cited
+from crag.types import Action, Answer, AnswerKind, Drop, ScoredChunk, Source, Strip, TermCheck, Trace, cited
 from crag.websearch import OFF_REASON
 
 OnStep = Callable[[str], None]
@@ -319,7 +319,7 @@ class AnswerStream:
             # Never hide the closest evidence: the answer says what is missing, then what came closest.
             with self._stage("refining", "refine"):
                 strips = p.closest(question, evaluation.graded) + strips
-        if dropped := sum(1 for s in strips if s.reason.startswith("possible prompt injection")):
+        if dropped := sum(1 for s in strips if s.drop is Drop.INJECTION):
             self.notes.append(f"{dropped} strip(s) looked like prompt injection and were dropped (see their reasons)")
         return Knowledge(question, evaluation, action, tuple(strips), web)
 

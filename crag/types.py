@@ -92,6 +92,14 @@ class WebResult:
     text: str = ""
 
 
+class Drop(StrEnum):
+    """Why refinement dropped a strip."""
+
+    INJECTION = "injection"  # it looks like prompt injection (``crag.injection``)
+    BELOW_FLOOR = "below_floor"  # it scored below the floor
+    NOT_AMONG_BEST = "not_among_best"  # others scored better
+
+
 @dataclass(frozen=True)
 class Strip:
     """A few sentences of knowledge, scored and kept or dropped by refinement."""
@@ -106,7 +114,9 @@ class Strip:
     title: str = ""
     order: tuple[int, int] = (0, 0)  # (source position, strip position): document order
     chunk_id: str = ""  # the chunk a local strip came from
-    reason: str = ""  # why a dropped strip was dropped
+    reason: str = ""  # why a dropped strip was dropped, in words
+    # Why, as a kind; a strip kept all the same as one of the closest passages keeps it
+    drop: Drop | None = None
     # The heading path of its chunk, or its web page's title: what the strip is about. A stored chat's JSON may
     # name it "context": it loads the same.
     section: Annotated[str, Field(validation_alias=AliasChoices("section", "context"))] = ""

@@ -16,7 +16,7 @@ from crag.models.loops import own_event_loop
 from crag.scope import EVERYTHING
 from crag.steps import decide_action
 from crag.text import BadQuestion, quote
-from crag.types import Action, AnswerKind, WebResult, cited
+from crag.types import Action, AnswerKind, Drop, WebResult, cited
 from tests.fakes import FakeRetriever, FakeSearcher, FixedEvaluator, ScriptedModel, chunk, pipeline
 
 DOC = (
@@ -249,6 +249,7 @@ def test_instructions_to_the_assistant_are_dropped_before_the_model(settings) ->
     dropped = [s for s in answer.trace.strips if "PWNED" in s.text]
     assert [s.kept for s in dropped] == [False]
     assert dropped[0].reason.startswith("possible prompt injection: tells the assistant to ignore its instructions")
+    assert dropped[0].drop is Drop.INJECTION
     assert any("prompt injection" in n for n in answer.trace.notes)
 
 
