@@ -107,7 +107,7 @@ class AnswerOut(_Strict):
                     file=g.chunk.file,
                     pages=list(g.chunk.pages),
                     score=round(g.score, 4),
-                    method=g.method,
+                    method=g.graded_by,
                     anchor=g.anchor,
                 )
                 for g in (trace.retrieved if trace else ())

@@ -25,7 +25,7 @@ from pathlib import Path
 from pydantic import TypeAdapter
 
 from crag.errors import CragError
-from crag.types import Answer
+from crag.types import Answer, method_of
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -204,7 +204,7 @@ class Conversations:
                 (conversation,),
             ).fetchall()
         return [
-            Message(id_, role, content, _ANSWER.validate_json(answer) if answer else None, bool(complete), error)
+            Message(id_, role, content, _load(answer) if answer else None, bool(complete), error)
             for id_, role, content, answer, complete, error in rows
         ]
 
@@ -245,6 +245,16 @@ class Conversations:
                 "error = CASE WHEN ? AND error != '' THEN error ELSE ? END WHERE id = ?",
                 (content, _dump(answer), int(complete), int(keep_error), error, message),
             )
+
+
+def _load(stored: str) -> Answer:
+    """A stored answer. A trace stored before a grade's method was a kind names it in words ("similarity (fallback:
+    <why>)"): read back into the kind and its detail."""
+    data = json.loads(stored)
+    for scored in (data.get("trace") or {}).get("retrieved", ()):
+        if "detail" not in scored:
+            scored["method"], scored["detail"] = method_of(scored.get("method") or "")
+    return _ANSWER.validate_python(data)
 
 
 def _dump(answer: Answer | None) -> str | None:

@@ -35,7 +35,7 @@ from crag.scope import EVERYTHING, Scope
 from crag.steps import CLOSEST_KEPT, Condensed, Evaluation, Knowledge, Options, WebKnowledge, decide_action
 from crag.store import Mode, index_text
 from crag.support import Grounder, Grounding, unsupported
-from crag.types import Action, Answer, AnswerKind, Drop, ScoredChunk, Source, Strip, TermCheck, Trace, cited
+from crag.types import Action, Answer, AnswerKind, Drop, Method, ScoredChunk, Source, Strip, TermCheck, Trace, cited
 from crag.websearch import OFF_REASON
 
 OnStep = Callable[[str], None]
@@ -275,7 +275,7 @@ class AnswerStream:
         shown = overview.SAID_EACH if len(documents) > 1 else None  # several: a paragraph each, its best sentence
         strips = tuple(s for d in documents for s in d.said[:shown])
         quoted = {s.chunk_id for s in strips}
-        graded = tuple(ScoredChunk(c, 1.0, "document") for d in documents for c in d.opening if c.id in quoted)
+        graded = tuple(ScoredChunk(c, 1.0, Method.DOCUMENT) for d in documents for c in d.opening if c.id in quoted)
         evaluation = Evaluation(graded, TermCheck())
         return Knowledge(self.question, evaluation, Action.CORRECT, strips, WebKnowledge(), tuple(documents))
 
@@ -308,7 +308,7 @@ class AnswerStream:
                 strips = p.refine(question, evaluation.graded, o.lower_threshold)
             strips, action = self._fall_back(strips, action)
         # A model's grade is trusted; a similarity grade (also the LLM grader's fallback) is checked.
-        if action is Action.CORRECT and not any(g.method == "llm" for g in evaluation.graded):
+        if action is Action.CORRECT and not any(g.method is Method.LLM and not g.detail for g in evaluation.graded):
             action = self._held_to_terms(strips)
         web = WebKnowledge(error=OFF_REASON) if action is not Action.CORRECT and not o.web else WebKnowledge()
         if action is not Action.CORRECT and o.web:

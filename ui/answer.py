@@ -290,7 +290,7 @@ def retrieved(trace: Trace, lower: float, upper: float, key: int, labels: dict[s
             "found by": f"searching for “{r.anchor}”" if r.anchor else "the question",
             "section": r.chunk.section,
             "text": shorten(r.chunk.text, 400),
-            "graded by": r.method,
+            "graded by": r.graded_by,
         }
         for i, r in enumerate(trace.retrieved, start=1)
     ]
