@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from crag.conversations import Conversations
+from crag.conversations import Conversations, Stop
 from crag.errors import BackendUnavailable
 from crag.pipeline import Pipeline
 from tests import fakes
@@ -178,6 +178,7 @@ def test_a_stop_the_next_run_takes_before_the_stopped_run_ends_is_kept(
     [message] = [m for m in saved(files) if m.role == "assistant"]
     # Marked while nothing was saved yet, it says what is kept now: the text said until then.
     assert message.error == user_stopped("How many cores?", said=True), message.error
+    assert message.stop is Stop.USER, "the stopped run's own mark (interrupted) does not replace the user's"
     assert message.content.startswith("The widget needs") and not message.complete
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from crag.conversations import Conversations, UnsafeFolder, private_folder, private_history, title_of
+from crag.conversations import Conversations, Stop, UnsafeFolder, private_folder, private_history, title_of
 from crag.types import Action, Answer, AnswerKind, Method, ScoredChunk, Source, TermCheck, Trace
 from tests.fakes import chunk
 
@@ -144,6 +144,32 @@ def test_an_update_can_keep_the_error_a_message_has(tmp_path: Path) -> None:
     assert (message.content, message.error) == ("The widget needs", "You stopped this answer.")
     store.update(reply, "The widget needs two cores.", complete=True)  # without keep_error: rewritten whole
     assert store.messages(conversation.id)[0].error == ""
+
+
+def test_an_update_keeps_what_stopped_a_message_with_its_error(tmp_path: Path) -> None:
+    store = Conversations(tmp_path / "c.sqlite3")
+    conversation = store.create()
+    reply = store.add(conversation.id, "assistant", "", complete=False)
+    assert store.messages(conversation.id)[0].stop is None
+    store.update(reply, "The wid", complete=False, error="You stopped this answer.", stop=Stop.USER)
+    store.update(reply, "The widget", complete=False, error="Interrupted.", keep_error=True, stop=Stop.INTERRUPTED)
+    [message] = store.messages(conversation.id)
+    assert (message.content, message.error, message.stop) == ("The widget", "You stopped this answer.", Stop.USER)
+    store.update(reply, "The widget needs two cores.", complete=True)
+    assert store.messages(conversation.id)[0].stop is None
+
+
+def test_a_store_without_stops_gains_them(tmp_path: Path) -> None:
+    path = tmp_path / "conversations.sqlite3"
+    store = Conversations(path)
+    chat = store.create()
+    reply = store.add(chat.id, "assistant", "The wid", complete=False, error="You stopped this answer.")
+    with sqlite3.connect(path) as db:
+        db.execute("ALTER TABLE messages DROP COLUMN stop")
+    [message] = Conversations(path).messages(chat.id)
+    assert (message.id, message.error, message.stop) == (reply, "You stopped this answer.", None)
+    Conversations(path).update(reply, "The wid", complete=False, error="Stopped.", stop=Stop.USER)
+    assert Conversations(path).messages(chat.id)[0].stop is Stop.USER
 
 
 def test_a_conversation_keeps_its_scope_and_each_answer_where_it_was_asked(tmp_path: Path) -> None:

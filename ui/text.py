@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from crag.conversations import Conversation
+from crag.conversations import Conversation, Message, Stop
 from crag.text import language
 from crag.types import Action, FileResult, Progress, TermCheck
 
@@ -127,8 +127,11 @@ def user_stopped(question: str, said: bool = True) -> str:
     return (USER_STOPPED if said else USER_STOPPED_SILENT)[language(question)]
 
 
-def stopped_by_user(error: str) -> bool:
-    return error in USER_STOPPED.values() or error in USER_STOPPED_SILENT.values()
+def stop_of(message: Message) -> Stop | None:
+    """What stopped an answer. A message stored before messages kept it says it only in words: the Stop button's."""
+    if message.stop is None and message.error in (*USER_STOPPED.values(), *USER_STOPPED_SILENT.values()):
+        return Stop.USER
+    return message.stop
 
 
 def evidence_markdown(text: str) -> str:
