@@ -26,7 +26,7 @@ from crag.followups import (
     reading,
     stands_alone,
 )
-from crag.messages import language_hint, model_failure_message, near_miss_note, no_answer, what_is_missing
+from crag.messages import language_hint, model_failure_message, near_miss_note, no_answer, remedy, what_is_missing
 from crag.models import BackendInfo
 from crag.overview import Overview
 from crag.refine import keep_closest, number_sources
@@ -483,6 +483,7 @@ class AnswerStream:
             web_error=knowledge.web.error,
             notes=tuple(self.notes),
             hint=language_hint(self.question, p.retriever.file_languages(o.scope)) if crosses else "",
+            remedy=remedy(knowledge) if kind is AnswerKind.NO_ANSWER else None,
             unsupported=stated,
             scope=o.scope.paths,
             timings=dict(self.timings),

@@ -10,6 +10,8 @@ from typing import Annotated
 
 from pydantic import AliasChoices, Field
 
+from crag.errors import Remedy
+
 # Layout block types, shared by every parser. Headers, footers and page numbers are kept as
 # blocks so a parser's output is complete, and dropped by the chunker; footnotes are text that it places.
 BLOCK_TYPES = ("text", "title", "table", "equation", "list", "caption", "footnote", "header", "footer", "image", "code")
@@ -211,6 +213,7 @@ class Trace:
     web_error: str = ""
     notes: tuple[str, ...] = ()
     hint: str = ""  # what the user could do for a better answer, shown under it
+    remedy: Remedy | None = None  # what the user must do for any answer, which each edge says in its own words
     # What a written answer states (names, identifiers, numbers) that neither its sources nor the question mention
     unsupported: tuple[str, ...] = ()
     # Where the question was asked: folders and files relative to the files folder; empty for every document

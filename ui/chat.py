@@ -31,7 +31,7 @@ from crag.types import Answer, AnswerKind
 from ui import state
 from ui.scope import ALL, choose
 from ui.settings import WEB_LABEL
-from ui.text import gist, md_escape, stage_label, stop_of, stopped, user_stopped
+from ui.text import error_text, gist, md_escape, stage_label, stop_of, stopped, user_stopped
 
 if TYPE_CHECKING:
     import crag.pipeline
@@ -132,7 +132,7 @@ def ask(
         question = clean_question(question)  # the one check the CLI and the API make too
     except CragError as exc:
         # Nothing is saved (no question without a reply); the next run says why and gives the text back.
-        st.session_state["refused"] = (question, str(exc))
+        st.session_state["refused"] = (question, error_text(exc))
         st.rerun()
     if chat is None:
         chat = store.create(title_of(question), scope=options.get("scope", ())).id
@@ -185,7 +185,7 @@ class Turn:
             try:
                 stream = pipeline.stream(self.question, history=history, on_step=self.stages.on_step, **options)
             except UnknownScope as exc:  # the chat's folder is gone: say so, and offer every document
-                self.end(None, str(exc))
+                self.end(None, error_text(exc))
                 stored = True
                 st.button(
                     f"Ask it in {ALL}",
@@ -335,7 +335,7 @@ def show(
                 with written.container():
                     answer_ui.text(stream.answer.text, stream.answer.kind)
     except CragError as exc:
-        return str(exc)
+        return error_text(exc)
     except Exception as exc:  # noqa: BLE001 - a failing model must not take the page or the history down
         return (
             f"The answer stopped ({type(exc).__name__}: {md_escape(str(exc))}). "

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from crag.conversations import Conversation, Message, Stop
+from crag.errors import CragError, Remedy, said
 from crag.text import language
 from crag.types import Action, FileResult, Progress, TermCheck
 
@@ -96,6 +97,31 @@ def no_images(markdown: str) -> str:
 def file_reason(file: str, error: str) -> str:
     """Why a file failed, to show after its name: the message itself opens with the name, said once is enough."""
     return no_images(error.removeprefix(f"{file}: ") or "failed")
+
+
+# A remedy in the page's words: the sidebar's controls that do it.
+REMEDIES = {
+    Remedy.BUILD: "Build it: **Rebuild knowledge base** in the sidebar.",
+    Remedy.FULL_REBUILD: "Run a full rebuild: **Rebuild knowledge base** in the sidebar, with **Full rebuild** on.",
+}
+
+
+# The same, for an answer in Chinese (``crag.messages.no_answer_message`` says in the question's language that nothing
+# is indexed).
+REMEDIES_ZH = {
+    Remedy.BUILD: "构建方法：侧边栏中的 **Rebuild knowledge base**。",
+    Remedy.FULL_REBUILD: "完整重建：打开侧边栏中的 **Full rebuild**，再点 **Rebuild knowledge base**。",
+}
+
+
+def remedy_text(remedy: Remedy, question: str) -> str:
+    """What the user must do for any answer, in the page's words and the question's language."""
+    return (REMEDIES_ZH if language(question) == "zh" else REMEDIES)[remedy]
+
+
+def error_text(exc: CragError) -> str:
+    """A CragError's message, with its remedy in the page's words."""
+    return said(str(exc), exc.remedy, REMEDIES)
 
 
 STOPPED = {
