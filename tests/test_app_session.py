@@ -182,6 +182,29 @@ def test_a_stop_the_next_run_takes_before_the_stopped_run_ends_is_kept(
     assert message.content.startswith("The widget needs") and not message.complete
 
 
+@pytest.mark.parametrize(
+    ("question", "said", "remedy"),
+    [
+        ("How many cores does the widget need?", "nothing indexed yet", "Build it: **Rebuild knowledge base**"),
+        ("这个部件需要几个核心？", "还没有已索引的文档", "构建方法：侧边栏中的 **Rebuild knowledge base**"),
+    ],
+)
+def test_an_answer_from_an_empty_knowledge_base_says_how_to_build_it_here(
+    monkeypatch: pytest.MonkeyPatch, files: Path, question: str, said: str, remedy: str
+) -> None:
+    def from_settings(cls, settings):
+        return fakes.pipeline(settings, [], [], searcher=fakes.FakeSearcher([]))
+
+    monkeypatch.setattr(Pipeline, "from_settings", classmethod(from_settings))
+    at = ask(app(), question)
+    for _ in ("as it is written", "replayed from the history"):
+        assert [m.name for m in at.chat_message] == ["user", "assistant"], texts(at.error)
+        shown = texts(at.chat_message[1].markdown)
+        assert said in shown and remedy in shown, shown
+        assert "python -m crag" not in shown, "the command line's words are not the page's"
+        at.run()
+
+
 def test_a_stop_after_the_answer_ended_leaves_it_whole(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
     from ui.chat import mark_stopped
 
