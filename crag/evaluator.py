@@ -31,6 +31,7 @@ from crag.models import Embedder, NoStructuredOutput, run_structured
 from crag.terms import TermStats
 from crag.text import cjk_share
 from crag.tuning import TUNING
+from crag.types import Method
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,8 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Grade:
     score: float  # in [-1, 1]
-    method: str  # "llm" | "similarity" | "similarity (fallback: <why>)"
+    method: Method
+    detail: str = ""  # see ScoredChunk.detail: the LLM's structured output mode, or why it fell back
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,7 @@ class SimilarityEvaluator(Evaluator):
         ]
 
     def grade(self, question: str, texts: Sequence[str], usage: Usage | None = None) -> Grading:
-        return Grading([Grade(calibrate(r), self.name) for r in self.raw(question, texts)])
+        return Grading([Grade(calibrate(r), Method.SIMILARITY) for r in self.raw(question, texts)])
 
     def off_topic(self, question: str, headings: Sequence[str]) -> list[float]:
         """How far each heading is from saying that the text under it is about the question's words, in [0, 1]: one
@@ -174,20 +176,19 @@ class LLMEvaluator(Evaluator):
             log.warning("the LLM grader failed: %r", exc)
             return self._fallback(question, texts, f"grader failed: {type(exc).__name__}")
         usage.add(result.usage)
-        method = f"{self.name} ({result.mode})" if result.mode else self.name
         values = [getattr(result.output, f"passage_{i}") for i in range(1, len(texts) + 1)]
         backup: list[Grade] | None = None
         grades = []
         for i, value in enumerate(values):
             if isinstance(value, float) and math.isfinite(value):
-                grades.append(Grade(max(-1.0, min(1.0, value)), method))
+                grades.append(Grade(max(-1.0, min(1.0, value)), Method.LLM, result.mode or ""))
             else:
                 log.warning("the LLM grader gave no number for passage %d: similarity grades it", i + 1)
                 backup = backup or self.fallback.grade(question, texts).grades
-                grades.append(Grade(backup[i].score, "similarity (fallback: grader gave no number)"))
+                grades.append(Grade(backup[i].score, Method.FALLBACK, "grader gave no number"))
         return Grading(grades, result.output.web_query.strip())
 
     def _fallback(self, question: str, texts: Sequence[str], why: str) -> Grading:
         log.warning("the LLM grader fell back to similarity: %s", why)
         grades = self.fallback.grade(question, texts).grades
-        return Grading([Grade(g.score, f"similarity (fallback: {why})") for g in grades])
+        return Grading([Grade(g.score, Method.FALLBACK, why) for g in grades])

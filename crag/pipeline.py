@@ -208,7 +208,8 @@ class Pipeline:
         cap = terms.ceiling(upper)
         grades = evaluator.grade(question, texts, usage)
         graded = tuple(
-            replace(h, score=min(g.score, cap), method=g.method) for h, g in zip(hits, grades.grades, strict=True)
+            replace(h, score=min(g.score, cap), method=g.method, detail=g.detail)
+            for h, g in zip(hits, grades.grades, strict=True)
         )
         return Evaluation(graded, terms, grades.web_query)
 

@@ -14,10 +14,10 @@ from dataclasses import replace
 from crag.analysis import coverage, word_weights
 from crag.blocks import code_text, held_open, is_code, markdown_table, table_rows
 from crag.evaluator import SimilarityEvaluator
-from crag.injection import injection_reason
+from crag.injection import find_injection, injection_reason
 from crag.text import ASKS, ENDED, NOTE, join_blocks, join_sentences, split_sentences, width
 from crag.tuning import TUNING
-from crag.types import ScoredChunk, Source, Strip, WebResult
+from crag.types import Drop, ScoredChunk, Source, Strip, WebResult
 
 
 # A strip is not over until its full stop, and an unfinished one introduces what follows: "you can do:", "For
@@ -201,26 +201,30 @@ def refine(question: str, strips: Sequence[Strip], scorer: SimilarityEvaluator, 
     grades = scorer.grade(question, [s.scored_text for s in strips]).grades
     off = scorer.off_topic(question, [heading(s) for s in strips])
     scored = [
-        replace(
-            s,
-            score=max(-1.0, blend(s, g.score) - TUNING.refinement.off_topic * o),
-            reason=injection_reason(s.text, s.kind),
-        )
+        _injected(replace(s, score=max(-1.0, blend(s, g.score) - TUNING.refinement.off_topic * o)))
         for s, g, o in zip(strips, grades, off, strict=True)
     ]
-    ranked = sorted((i for i, s in enumerate(scored) if not s.reason), key=lambda i: -scored[i].score)
+    ranked = sorted((i for i, s in enumerate(scored) if s.drop is None), key=lambda i: -scored[i].score)
     kept = {i for i in ranked[:keep] if scored[i].score >= floor}
     marked = []
     for i, s in enumerate(scored):
         if i in kept:
             marked.append(replace(s, kept=True))
-        elif s.reason:
+        elif s.drop is not None:
             marked.append(s)
         elif s.score < floor:
-            marked.append(replace(s, reason=f"scored {s.score:.2f}, below the floor {floor:.2f}"))
+            marked.append(
+                replace(s, drop=Drop.BELOW_FLOOR, reason=f"scored {s.score:.2f}, below the floor {floor:.2f}")
+            )
         else:
-            marked.append(replace(s, reason=f"not among the {keep} best strips"))
+            marked.append(replace(s, drop=Drop.NOT_AMONG_BEST, reason=f"not among the {keep} best strips"))
     return sorted((s for s in marked if s.kept), key=lambda s: s.order) + [s for s in marked if not s.kept]
+
+
+def _injected(strip: Strip) -> Strip:
+    """The strip marked dropped when it looks like prompt injection."""
+    found = find_injection(strip.text, strip.kind)
+    return replace(strip, drop=Drop.INJECTION, reason=found.reason) if found else strip
 
 
 def refine_closest(question: str, strips: Sequence[Strip], scorer: SimilarityEvaluator, count: int) -> list[Strip]:
@@ -236,7 +240,7 @@ def refine_closest(question: str, strips: Sequence[Strip], scorer: SimilarityEva
 def keep_closest(strips: Sequence[Strip], count: int) -> list[Strip]:
     """Ambiguous, and no strip reached the floor: keep the ``count`` best all the same, marked as the closest
     passages (the answer says they may not answer). A strip dropped as a possible injection stays dropped."""
-    ranked = sorted((s for s in strips if not s.kept and "floor" in s.reason), key=lambda s: -s.score)
+    ranked = sorted((s for s in strips if not s.kept and s.drop is Drop.BELOW_FLOOR), key=lambda s: -s.score)
     chosen = {id(s) for s in ranked[:count]}
     marked = [
         replace(s, kept=True, reason=f"{s.reason}; kept as one of the {count} closest passages")

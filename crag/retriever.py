@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from crag.analysis import Analysis
 from crag.config import Settings
+from crag.errors import Remedy
 from crag.models import (
     Embedder,
     EmbedderUnavailable,
@@ -74,8 +75,8 @@ class Retriever:
         reader = self.current()
         if reader is None:
             raise UnknownScope(
-                "Nothing is indexed yet, so no folder can be asked: build the knowledge base (Rebuild knowledge base "
-                "in the app, or `python -m crag index`), or leave the scope out."
+                "Nothing is indexed yet, so no folder can be asked: leave the scope out, or build the knowledge base.",
+                remedy=Remedy.BUILD,
             )
         reader.scoped(scope, self.settings.files_dir)
 

@@ -26,7 +26,7 @@ from crag.followups import (
     reading,
     stands_alone,
 )
-from crag.messages import language_hint, model_failure_message, near_miss_note, no_answer, what_is_missing
+from crag.messages import language_hint, model_failure_message, near_miss_note, no_answer, remedy, what_is_missing
 from crag.models import BackendInfo
 from crag.overview import Overview
 from crag.refine import keep_closest, number_sources
@@ -36,7 +36,7 @@ from crag.steps import Condensed, Evaluation, Knowledge, Options, WebKnowledge, 
 from crag.store import Mode, index_text
 from crag.support import Grounder, Grounding, unsupported
 from crag.tuning import TUNING
-from crag.types import Action, Answer, AnswerKind, ScoredChunk, Source, Strip, TermCheck, Trace, cited
+from crag.types import Action, Answer, AnswerKind, Drop, Method, ScoredChunk, Source, Strip, TermCheck, Trace, cited
 from crag.websearch import OFF_REASON
 
 OnStep = Callable[[str], None]
@@ -276,7 +276,7 @@ class AnswerStream:
         shown = TUNING.overview.said_each if len(documents) > 1 else None  # several: a paragraph each, its best
         strips = tuple(s for d in documents for s in d.said[:shown])
         quoted = {s.chunk_id for s in strips}
-        graded = tuple(ScoredChunk(c, 1.0, "document") for d in documents for c in d.opening if c.id in quoted)
+        graded = tuple(ScoredChunk(c, 1.0, Method.DOCUMENT) for d in documents for c in d.opening if c.id in quoted)
         evaluation = Evaluation(graded, TermCheck())
         return Knowledge(self.question, evaluation, Action.CORRECT, strips, WebKnowledge(), tuple(documents))
 
@@ -309,7 +309,7 @@ class AnswerStream:
                 strips = p.refine(question, evaluation.graded, o.lower_threshold)
             strips, action = self._fall_back(strips, action)
         # A model's grade is trusted; a similarity grade (also the LLM grader's fallback) is checked.
-        if action is Action.CORRECT and not any(g.method == "llm" for g in evaluation.graded):
+        if action is Action.CORRECT and not any(g.method is Method.LLM and not g.detail for g in evaluation.graded):
             action = self._held_to_terms(strips)
         web = WebKnowledge(error=OFF_REASON) if action is not Action.CORRECT and not o.web else WebKnowledge()
         if action is not Action.CORRECT and o.web:
@@ -320,7 +320,7 @@ class AnswerStream:
             # Never hide the closest evidence: the answer says what is missing, then what came closest.
             with self._stage("refining", "refine"):
                 strips = p.closest(question, evaluation.graded) + strips
-        if dropped := sum(1 for s in strips if s.reason.startswith("possible prompt injection")):
+        if dropped := sum(1 for s in strips if s.drop is Drop.INJECTION):
             self.notes.append(f"{dropped} strip(s) looked like prompt injection and were dropped (see their reasons)")
         return Knowledge(question, evaluation, action, tuple(strips), web)
 
@@ -484,6 +484,7 @@ class AnswerStream:
             web_error=knowledge.web.error,
             notes=tuple(self.notes),
             hint=language_hint(self.question, p.retriever.file_languages(o.scope)) if crosses else "",
+            remedy=remedy(knowledge) if kind is AnswerKind.NO_ANSWER else None,
             unsupported=stated,
             scope=o.scope.paths,
             timings=dict(self.timings),

@@ -22,7 +22,7 @@ from crag.retriever import anchor
 from crag.scope import EVERYTHING, Scope, resolve
 from crag.terms import Vocabulary
 from crag.text import document_language, lexical_tokens
-from crag.types import Chunk, FileResult, ScoredChunk, WebResult
+from crag.types import Chunk, FileResult, Method, ScoredChunk, WebResult
 from crag.websearch import Searcher, WebSearchUnavailable
 
 
@@ -115,7 +115,8 @@ class FixedEvaluator(Evaluator):
 
     def grade(self, question: str, texts: Sequence[str], usage: Usage | None = None) -> Grading:
         self.graded.append(question)
-        return Grading([Grade(s, self.name) for s in self.scores[: len(texts)]])
+        method = Method.LLM if self.name == "llm" else Method.SIMILARITY  # a grader named "llm" stands for one
+        return Grading([Grade(s, method) for s in self.scores[: len(texts)]])
 
 
 @dataclass

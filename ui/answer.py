@@ -32,6 +32,7 @@ from ui.text import (
     md_coded,
     md_escape,
     no_images,
+    remedy_text,
     shorten,
 )
 
@@ -91,6 +92,8 @@ def render(answer: Answer, question: str, files_dir: Path, key: int, previous: s
     """Badge line, the trace expander, the sources panel and the export of one answer. ``previous``: the question
     before it in the conversation, which its export names when it was read as a follow-up."""
     trace = answer.trace
+    if trace is not None and trace.remedy:  # the answer says why there is none; this, what to do
+        st.markdown(remedy_text(trace.remedy, question))
     badge_line(answer, question, previous)
     if follows_up(answer):  # the same question, without the conversation that changed how it was read
         st.button(
@@ -290,7 +293,7 @@ def retrieved(trace: Trace, lower: float, upper: float, key: int, labels: dict[s
             "found by": f"searching for “{r.anchor}”" if r.anchor else "the question",
             "section": r.chunk.section,
             "text": shorten(r.chunk.text, 400),
-            "graded by": r.method,
+            "graded by": r.graded_by,
         }
         for i, r in enumerate(trace.retrieved, start=1)
     ]

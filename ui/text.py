@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from crag.conversations import Conversation
+from crag.conversations import Conversation, Message, Stop
+from crag.errors import CragError, Remedy, said
 from crag.text import language
 from crag.types import Action, FileResult, Progress, TermCheck
 
@@ -98,6 +99,31 @@ def file_reason(file: str, error: str) -> str:
     return no_images(error.removeprefix(f"{file}: ") or "failed")
 
 
+# A remedy in the page's words: the sidebar's controls that do it.
+REMEDIES = {
+    Remedy.BUILD: "Build it: **Rebuild knowledge base** in the sidebar.",
+    Remedy.FULL_REBUILD: "Run a full rebuild: **Rebuild knowledge base** in the sidebar, with **Full rebuild** on.",
+}
+
+
+# The same, for an answer in Chinese (``crag.messages.no_answer_message`` says in the question's language that nothing
+# is indexed).
+REMEDIES_ZH = {
+    Remedy.BUILD: "构建方法：侧边栏中的 **Rebuild knowledge base**。",
+    Remedy.FULL_REBUILD: "完整重建：打开侧边栏中的 **Full rebuild**，再点 **Rebuild knowledge base**。",
+}
+
+
+def remedy_text(remedy: Remedy, question: str) -> str:
+    """What the user must do for any answer, in the page's words and the question's language."""
+    return (REMEDIES_ZH if language(question) == "zh" else REMEDIES)[remedy]
+
+
+def error_text(exc: CragError) -> str:
+    """A CragError's message, with its remedy in the page's words."""
+    return said(str(exc), exc.remedy, REMEDIES)
+
+
 STOPPED = {
     "en": "This answer stopped before its end (a reload or another click interrupted it): ask again.",
     "zh": "这个回答没有完成（页面刷新或其他点击打断了它）：请再问一次。",
@@ -127,8 +153,11 @@ def user_stopped(question: str, said: bool = True) -> str:
     return (USER_STOPPED if said else USER_STOPPED_SILENT)[language(question)]
 
 
-def stopped_by_user(error: str) -> bool:
-    return error in USER_STOPPED.values() or error in USER_STOPPED_SILENT.values()
+def stop_of(message: Message) -> Stop | None:
+    """What stopped an answer. A message stored before messages kept it says it only in words: the Stop button's."""
+    if message.stop is None and message.error in (*USER_STOPPED.values(), *USER_STOPPED_SILENT.values()):
+        return Stop.USER
+    return message.stop
 
 
 def evidence_markdown(text: str) -> str:

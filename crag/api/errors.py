@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from crag.api.guards import BodyTooLarge
-from crag.api.http import ApiError, Json, error_code, error_response, is_openai, status_for
+from crag.api.http import ApiError, Json, error_code, error_message, error_response, is_openai, status_for
 from crag.errors import CragError
 from crag.store import BuildInProgress
 
@@ -37,7 +37,7 @@ async def too_large(request: Request, exc: BodyTooLarge) -> Json:
 
 
 async def crag_error(request: Request, exc: CragError) -> Json:
-    message = str(exc)
+    message = error_message(exc)
     if isinstance(exc, BuildInProgress) and exc.job:
         message += f" GET /index/{exc.job} shows its progress."
     return error_response(request.url.path, status_for(exc), message, code=error_code(exc))

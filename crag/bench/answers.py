@@ -188,7 +188,7 @@ def run_questions(pipeline: Pipeline, questions: Sequence[Question], progress: b
                 "near_miss": q.near_miss,
                 "action": trace.action.value,
                 "scores": [round(g.score, 4) for g in trace.retrieved],
-                "graded_by": sorted({g.method for g in trace.retrieved}),
+                "graded_by": sorted({g.graded_by for g in trace.retrieved}),
                 "missing_terms": list(trace.terms.missing),
                 "answer_kind": answer.kind.value,
                 # An evidence answer holds the fact only in what it quotes, not in a FAQ question shown before a quote.

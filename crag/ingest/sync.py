@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from crag.config import Settings
-from crag.errors import CragError
+from crag.errors import CragError, Remedy
 from crag.files import scan
 from crag.ingest.base import Parser
 from crag.ingest.build import Built, Planned, index_files
@@ -167,8 +167,8 @@ def _same_embedder(store: Store, embedder: Embedder) -> None:
         raise EmbedderMismatch(
             f"The knowledge base was built with {active.embedder} embeddings, and this build would embed with "
             f"{embedder.name}: an incremental build never mixes embedders. Either make {active.embedder} available "
-            f"again ({how}), or run a full rebuild, which re-embeds every file with {embedder.name}: Rebuild "
-            "knowledge base with 'full rebuild', or `python -m crag index --rebuild`."
+            f"again ({how}), or run a full rebuild, which re-embeds every file with {embedder.name}.",
+            remedy=Remedy.FULL_REBUILD,
         )
 
 

@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from crag.config import Settings
-from crag.errors import CragError
+from crag.errors import CragError, Remedy
 from crag.followups import History
 from crag.ingest.pymupdf import clean, open_pdf, printed_pages
 from crag.markdown import outgoing
@@ -87,7 +87,7 @@ class Knowledge:
         if answer.kind is AnswerKind.NO_ANSWER and answer.trace is not None and not answer.trace.retrieved:
             # Nothing is indexed (a first build may be running), and the web gave nothing: the message says so and
             # what to do.
-            raise CragError(answer.text)
+            raise CragError(answer.text, remedy=answer.trace.remedy)
         return self._for_client(answer)
 
     # ---- the documents and their pages
@@ -101,8 +101,8 @@ class Knowledge:
             manifest = store.manifest() if generation else []
         except (OSError, ValueError) as exc:  # a manifest that is missing or not JSON
             raise CragError(
-                f"The index in {self.settings.chroma_dir} cannot be read ({type(exc).__name__}): rebuild the "
-                "knowledge base (Rebuild knowledge base in the app, or `python -m crag index --rebuild`)."
+                f"The index in {self.settings.chroma_dir} cannot be read ({type(exc).__name__}).",
+                remedy=Remedy.FULL_REBUILD,
             ) from None
         if gone := missing(wanted, manifest):  # a folder whose files all failed is listed, with their reasons
             raise unknown_scope(gone, knowledge_bases(manifest), self.settings.files_dir)
