@@ -23,6 +23,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic_ai import Agent
@@ -159,7 +160,16 @@ def calibrate(raw: float) -> float:
     return round(2.0 / (1.0 + math.exp(-SLOPE * (raw - MIDPOINT))) - 1.0, 4)
 
 
-def idf(token: str, stats: TermStats | None) -> float:
+class DocFrequencies(Protocol):
+    """What an IDF needs of the index: its passages, and in how many of them a token occurs (``TermStats``)."""
+
+    @property
+    def n_docs(self) -> int: ...
+
+    def doc_frequency(self, token: str) -> int: ...
+
+
+def idf(token: str, stats: DocFrequencies | None) -> float:
     """BM25's IDF in these documents. Without stats every word weighs 1."""
     if stats is None:
         return 1.0
@@ -243,10 +253,10 @@ def grades_schema(k: int) -> type[BaseModel]:
     return create_model("Grades", __config__=ConfigDict(extra="ignore"), **fields)
 
 
-_graders: dict[int, Agent] = {}
+_graders: dict[int, Agent[Any, Any]] = {}
 
 
-def grader_agent(k: int) -> Agent:
+def grader_agent(k: int) -> Agent[Any, Any]:
     """The grading agent for k passages, built once per k; the model is given per run."""
     if k not in _graders:
         _graders[k] = Agent(output_type=grades_schema(k), instructions=prompts.GRADER, retries=1)

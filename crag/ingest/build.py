@@ -15,12 +15,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import cast
 
 import pymupdf
 
 from crag.config import Settings
 from crag.errors import BuildCancelled
-from crag.ingest.base import Parser, PDFError
+from crag.ingest.base import PageReader, Parser, PDFError
 from crag.ingest.chunking import Chunker
 from crag.ingest.workers import ParseAhead
 from crag.models import Embedder, count_tokens
@@ -214,7 +215,8 @@ def _index_file_ahead(
         report(progress)
 
     show(shown[0])
-    chunker, parts, chunks, vectors = _chunker(item, settings, embedder), [], [], []
+    chunker, parts, chunks = _chunker(item, settings, embedder), [], []
+    vectors: list[list[float]] = []
     try:
         # While a part is awaited the progress is said again: a cancelled build raises there, not after the part.
         for part in ahead.parts(item.path, waiting=lambda: report(shown[0])):
@@ -228,7 +230,7 @@ def _index_file_ahead(
             vectors += _embed_ready(chunks, len(vectors), embedder, built, ahead)
         built.stages["parse"] += _since(start)
         chunks += chunker.finish()
-        parsed = parser.parsed(item.path, parts)  # type: ignore[attr-defined] - ParseAhead takes such parsers only
+        parsed = cast("PageReader", parser).parsed(item.path, parts)  # ParseAhead takes parsers that read pages only
     except BuildCancelled:
         raise
     except BrokenProcessPool:
@@ -251,10 +253,11 @@ def _index_file_ahead(
 
 def _embed_ready(
     chunks: Sequence[Chunk], embedded: int, embedder: Embedder, built: Built, ahead: ParseAhead, final: bool = False
-) -> list:
+) -> list[list[float]]:
     """Vectors of the chunks past ``embedded``, in batches of ``EMBED_BATCH``; the last short batch only when final.
     On one thread while the workers read (see ``crag.ingest.workers``), on every core once they are done."""
-    mark, vectors = time.perf_counter(), []
+    mark = time.perf_counter()
+    vectors: list[list[float]] = []
     while len(chunks) - embedded - len(vectors) >= (1 if final else EMBED_BATCH):
         at = embedded + len(vectors)
         texts = [index_text(c) for c in chunks[at : at + EMBED_BATCH]]
