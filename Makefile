@@ -76,8 +76,8 @@ browser:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-noto-cjk fonts-noto-color-emoji >/dev/null; \
 	  else echo "chromium is not installed: the browser test will be skipped (apt-get install chromium)"; fi; }
 
-# Two test processes, each running whole test files (module fixtures build their index once): about 15 %
-# faster than one on 2 cores, where most time goes to builds and models that use both cores already.
+# Two test processes, each running whole test files (module fixtures build their index once): faster than one on
+# 2 cores, though most time goes to builds and models that use both cores already (docs/benchmarks.md).
 TEST_WORKERS ?= 2
 
 test: $(VENV)/.installed-dev browser

@@ -12,8 +12,6 @@ from crag.scope import EVERYTHING, Scope
 from crag.store import Mode
 from crag.types import Action, ScoredChunk, Strip, TermCheck, WebResult
 
-CLOSEST_KEPT = 3  # Ambiguous with no strip above the floor: the closest passages shown, said to be such
-
 
 @dataclass(frozen=True)
 class Condensed:

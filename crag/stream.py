@@ -16,6 +16,7 @@ from functools import cached_property
 from typing import Protocol
 
 from crag import evidence, overview
+from crag.analysis import Analysis
 from crag.asks import asks, compared
 from crag.evaluator import Evaluator, Usage
 from crag.followups import (
@@ -31,11 +32,10 @@ from crag.overview import Overview
 from crag.refine import keep_closest, number_sources
 from crag.retriever import Retriever
 from crag.scope import EVERYTHING, Scope
-from crag.steps import CLOSEST_KEPT, Condensed, Evaluation, Knowledge, Options, WebKnowledge, decide_action
+from crag.steps import Condensed, Evaluation, Knowledge, Options, WebKnowledge, decide_action
 from crag.store import Mode, index_text
 from crag.support import Grounder, Grounding, unsupported
-from crag.terms import unanswered
-from crag.text import language
+from crag.tuning import TUNING
 from crag.types import Action, Answer, AnswerKind, ScoredChunk, Source, Strip, TermCheck, Trace, cited
 from crag.websearch import OFF_REASON
 
@@ -52,20 +52,19 @@ class Steps(Protocol):
     def answer_kind(self, mode: str | None = None) -> AnswerKind: ...
     def evaluator(self, choice: str) -> Evaluator: ...
     def documents(self, question: str, scope: Scope, history: History = ()) -> list[Overview]: ...
-    def own_terms(self, asked: str, scope: Scope) -> str: ...
+    def analyse(self, asked: str, scope: Scope) -> Analysis: ...
     def condense(self, question: str, history: History, usage: Usage) -> Condensed: ...
     def retrieve(
-        self, queries: Sequence[str], k: int, mode: Mode, asked: str, scope: Scope = EVERYTHING
+        self, queries: Sequence[str], k: int, mode: Mode, asked: Analysis, scope: Scope = EVERYTHING
     ) -> list[ScoredChunk]: ...
     def evaluate(
         self,
         question: str,
-        asked: str,
+        asked: Analysis,
         hits: Sequence[ScoredChunk],
         evaluator: Evaluator,
         upper: float,
         usage: Usage,
-        scope: Scope = EVERYTHING,
     ) -> Evaluation: ...
     def refine(self, question: str, graded: Sequence[ScoredChunk], lower: float) -> list[Strip]: ...
     def closest(self, question: str, graded: Sequence[ScoredChunk]) -> list[Strip]: ...
@@ -127,9 +126,14 @@ class AnswerStream:
         self._running: weakref.ref[Generator[str, None, None]] | None = None  # weak: dropping it closes it
 
     @cached_property
+    def _asked(self) -> Analysis:
+        """The question as asked, analysed once: its language is judged without the files it names
+        ("texlive-zh-cn.pdf 讲了什么" is Chinese), its terms weighed in the scope's documents."""
+        return self.p.analyse(self.question, self.options.scope)
+
+    @property
     def _language(self) -> str:
-        """The question's language, judged without the files it names: "texlive-zh-cn.pdf 讲了什么" is Chinese."""
-        return language(self.p.own_terms(self.question, self.options.scope))
+        return self._asked.language
 
     def __enter__(self) -> AnswerStream:
         return self
@@ -277,7 +281,7 @@ class AnswerStream:
             "a question about the whole document: answered from what its opening pages say it is and its outline, "
             "not from the passages a search for the question's words finds"
         )
-        shown = overview.SAID_EACH if len(documents) > 1 else None  # several: a paragraph each, its best sentence
+        shown = TUNING.overview.said_each if len(documents) > 1 else None  # several: a paragraph each, its best
         strips = tuple(s for d in documents for s in d.said[:shown])
         quoted = {s.chunk_id for s in strips}
         graded = tuple(ScoredChunk(c, 1.0, "document") for d in documents for c in d.opening if c.id in quoted)
@@ -292,14 +296,12 @@ class AnswerStream:
         self.notes += condensed.notes
         self._condense_calls = self.usage.requests
         with self._stage("retrieving", "retrieve"):
-            hits = p.retrieve(condensed.queries, o.top_k, o.retrieval_mode, self.question, o.scope)
+            hits = p.retrieve(condensed.queries, o.top_k, o.retrieval_mode, self._asked, o.scope)
         if p.retriever.lexical_only:  # the index's embedder is missing: its dense half could not be searched
             self.notes.append(p.retriever.lexical_only)
         with self._stage("grading", "grade"):
             evaluator = p.evaluator(o.evaluator)
-            evaluation = p.evaluate(
-                condensed.question, self.question, hits, evaluator, o.upper_threshold, self.usage, o.scope
-            )
+            evaluation = p.evaluate(condensed.question, self._asked, hits, evaluator, o.upper_threshold, self.usage)
             action = self._decide_action(evaluation)
             question, evaluation, action = self._read_with_history(condensed, hits, evaluator, evaluation, action)
         # Not offline (no one waits for a model there), nor for what the documents never mention (a search in other
@@ -344,7 +346,7 @@ class AnswerStream:
         if with_history in ("", question) or (action is Action.CORRECT and not goes_on):
             return question, first, action
         o = self.options
-        again = self.p.evaluate(with_history, self.question, hits, evaluator, o.upper_threshold, self.usage, o.scope)
+        again = self.p.evaluate(with_history, self._asked, hits, evaluator, o.upper_threshold, self.usage)
         if goes_on:  # graded on both: what it adds, and what it goes on from
             again = first.mean(again)
         graded = [(g.score, index_text(g.chunk)) for g in again.graded]
@@ -364,8 +366,8 @@ class AnswerStream:
         query = p.doc_query(question, first.graded, self.usage, self.notes)
         if not query:
             return hits, first, action
-        found = p.retrieve([query], o.top_k, o.retrieval_mode, self.question, o.scope)
-        again = p.evaluate(question, self.question, found, evaluator, o.upper_threshold, self.usage, o.scope)
+        found = p.retrieve([query], o.top_k, o.retrieval_mode, self._asked, o.scope)
+        again = p.evaluate(question, self._asked, found, evaluator, o.upper_threshold, self.usage)
         if again.best <= first.best:
             self.notes.append(f"searched again as “{query}”: no passage graded better, the first ones are kept")
             return hits, first, action
@@ -379,9 +381,8 @@ class AnswerStream:
         """Correct only when what is kept answers: the passages graded relevant must hold the question's specific
         terms in some form (or most of its words, for one in plain words). A similarity grade says a passage is on
         the topic, not that it answers; a model's grade is trusted."""
-        p, o = self.p, self.options
         kept = [s.scored_text for s in strips if s.kept and s.kind == "local"]
-        if why := unanswered(p.own_terms(self.question, o.scope), kept, p.retriever.term_stats(o.scope)):
+        if why := self._asked.unanswered(kept):
             self.notes.append(f"graded relevant, but {why}: shown as the closest passages (Ambiguous)")
             return Action.AMBIGUOUS
         return Action.CORRECT
@@ -393,7 +394,7 @@ class AnswerStream:
             action = Action.AMBIGUOUS
             self.notes.append("Correct, but no strip survived refinement: treated as Ambiguous")
         if action is Action.AMBIGUOUS and not any(s.kept for s in strips):
-            strips = keep_closest(strips, CLOSEST_KEPT)
+            strips = keep_closest(strips, TUNING.answering.closest_kept)
             if any(s.kept for s in strips):
                 self.notes.append("no strip reached the floor: the closest passages are shown as such")
         return strips, action

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -9,6 +10,8 @@ from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field
+
+from crag.tuning import TUNING
 
 # Layout block types, shared by every parser. Headers, footers and page numbers are kept as
 # blocks so a parser's output is complete, and dropped by the chunker; footnotes are text that it places.
@@ -149,6 +152,13 @@ class TermCheck:
     missing: tuple[str, ...] = ()  # in none of the retrieved passages
     unknown: tuple[str, ...] = ()  # in no passage of the whole knowledge base (a subset of missing)
     decisive: bool = False  # the question is about what the documents lack: the action is Incorrect
+
+    def ceiling(self, upper: float) -> float:
+        """The highest grade this near miss leaves the passages: ``TUNING.near_miss.score`` when it is decisive,
+        just below ``upper`` (Ambiguous at most) when a term is missing, no cap otherwise."""
+        if self.decisive:
+            return TUNING.near_miss.score
+        return upper - 0.01 if self.missing else math.inf
 
 
 @dataclass(frozen=True)

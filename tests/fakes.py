@@ -12,6 +12,7 @@ from functools import cached_property
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from crag.analysis import Analysis
 from crag.config import Settings
 from crag.evaluator import Evaluator, Grade, Grading, SimilarityEvaluator, Usage
 from crag.models import BackendInfo, Embedder, EmbedderUnavailable
@@ -69,8 +70,8 @@ class FakeRetriever:
     def term_stats(self, scope: Scope = EVERYTHING) -> FakeStats:
         return FakeStats([c.text for c in self.held(scope)])
 
-    def anchor(self, question: str, hits: list[ScoredChunk], scope: Scope = EVERYTHING) -> list[ScoredChunk]:
-        return anchor(question, hits, self.term_stats(scope), lambda query, n: self.lexical(query, n, scope))
+    def anchor(self, asked: Analysis, hits: list[ScoredChunk], scope: Scope = EVERYTHING) -> list[ScoredChunk]:
+        return anchor(asked, hits, lambda query, n: self.lexical(query, n, scope))
 
     def file_languages(self, scope: Scope = EVERYTHING) -> dict[str, str]:
         held = self.held(scope)

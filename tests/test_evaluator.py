@@ -8,8 +8,9 @@ import pytest
 from pydantic_ai.messages import ModelResponse, TextPart
 from pydantic_ai.models.function import FunctionModel
 
+from crag.analysis import coverage, word_weights
 from crag.config import load_settings
-from crag.evaluator import LLMEvaluator, SimilarityEvaluator, calibrate, coverage, word_weights
+from crag.evaluator import LLMEvaluator, SimilarityEvaluator, calibrate
 from crag.evidence import LEADS
 from crag.support import Grounder, Grounding, unsupported
 from crag.types import Action, AnswerKind, Source, WebResult

@@ -38,8 +38,9 @@ def layout_sessions() -> Iterator[None]:
 
     pymupdf-layout makes its sessions (page image features, layout graph, table grid) when PyMuPDF is imported,
     arena off, so every page allocates its tensors afresh and the page faults cost as much as the model; idle
-    threads spinning take CPU from whatever else runs. With the arena: 1.25x faster on the corpus, 1.7x less CPU,
-    64 MB more; one arena for the three models, grown by what a page asks, holds 115 MB less than one each."""
+    threads spinning take CPU from whatever else runs. With the arena pages parse faster on less CPU for a little
+    more memory; one arena for the three models, grown by what a page asks, holds less than one each (figures in
+    docs/benchmarks.md)."""
     import onnxruntime as ort
 
     shared = _shared_arena()

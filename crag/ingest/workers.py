@@ -2,16 +2,15 @@
 
 The build chunks and embeds a file's first pages while a worker reads the next ones. Processes, not threads:
 PyMuPDF is not thread-safe, and the layout model builds each page's features in Python, holding the GIL, so a
-parser thread beside the embedder gained 3 %. Pages go to the workers in parts of ``PAGES_PER_PART`` (progress
-comes back part by part), all of them queued at the start, so a worker never waits for the embedder.
+parser thread beside the embedder gains next to nothing. Pages go to the workers in parts of ``PAGES_PER_PART``
+(progress comes back part by part), all of them queued at the start, so a worker never waits for the embedder.
 
 How many workers: one per core, up to ``MAX_WORKERS``, each running the layout model on one thread. A page's
 features are Python on one core, and the model's tensors are small, so pages side by side beat threads within a
-page: parsing the benchmark corpus alone took 42 s with two one-thread workers, 56 s with one two-thread worker
-and 78 s with one one-thread worker, on 2 cores. While they read, the build embeds on one thread (``busy``):
-three single-threaded processes share two cores well, where torch's two threads each waited for the other
-whenever a worker held its core (the whole build: 83 s with two embedding threads throughout, 70 s with one
-while the workers read and two after). Each worker holds a copy of the layout model (about 300 MB).
+page: two one-thread workers on two cores parse faster than one worker on two threads. While they read, the build
+embeds on one thread (``busy``): three single-threaded processes share two cores well, where torch's two threads
+each waited for the other whenever a worker held its core. The figures are in docs/benchmarks.md (measured design
+choices). Each worker holds a copy of the layout model (about 300 MB).
 
 A page can hang MuPDF or the layout model in C code, where no exception reaches it. So each part has a time
 limit from the moment a worker takes it (``CRAG_PARSE_PART_TIMEOUT``): pebble's pool then stops that worker

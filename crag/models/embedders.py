@@ -160,7 +160,7 @@ class LocalEmbedder(PackagedEmbedder):
     def _embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Batches of texts of about the same number of tokens, each padded to its longest. sentence-transformers
         sorts by characters, and a Chinese character is a token where an English word of five characters is one:
-        its batches of mixed texts were mostly padding. Same vectors; the benchmark corpus embeds in 1.3x less time."""
+        its batches of mixed texts were mostly padding. Same vectors, in less time (docs/benchmarks.md)."""
         tokens = [len(e.ids) for e in _minilm_tokenizer().encode_batch(list(texts), add_special_tokens=False)]
         order = sorted(range(len(texts)), key=tokens.__getitem__)
         vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
