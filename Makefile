@@ -12,7 +12,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8501
 
-.PHONY: run test serve bench lint format browser clean
+.PHONY: run test serve bench lint typecheck format browser clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -82,15 +82,22 @@ TEST_WORKERS ?= 2
 
 test: $(VENV)/.installed-dev browser
 	$(BIN)/ruff check app.py ui crag tests scripts
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check app.py ui crag tests scripts
 	$(BIN)/ruff format --check app.py ui crag tests scripts
+	$(BIN)/mypy
+
+# mypy over app.py, crag/ and ui/ as pyproject.toml's [tool.mypy] says; its cache (.mypy_cache) makes a second run
+# take seconds.
+typecheck: $(VENV)/.installed-dev
+	$(BIN)/mypy
 
 format: $(VENV)/.installed-dev
 	$(BIN)/ruff format app.py ui crag tests scripts
 	$(BIN)/ruff check --fix app.py ui crag tests scripts
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache test-output
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache test-output

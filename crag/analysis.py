@@ -25,6 +25,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Protocol
 
 from crag.lexicons import words
 from crag.terms import Term, TermStats, Vocabulary, aliases, mentions, specific_terms
@@ -149,7 +150,16 @@ def _held(words: Sequence[str], text: str) -> list[str]:
 # How much a word says
 
 
-def idf(token: str, stats: TermStats | None) -> float:
+class DocFrequencies(Protocol):
+    """What an IDF needs of the index: its passages, and in how many of them a token occurs (``TermStats``)."""
+
+    @property
+    def n_docs(self) -> int: ...
+
+    def doc_frequency(self, token: str) -> int: ...
+
+
+def idf(token: str, stats: DocFrequencies | None) -> float:
     """BM25's IDF in these documents. Without stats every word weighs 1."""
     if stats is None:
         return 1.0

@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from crag.config import Settings, is_loopback, load_settings
 from crag.errors import CragError, Remedy, said
@@ -144,7 +145,7 @@ def _retrieve(args: argparse.Namespace) -> int:
     scope = _scope(args, settings)
     retriever.check_scope(scope)
     hits = retriever.retrieve(args.question, args.k or settings.top_k, args.mode or settings.retrieval_mode, scope)
-    results = [
+    results: list[dict[str, Any]] = [
         {
             "file": h.chunk.file,
             "pages": list(h.chunk.pages),
@@ -187,7 +188,7 @@ def _ask(args: argparse.Namespace) -> int:
         if args.json:
             for _ in stream:
                 pass
-            print(AnswerOut.of(stream.answer, pipeline.backend, REMEDIES).model_dump_json())
+            print(AnswerOut.of(stream.finished, pipeline.backend, REMEDIES).model_dump_json())
             return 0
         print(f"[{pipeline.backend.name}: {pipeline.backend.model} — {pipeline.backend.reason}]", file=sys.stderr)
         if missing := pipeline.retriever.missing:
@@ -195,9 +196,10 @@ def _ask(args: argparse.Namespace) -> int:
         for delta in stream:
             print(delta, end="", flush=True)
         print()
-    answer = stream.answer
+    answer = stream.finished
     where = f" in {', '.join(answer.trace.scope)}" if answer.trace and answer.trace.scope else ""
-    print(f"\n[{answer.action.value}{where}] " + "  ".join(_source_line(s) for s in answer.sources), file=sys.stderr)
+    action = answer.action.value if answer.action else ""  # the pipeline's answers have one
+    print(f"\n[{action}{where}] " + "  ".join(_source_line(s) for s in answer.sources), file=sys.stderr)
     if answer.trace and answer.trace.unsupported:
         print(unsupported_message(args.question, answer.trace.unsupported), file=sys.stderr)
     if answer.trace and answer.trace.remedy:

@@ -9,6 +9,7 @@ each answer the scope it was asked in (``Trace.scope``).
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import os
@@ -211,7 +212,7 @@ class Conversations:
         with self._connect() as db:
             db.execute("DELETE FROM conversations WHERE id = ?", (conversation,))
 
-    def messages(self, conversation: str) -> list[Message]:
+    def messages(self, conversation: str) -> builtins.list[Message]:  # ``list`` here is the method above
         with self._connect() as db:
             rows = db.execute(
                 "SELECT id, role, content, answer, complete, error, stop FROM messages WHERE conversation = ? "
@@ -250,7 +251,8 @@ class Conversations:
                 (conversation, role, content, _dump(answer), int(complete), error, now, stop or ""),
             )
             db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation))
-            return int(cursor.lastrowid)
+            assert cursor.lastrowid is not None  # set by an INSERT
+            return cursor.lastrowid
 
     def update(
         self,

@@ -20,6 +20,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic_ai import Agent
@@ -141,10 +142,10 @@ def grades_schema(k: int) -> type[BaseModel]:
     return create_model("Grades", __config__=ConfigDict(extra="ignore"), **fields)
 
 
-_graders: dict[int, Agent] = {}
+_graders: dict[int, Agent[Any, Any]] = {}
 
 
-def grader_agent(k: int) -> Agent:
+def grader_agent(k: int) -> Agent[Any, Any]:
     """The grading agent for k passages, built once per k; the model is given per run."""
     if k not in _graders:
         _graders[k] = Agent(output_type=grades_schema(k), instructions=prompts.GRADER, retries=1)

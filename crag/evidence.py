@@ -297,7 +297,9 @@ def best_run(sentences: Sequence[str], question: str) -> list[str]:
     it. A run never ends inside a bracket or a quotation that a later sentence closes: it ends a sentence earlier
     (when every run would, the runs are taken as they come)."""
     weights = [answer_weight(x, question) for x in sentences]
-    start, end = _best(sentences, weights, held_open(sentences)) or _best(sentences, weights, [False] * len(sentences))
+    found = _best(sentences, weights, held_open(sentences)) or _best(sentences, weights, [False] * len(sentences))
+    assert found is not None  # with no bracket held open, the first sentences make a run
+    start, end = found
     if start and isinstance(sentences[start - 1], Asked):
         start -= 1
     return list(sentences[start:end])
@@ -406,8 +408,8 @@ def evidence_answer(
             last = runs[-1] if runs else None
             follows = last is not None and last[0] == n and last[1].order[1] + 1 == strip.order[1]
             # Only text that runs on in the source reads as one quote: a strip trimmed at the joint does not.
-            joint = follows and _runs_on(last[2], pieces(strip.text), source_text[n])
-            if joint and not NOTE.match(strip.text) and not NOTE.match(last[1].text):
+            joint = last is not None and follows and _runs_on(last[2], pieces(strip.text), source_text[n])
+            if last is not None and joint and not NOTE.match(strip.text) and not NOTE.match(last[1].text):
                 runs[-1] = (n, strip, last[2] + pieces(strip.text))
             else:
                 runs.append((n, strip, pieces(strip.text)))

@@ -154,7 +154,9 @@ class Builds:
             if cancelled.is_set():
                 raise BuildCancelled("The build was cancelled: the previous knowledge base still answers.")
             if p.result is not None:
-                done = self.get(job_id).files  # written by this thread only
+                job = self.get(job_id)
+                assert job is not None  # a running job stays registered
+                done = job.files  # written by this thread only
                 self._update(job_id, progress=p, files=(*done, p.result))
             else:
                 self._update(job_id, progress=p)

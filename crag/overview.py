@@ -163,8 +163,8 @@ def overview(file: str, chunks: Sequence[Chunk], record: FileResult | None) -> O
     bookmarks = _bookmarks(record)
     pages = record.pages if record else max(chunks[-1].pages, default=0)
     quoted = {s.chunk_id for s in said}
-    opening = tuple(c for c in dict.fromkeys(opening) if c.id in quoted)
-    return Overview(file, title, pages, said, bookmarks or _headings(chunks, title), bool(bookmarks), opening)
+    shown = tuple(c for c in dict.fromkeys(opening) if c.id in quoted)
+    return Overview(file, title, pages, said, bookmarks or _headings(chunks, title), bool(bookmarks), shown)
 
 
 _CONTENTS = re.compile(r"^(?:table of )?contents$|^index$|^目\s*录$|^索\s*引$", re.IGNORECASE)

@@ -18,10 +18,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from typing import Any, TypeVar, Unpack, cast
 
 from pydantic import BaseModel
 from pydantic_ai import Agent
 from pydantic_ai.models import Model
+from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import RequestUsage
 
 from crag import prompts
@@ -39,7 +41,7 @@ from crag.overview import Overview, asks_about_documents, documents_asked, names
 from crag.refine import local_strips, refine, refine_closest, web_strips
 from crag.retriever import Retriever, open_retriever
 from crag.scope import EVERYTHING, Scope
-from crag.steps import Condensed, Evaluation, Options, WebKnowledge
+from crag.steps import Condensed, Evaluation, Options, Overrides, WebKnowledge
 from crag.store import Mode, fuse, index_text
 from crag.stream import AnswerStream, OnStep
 from crag.text import clean_question, content_words, language, warm_up
@@ -69,6 +71,8 @@ web_query_agent = Agent(output_type=prompts.WebQuery, instructions=prompts.WEB_Q
 # ---------------------------------------------------------------------------------------------
 # The pipeline
 
+Out = TypeVar("Out", bound=BaseModel)  # a structured step's output
+
 
 @dataclass
 class Pipeline:
@@ -94,27 +98,29 @@ class Pipeline:
         evaluators = {"similarity": scorer, "llm": LLMEvaluator(model, scorer, timeout=settings.request_timeout)}
         return cls(settings, model, backend, retriever, scorer, evaluators, build_searcher(settings))
 
-    def options(self, **overrides: object) -> Options:
-        if "scope" in overrides:  # folders and files, as a Scope or as paths
-            overrides["scope"] = Scope.of(overrides["scope"])  # type: ignore[arg-type]
-        return replace(Options.from_settings(self.settings), **overrides)
+    def options(self, **overrides: Unpack[Overrides]) -> Options:
+        """The settings' options with this question's overrides; a None override keeps the settings' value."""
+        changes: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
+        if "scope" in changes:  # folders and files, as a Scope or as paths
+            changes["scope"] = Scope.of(changes["scope"])
+        return replace(Options.from_settings(self.settings), **changes)
 
     def stream(
-        self, question: str, history: History = (), on_step: OnStep | None = None, **overrides: object
+        self, question: str, history: History = (), on_step: OnStep | None = None, **overrides: Unpack[Overrides]
     ) -> AnswerStream:
         """The answer as a stream of text. Raises ``BadQuestion`` at once for an empty, punctuation-only or
         over-long question, and ``UnknownScope`` for a scope the index does not hold. ``overrides`` are ``Options``
         fields for this question (``top_k=3``, ``web=False``, ``scope=["projects/alpha"]``...)."""
-        options = self.options(**{k: v for k, v in overrides.items() if v is not None})
+        options = self.options(**overrides)
         if options.scope:
             self.retriever.check_scope(options.scope)
         return AnswerStream(self, clean_question(question), history, on_step or (lambda stage: None), options)
 
-    def ask(self, question: str, history: History = (), **overrides: object) -> Answer:
+    def ask(self, question: str, history: History = (), **overrides: Unpack[Overrides]) -> Answer:
         with self.stream(question, history, **overrides) as stream:
             for _ in stream:
                 pass
-        return stream.answer
+        return stream.finished
 
     def answer_kind(self, mode: str | None = None) -> AnswerKind:
         """``CRAG_ANSWER_MODE`` (or this question's choice). auto: evidence on the embedded backend (a 135M
@@ -131,7 +137,7 @@ class Pipeline:
             choice = "similarity" if self.backend.name == "embedded" else "llm"
         return self.evaluators[choice]
 
-    def _structured(self, agent: Agent, prompt: str, usage: Usage, notes: list[str]) -> BaseModel | None:
+    def _structured(self, agent: Agent[Any, Out], prompt: str, usage: Usage, notes: list[str]) -> Out | None:
         """One schema-constrained call; None when the model fails twice, times out, or takes no structured output."""
         try:
             result = run_structured(agent, prompt, self.model, self.settings.request_timeout)
@@ -140,7 +146,8 @@ class Pipeline:
             notes.append(f"{agent.name} step failed ({type(exc).__name__}); skipped")
             return None
         usage.add(result.usage)
-        return result.output
+        output: Out = result.output  # the agent's output_type: run_structured asks for it
+        return output
 
     # ---- the steps of Algorithm 1
 
@@ -260,8 +267,9 @@ class Pipeline:
         with answer_agent.run_stream_sync(
             prompts.answer_prompt(question, sources),
             model=self.model,
-            model_settings={"max_tokens": self.settings.max_answer_tokens, COUNTED: counted},
+            # With a key of our own, which only the embedded model reads.
+            model_settings=cast(ModelSettings, {"max_tokens": self.settings.max_answer_tokens, COUNTED: counted}),
         ) as result:
             yield from result.stream_text(delta=True, debounce_by=None)
-            exact = {"input_tokens": counted.input_tokens, "output_tokens": counted.output_tokens}
-            usage.add(replace(result.usage, **exact) if counted.has_values() else result.usage)
+            exact = replace(result.usage, input_tokens=counted.input_tokens, output_tokens=counted.output_tokens)
+            usage.add(exact if counted.has_values() else result.usage)

@@ -61,6 +61,9 @@ class Retriever:
             self._reader = None
         elif self._reader is None or self._reader.generation.id != active.id:
             reader = self.store.reader()
+            if reader is None:  # the index was removed since the pointer was read: nothing answers
+                self._reader = None
+                return None
             if self.missing and reader.generation.embedder == self.embedder.name:
                 self.missing = None  # rebuilt with the embedder at hand: its dense half answers again
             if not self.missing:
@@ -128,6 +131,8 @@ class Retriever:
             if active is None or active.id == reader.generation.id:
                 raise
             reader = self.current()
+            if reader is None:
+                raise
             hits = reader.search(question, vector, k, mode, weight, scope)
         if hits and not self.missing:
             # Grading embeds what was indexed, and the index has those vectors already. Only a saving: a

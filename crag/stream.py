@@ -89,10 +89,11 @@ def joined_asks(question: str, found: Sequence[Knowledge], every: bool = False) 
     if every and Action.INCORRECT in {k.action for k in found}:
         action = Action.INCORRECT
     checks = [k.evaluation.terms for k in found]
-    terms = TermCheck(
-        *(tuple(dict.fromkeys(t for c in checks for t in getattr(c, f))) for f in ("terms", "missing", "unknown")),
-        decisive=all(c.decisive for c in checks),
-    )
+
+    def joined(field: str) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(t for c in checks for t in getattr(c, field)))
+
+    terms = TermCheck(joined("terms"), joined("missing"), joined("unknown"), decisive=all(c.decisive for c in checks))
     graded = tuple(g for k in found for g in k.evaluation.graded)
     web = next((k.web for k in found if k.web.query or k.web.error), WebKnowledge())
     return Knowledge(question, Evaluation(graded, terms), action, tuple(s for k in found for s in k.strips), web)
@@ -145,6 +146,13 @@ class AnswerStream:
         running = self._running() if self._running else None
         if running is not None:
             running.close()
+
+    @property
+    def finished(self) -> Answer:
+        """The answer of a stream iterated to its end. Raises ``RuntimeError`` for one left before its end."""
+        if self.answer is None:
+            raise RuntimeError("the answer was left before its end")
+        return self.answer
 
     @property
     def text(self) -> str:

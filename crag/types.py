@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field
 
@@ -170,7 +170,7 @@ class Source:
     """A numbered source the answer may cite as [n]."""
 
     n: int
-    kind: str  # "local" | "web"
+    kind: Literal["local", "web"]
     text: str  # the refined knowledge taken from it
     file: str = ""
     pages: tuple[int, ...] = ()

@@ -157,6 +157,17 @@ def test_pull_without_ollama_says_how_to_start_it(closed_port_url: str) -> None:
     assert closed_port_url in str(err.value)
 
 
+def test_pull_failing_without_a_message_names_the_failure(monkeypatch) -> None:
+    import ollama
+
+    def pull(*args: object, **kwargs: object) -> None:
+        raise ConnectionResetError()  # str() is "": the message names the exception's type instead
+
+    monkeypatch.setattr(ollama.Client, "pull", pull)
+    with pytest.raises(BackendUnavailable, match=r"\(ConnectionResetError\)"):
+        list(pull_model("http://127.0.0.1:1", "qwen3:4b"))
+
+
 # ---------------------------------------------------------------------------------------------
 # Highlighted page images
 

@@ -64,7 +64,8 @@ ASK_HEADING = re.compile(r"^(?=\*\*\d++\. )", re.MULTILINE)  # "**2. How do I…
 def quotes_markdown(text: str) -> str:
     """``evidence_markdown``, with the code an answer quotes set as code and its tables as tables, each block's
     citation under it."""
-    out, lines = [], []
+    out: list[str] = []
+    lines: list[str] = []
     for part in answer_parts(text):
         if isinstance(part, Quote):
             out += [evidence_markdown("\n".join(lines))] if lines else []
@@ -232,7 +233,7 @@ def zone(score: float, lower: float, upper: float) -> str:
     return "Correct" if score >= upper else "Ambiguous" if score >= lower else "Incorrect"
 
 
-def score_chart(trace: Trace, lower: float, upper: float) -> alt.LayerChart:
+def score_chart(trace: Trace, lower: float, upper: float) -> alt.LayerChart | alt.FacetChart:
     data = pd.DataFrame(
         {
             "passage": [f"P{i}" for i in range(1, len(trace.retrieved) + 1)],

@@ -326,7 +326,7 @@ def show(
         if pipeline.answer_kind(answer_mode) is AnswerKind.EVIDENCE:
             for _ in saving(stream, store, reply):  # quotes come whole, at once: set them as quotes
                 pass
-            answer_ui.text(stream.text, stream.answer.kind)
+            answer_ui.text(stream.text, stream.finished.kind)
         else:
             written = st.empty()
             with written.container():

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 
 from crag.conversations import Conversation, Message, Stop
 from crag.errors import CragError, Remedy, said
@@ -221,7 +222,7 @@ def gist(text: str) -> str:
 class ActionStyle:
     action: Action
     label: str
-    color: str
+    color: Literal["red", "orange", "yellow", "blue", "green", "violet", "gray", "grey", "primary"]  # st.badge's
     icon: str
     effect: str  # what the action did to the knowledge the answer was made from
 
@@ -470,7 +471,7 @@ def export_name(title: str, key: int | str, kind: str = "answer") -> str:
     return f"{kind}-{slug or key}.md"
 
 
-def human_bytes(n: int) -> str:
+def human_bytes(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

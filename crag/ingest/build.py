@@ -16,13 +16,13 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import pymupdf
 
 from crag.config import Settings
 from crag.errors import BuildCancelled
-from crag.ingest.base import PagesRead, Parser, PDFError
+from crag.ingest.base import PageReader, PagesRead, Parser, PDFError
 from crag.ingest.chunking import Chunker
 from crag.ingest.workers import ParseAhead
 from crag.models import Embedder, count_tokens
@@ -214,6 +214,8 @@ class _InProcess(_Parse):
 class _FromWorkers(_Parse):
     """The file's parts as the workers hand them back, each part's pages on the bar when it comes."""
 
+    ahead: ParseAhead
+
     def __init__(self, ctx: BuildContext, item: Planned, index: int, ahead: ParseAhead) -> None:
         super().__init__(ctx, item, index)
         self.ahead = ahead
@@ -237,7 +239,8 @@ class _FromWorkers(_Parse):
             raise
 
     def parsed(self) -> ParsedPDF:
-        return self.ctx.parser.parsed(self.item.path, self.parts)  # type: ignore[attr-defined] - see ParseAhead.start
+        # ParseAhead.start takes parsers that read pages apart only
+        return cast("PageReader", self.ctx.parser).parsed(self.item.path, self.parts)
 
     def _show(self, part: PagesRead) -> None:
         """The part's pages, as parsing in this process says them: a page OCR read as "ocr", then as parsed."""
@@ -256,7 +259,8 @@ def _index_file(ctx: BuildContext, item: Planned, index: int, stream: _Parse) ->
     parts, its chunks embedded meanwhile. False, with nothing recorded, when the workers are gone."""
     start, built = time.perf_counter(), ctx.built
     ctx.report(Progress("parsing", item.name, index, ctx.count))
-    chunker, chunks, vectors = _chunker(item, ctx), [], []
+    chunker, chunks = _chunker(item, ctx), []
+    vectors: list[list[float]] = []
     try:
         for blocks in stream:
             chunks += ctx.timed("chunk", chunker.add, blocks)
@@ -293,11 +297,12 @@ def _embed(
     embedded: int,
     ahead: ParseAhead | None,
     say: Callable[[int], None] | None = None,
-) -> list:
+) -> list[list[float]]:
     """Vectors of the chunks past ``embedded``, in batches of ``EMBED_BATCH``. While the workers read (no ``say``):
     whole batches only, under the parse's progress. Once the file is parsed: every batch left, each said before it
     is embedded. With workers, on one thread while they read (see ``crag.ingest.workers``), on every core after."""
-    mark, vectors = time.perf_counter(), []
+    mark = time.perf_counter()
+    vectors: list[list[float]] = []
     while len(chunks) - embedded - len(vectors) >= (1 if say else EMBED_BATCH):
         at = embedded + len(vectors)
         if say is not None:

@@ -31,7 +31,7 @@ from pathlib import Path
 from pebble import ProcessExpired, ProcessFuture, ProcessPool
 
 from crag.config import cap_threads, cpu_threads
-from crag.ingest.base import PagesRead, PDFError
+from crag.ingest.base import PageReader, PagesRead, PDFError
 
 PAGES_PER_PART = 8
 # Fewer pages are parsed in this process: a worker's start (importing PyMuPDF and loading its layout model, 1 to 2 s)
@@ -40,7 +40,7 @@ MIN_PAGES = 24
 POLL_SECONDS = 0.2  # how long a cancel waits to be seen while the build waits for a part
 
 MAX_WORKERS = 4  # past that, another copy of the layout model costs more memory than its pages gain time
-_parser = None  # the worker's parser, made once by _start
+_parser: PageReader | None = None  # the worker's parser, made once by _start
 
 Parts = list[tuple[list[int], ProcessFuture]]
 
@@ -54,7 +54,8 @@ def _start(parser: bytes) -> None:
 
 
 def _read(path: Path, pages: Sequence[int]) -> PagesRead:
-    return _parser.read_pages(path, pages)  # type: ignore[union-attr]
+    assert _parser is not None  # _start made it, in every worker
+    return _parser.read_pages(path, pages)
 
 
 def workers() -> int:

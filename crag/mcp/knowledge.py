@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Unpack
 
 from crag.config import Settings
 from crag.errors import CragError, Remedy
@@ -22,6 +23,7 @@ from crag.markdown import outgoing
 from crag.models import close_event_loop
 from crag.pipeline import Pipeline
 from crag.scope import Scope, knowledge_bases, missing, unknown_scope
+from crag.steps import Overrides
 from crag.store import Generation, open_store
 from crag.types import Answer, AnswerKind, FileResult
 
@@ -71,17 +73,19 @@ class Knowledge:
 
     def search(self, question: str, scope: Sequence[str] | None, k: int | None) -> Answer:
         """The graded evidence, with no model call: the similarity evaluator grades, the answer quotes, no web."""
-        return self._answer(question, scope, (), top_k=k, evaluator="similarity", answer_mode="evidence", web=False)
+        return self._answer(
+            question, (), scope=scope or (), top_k=k, evaluator="similarity", answer_mode="evidence", web=False
+        )
 
     def ask(self, question: str, scope: Sequence[str] | None, history: History) -> Answer:
         """The CRAG answer, made as the app makes it, its text with images and links shown as typed: a client may
         render it, and a document could have dictated an image's address."""
         with self._admit():
-            return outgoing(self._answer(question, scope, history))
+            return outgoing(self._answer(question, history, scope=scope or ()))
 
-    def _answer(self, question: str, scope: Sequence[str] | None, history: History, **options: object) -> Answer:
+    def _answer(self, question: str, history: History, **options: Unpack[Overrides]) -> Answer:
         try:
-            answer = self.pipeline().ask(question, history, scope=scope or (), **options)
+            answer = self.pipeline().ask(question, history, **options)
         finally:
             close_event_loop()  # the loop this worker thread's model calls made, with what they left on it
         if answer.kind is AnswerKind.NO_ANSWER and answer.trace is not None and not answer.trace.retrieved:

@@ -154,7 +154,7 @@ def create_server(knowledge: Knowledge) -> MCPServer:
         try:
             number = int(page) if page is not None else None
         except ValueError:
-            raise ResourceNotFoundError(f"page must be a number from 1: “{page[:20]}” is not.") from None
+            raise ResourceNotFoundError(f"page must be a number from 1: “{(page or '')[:20]}” is not.") from None
         try:
             pages = knowledge.page_texts(file, number)
         except CragError as exc:

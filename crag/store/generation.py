@@ -50,7 +50,8 @@ class Opened:
 
 
 class Backend(Protocol):
-    client: Any
+    @property
+    def client(self) -> Any: ...  # a Chroma client
 
     @property
     def where(self) -> str: ...  # "in chroma_db" or "on the Chroma server at ...": for messages
