@@ -12,7 +12,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8501
 
-.PHONY: run test test-fast serve bench lint format browser clean
+.PHONY: run test test-fast serve bench lint typecheck format browser clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -76,8 +76,8 @@ browser:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-noto-cjk fonts-noto-color-emoji >/dev/null; \
 	  else echo "chromium is not installed: the browser test will be skipped (apt-get install chromium)"; fi; }
 
-# Two test processes, each running whole test files (module fixtures build their index once): about 15 %
-# faster than one on 2 cores, where most time goes to builds and models that use both cores already. The files
+# Two test processes, each running whole test files (module fixtures build their index once): faster than one on
+# 2 cores, though most time goes to builds and models that use both cores already (docs/benchmarks.md). The files
 # go in the order tests/conftest.py gives them, slowest first (--no-loadscope-reorder).
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
@@ -86,6 +86,7 @@ PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadsc
 # the browser), for a quick check while you work.
 test: $(VENV)/.installed-dev browser
 	$(BIN)/ruff check app.py ui crag tests scripts
+	$(BIN)/mypy
 	$(PYTEST)
 
 test-fast: $(VENV)/.installed-dev
@@ -95,10 +96,16 @@ test-fast: $(VENV)/.installed-dev
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check app.py ui crag tests scripts
 	$(BIN)/ruff format --check app.py ui crag tests scripts
+	$(BIN)/mypy
+
+# mypy over app.py, crag/ and ui/ as pyproject.toml's [tool.mypy] says; its cache (.mypy_cache) makes a second run
+# take seconds.
+typecheck: $(VENV)/.installed-dev
+	$(BIN)/mypy
 
 format: $(VENV)/.installed-dev
 	$(BIN)/ruff format app.py ui crag tests scripts
 	$(BIN)/ruff check --fix app.py ui crag tests scripts
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache test-output
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache test-output

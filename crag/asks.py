@@ -12,13 +12,15 @@ from __future__ import annotations
 import re
 
 from crag.followups import points_back
+from crag.lexicons import alternation, words
 from crag.terms import specific_terms
 from crag.text import content_words, has_han
+from crag.tuning import TUNING
 
 # Where a second ask starts: after a question mark or a semicolon; or at "and" / "以及" / a comma when a question
 # word follows ("…, and how do I…", "…以及如何…", "…，怎么…").
-_QUESTION_WORD_EN = r"(?:how|what|where|when|which|why|who|can|could|is|are|does|do|should)\b"
-_QUESTION_WORD_ZH = r"(?:如何|怎么|怎样|什么|哪|为什么|是否|能否|能不能|可以|有没有|有哪些)"
+_QUESTION_WORD_EN = alternation("question-words", "none", "latin") + r"\b"
+_QUESTION_WORD_ZH = alternation("question-words", "none", "han")
 _SPLIT = re.compile(  # each way in starts once per run of spaces (possessive, after a non-space): linear on any text
     rf"(?<=[?？;；])\s*+(?=\S)"
     rf"|(?<!\s)(?:\s*+,\s*+|\s++)(?:and|also|plus)\s++(?={_QUESTION_WORD_EN})"
@@ -28,13 +30,11 @@ _SPLIT = re.compile(  # each way in starts once per run of spaces (possessive, a
     re.IGNORECASE,
 )
 # An ask of its own names something: at least one word that is not how a question asks.
-_ASKING = frozenset(
-    "how what where when which why who can could is are does do should use using get make way 如何 怎么 怎样 什么 "
-    "哪些 为什么 是否 能否 可以 有没有 方法 办法".split()
-)
+_ASKING = frozenset(words("asking-words"))
 # What joins an ask to the one before: not part of it ("以及 bzip2 怎么…" is asked as "bzip2 怎么…").
-_LEADING = re.compile(r"^(?:(?:and|also|plus|then)\b\s*|(?:以及|并且|另外|还有|同时|那么|而且)\s*)", re.IGNORECASE)
-MAX_ASKS = 4  # more than this is a list of topics, not a question of several asks: searched as one
+_LEADING = re.compile(
+    rf"^(?:{alternation('ask-joins', script='latin')}\s*|{alternation('ask-joins', script='han')}\s*)", re.IGNORECASE
+)
 
 
 def asks(question: str) -> list[str]:
@@ -52,16 +52,17 @@ def asks(question: str) -> list[str]:
             continue
         if waiting:
             piece, waiting = f"{waiting}，{piece}" if has_han(waiting) else f"{waiting}, {piece}", ""
-        if merged and (len(_own(piece)) < OWN_WORDS or points_back(piece) or not _new_subject(piece, merged)):
+        if merged and (
+            len(_own(piece)) < TUNING.asks.own_words or points_back(piece) or not _new_subject(piece, merged)
+        ):
             merged[-1] = f"{merged[-1]} {piece}"
         else:
             merged.append(piece)
-    if waiting or not 1 < len(merged) <= MAX_ASKS:
+    if waiting or not 1 < len(merged) <= TUNING.asks.max_asks:
         return [question]
     return [m[:1].upper() + m[1:] if re.match(_QUESTION_WORD_EN, m, re.IGNORECASE) else m for m in merged]
 
 
-OWN_WORDS = 2  # an ask after the first names at least this many words of its own, one a subject of its own
 _QUESTION = re.compile(rf"[?？]|\b{_QUESTION_WORD_EN}|{_QUESTION_WORD_ZH}|吗|呢", re.IGNORECASE)
 
 

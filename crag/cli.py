@@ -11,10 +11,16 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from crag.config import Settings, is_loopback, load_settings
-from crag.errors import CragError
+from crag.errors import CragError, Remedy, said
 
+# A remedy in the command line's words: the command that does it.
+REMEDIES = {
+    Remedy.BUILD: "Build the knowledge base: `python -m crag index`.",
+    Remedy.FULL_REBUILD: "Run a full rebuild: `python -m crag index --rebuild`.",
+}
 SCOPE_HELP = (
     "a folder or file to ask, relative to the files folder ('(top level)': the PDFs directly in it); repeat it for "
     "several (default: every document)"
@@ -127,7 +133,7 @@ def _index(args: argparse.Namespace) -> int:
         for note in report.notes:
             print(f"note: {note}", file=sys.stderr)
     if offer := rebuild_offer(embedder.name):  # an incremental build keeps MiniLM: say how to leave it
-        print(f"note: {offer}", file=sys.stderr)
+        print(f"note: {offer} {REMEDIES[Remedy.FULL_REBUILD]}", file=sys.stderr)
     return 0
 
 
@@ -139,7 +145,7 @@ def _retrieve(args: argparse.Namespace) -> int:
     scope = _scope(args, settings)
     retriever.check_scope(scope)
     hits = retriever.retrieve(args.question, args.k or settings.top_k, args.mode or settings.retrieval_mode, scope)
-    results = [
+    results: list[dict[str, Any]] = [
         {
             "file": h.chunk.file,
             "pages": list(h.chunk.pages),
@@ -177,24 +183,27 @@ def _ask(args: argparse.Namespace) -> int:
     stages: list[str] = []
     web = False if args.no_web else None
     if pipeline.retriever.upgrade:  # said once, here: the answer's notes are about the answer
-        print(f"note: {pipeline.retriever.upgrade}", file=sys.stderr)
+        print(f"note: {pipeline.retriever.upgrade} {REMEDIES[Remedy.FULL_REBUILD]}", file=sys.stderr)
     with pipeline.stream(args.question, on_step=stages.append, web=web, scope=_scope(args, settings)) as stream:
         if args.json:
             for _ in stream:
                 pass
-            print(AnswerOut.of(stream.answer, pipeline.backend).model_dump_json())
+            print(AnswerOut.of(stream.finished, pipeline.backend, REMEDIES).model_dump_json())
             return 0
         print(f"[{pipeline.backend.name}: {pipeline.backend.model} — {pipeline.backend.reason}]", file=sys.stderr)
-        if pipeline.retriever.lexical_only:
-            print(f"note: {pipeline.retriever.lexical_only}", file=sys.stderr)
+        if missing := pipeline.retriever.missing:
+            print(f"note: {said(str(missing), missing.remedy, REMEDIES)}", file=sys.stderr)
         for delta in stream:
             print(delta, end="", flush=True)
         print()
-    answer = stream.answer
+    answer = stream.finished
     where = f" in {', '.join(answer.trace.scope)}" if answer.trace and answer.trace.scope else ""
-    print(f"\n[{answer.action.value}{where}] " + "  ".join(_source_line(s) for s in answer.sources), file=sys.stderr)
+    action = answer.action.value if answer.action else ""  # the pipeline's answers have one
+    print(f"\n[{action}{where}] " + "  ".join(_source_line(s) for s in answer.sources), file=sys.stderr)
     if answer.trace and answer.trace.unsupported:
         print(unsupported_message(args.question, answer.trace.unsupported), file=sys.stderr)
+    if answer.trace and answer.trace.remedy:
+        print(REMEDIES[answer.trace.remedy], file=sys.stderr)
     if answer.trace and answer.trace.hint:
         print(answer.trace.hint, file=sys.stderr)
     return 0
@@ -249,7 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         commands = {"index": _index, "retrieve": _retrieve, "ask": _ask, "bench": _bench, "serve": _serve, "mcp": _mcp}
         return commands[args.command](args)
     except CragError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {said(str(exc), exc.remedy, REMEDIES)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

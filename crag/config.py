@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
@@ -208,10 +209,10 @@ class Settings(BaseSettings):
 
     @field_validator("allowed_hosts", mode="before")
     @classmethod
-    def _hosts(cls, value: object) -> list[str] | None:
+    def _hosts(cls, value: str | Iterable[object] | None) -> list[str] | None:
         if value is None:
             return None
-        given = value.replace(",", " ").split() if isinstance(value, str) else list(value or [])  # type: ignore[call-overload]
+        given = value.replace(",", " ").split() if isinstance(value, str) else list(value or [])
         names = []
         for host in map(str, given):
             name = host_name(host)
@@ -273,7 +274,7 @@ def cap_threads(threads: int) -> None:
     _thread_cap = threads
 
 
-def load_settings(**overrides: object) -> Settings:
+def load_settings(**overrides: Any) -> Settings:
     """Read the settings now. Invalid values become a ``ConfigError`` that names the variable."""
     from pydantic import ValidationError
 

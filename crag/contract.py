@@ -6,10 +6,12 @@ Every edge that shows an answer outside Python uses this contract, so the CLI, t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from crag.errors import Remedy
 from crag.evidence import quoted_lines
 from crag.models import BackendInfo
 from crag.types import Answer, AnswerKind, Source
@@ -81,7 +83,11 @@ class AnswerOut(_Strict):
     tokens: TokensOut
     timings: dict[str, float]
     notes: list[str]
-    hint: str = Field("", description="What the user could do for a better answer (ask in the documents' language).")
+    hint: str = Field(
+        "",
+        description="What the user could do for a better answer (ask in the documents' language), or must do for "
+        "any (build the knowledge base).",
+    )
     unsupported: list[str] = Field(
         [],
         description="Names, identifiers and numbers a written answer states that neither its sources nor the "
@@ -91,7 +97,8 @@ class AnswerOut(_Strict):
     error: str | None = Field(None, description="Only when `complete` is false: why the answer stopped early.")
 
     @classmethod
-    def of(cls, answer: Answer, backend: BackendInfo) -> AnswerOut:
+    def of(cls, answer: Answer, backend: BackendInfo, remedies: Mapping[Remedy, str] | None = None) -> AnswerOut:
+        """``remedies``: the edge's words for what the user must do, said as the hint when the answer names a remedy."""
         trace = answer.trace
         cited = {s.n for s in answer.cited_sources}
         return cls(
@@ -107,7 +114,7 @@ class AnswerOut(_Strict):
                     file=g.chunk.file,
                     pages=list(g.chunk.pages),
                     score=round(g.score, 4),
-                    method=g.method,
+                    method=g.graded_by,
                     anchor=g.anchor,
                 )
                 for g in (trace.retrieved if trace else ())
@@ -140,7 +147,7 @@ class AnswerOut(_Strict):
             tokens=TokensOut(input=trace.input_tokens if trace else 0, output=trace.output_tokens if trace else 0),
             timings=trace.timings if trace else {},
             notes=list(trace.notes) if trace else [],
-            hint=trace.hint if trace else "",
+            hint=(remedies[trace.remedy] if trace.remedy and remedies else trace.hint) if trace else "",
             unsupported=list(trace.unsupported) if trace else [],
             complete=answer.complete,
             error=(answer.error or "The answer stopped early: ask again.") if not answer.complete else None,

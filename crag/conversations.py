@@ -9,6 +9,7 @@ each answer the scope it was asked in (``Trace.scope``).
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import os
@@ -20,12 +21,13 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 from pydantic import TypeAdapter
 
 from crag.errors import CragError
-from crag.types import Answer
+from crag.types import Answer, method_of
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -43,7 +45,8 @@ CREATE TABLE IF NOT EXISTS messages (
     answer TEXT,
     complete INTEGER NOT NULL DEFAULT 1,
     error TEXT NOT NULL DEFAULT '',
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    stop TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages (conversation, id);
 """
@@ -53,6 +56,15 @@ _ANSWER = TypeAdapter(Answer)
 # A store written before conversations kept a scope gains the column; its chats ask every document, as they did.
 ADD_SCOPE = "ALTER TABLE conversations ADD COLUMN scope TEXT NOT NULL DEFAULT '[]'"
 COLUMNS = "id, title, created, updated, scope"
+# A store written before messages kept why they stopped gains the column; the words in ``error`` still say it.
+ADD_STOP = "ALTER TABLE messages ADD COLUMN stop TEXT NOT NULL DEFAULT ''"
+
+
+class Stop(StrEnum):
+    """What stopped an answer before its end, when it did not fail."""
+
+    INTERRUPTED = "interrupted"  # a reload or another click ended the run that wrote it
+    USER = "user"  # the user's Stop button
 
 
 @dataclass(frozen=True)
@@ -76,7 +88,8 @@ class Message:
     content: str
     answer: Answer | None = None  # with its trace, for the expander and the sources
     complete: bool = True
-    error: str = ""
+    error: str = ""  # why it is not complete, in words
+    stop: Stop | None = None  # what stopped it, when something did
 
 
 class HistoryUnavailable(CragError):
@@ -123,6 +136,8 @@ class Conversations:
             db.executescript(SCHEMA)
             if "scope" not in {row[1] for row in db.execute("PRAGMA table_info(conversations)")}:
                 db.execute(ADD_SCOPE)
+            if "stop" not in {row[1] for row in db.execute("PRAGMA table_info(messages)")}:
+                db.execute(ADD_STOP)
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -197,15 +212,24 @@ class Conversations:
         with self._connect() as db:
             db.execute("DELETE FROM conversations WHERE id = ?", (conversation,))
 
-    def messages(self, conversation: str) -> list[Message]:
+    def messages(self, conversation: str) -> builtins.list[Message]:  # ``list`` here is the method above
         with self._connect() as db:
             rows = db.execute(
-                "SELECT id, role, content, answer, complete, error FROM messages WHERE conversation = ? ORDER BY id",
+                "SELECT id, role, content, answer, complete, error, stop FROM messages WHERE conversation = ? "
+                "ORDER BY id",
                 (conversation,),
             ).fetchall()
         return [
-            Message(id_, role, content, _ANSWER.validate_json(answer) if answer else None, bool(complete), error)
-            for id_, role, content, answer, complete, error in rows
+            Message(
+                id_,
+                role,
+                content,
+                _load(answer) if answer else None,
+                bool(complete),
+                error,
+                Stop(stop) if stop else None,
+            )
+            for id_, role, content, answer, complete, error, stop in rows
         ]
 
     def add(
@@ -216,17 +240,19 @@ class Conversations:
         answer: Answer | None = None,
         complete: bool = True,
         error: str = "",
+        stop: Stop | None = None,
     ) -> int:
         """A message at the end of the conversation; its id."""
         now = time.time()
         with self._connect() as db:
             cursor = db.execute(
-                "INSERT INTO messages (conversation, role, content, answer, complete, error, created) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (conversation, role, content, _dump(answer), int(complete), error, now),
+                "INSERT INTO messages (conversation, role, content, answer, complete, error, created, stop) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (conversation, role, content, _dump(answer), int(complete), error, now, stop or ""),
             )
             db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation))
-            return int(cursor.lastrowid)
+            assert cursor.lastrowid is not None  # set by an INSERT
+            return cursor.lastrowid
 
     def update(
         self,
@@ -236,15 +262,28 @@ class Conversations:
         complete: bool = True,
         error: str = "",
         keep_error: bool = False,
+        stop: Stop | None = None,
     ) -> None:
         """Rewrite a message. ``keep_error``: an error it has already (why it stopped, written by someone else, such
-        as the user's Stop in the app's next run) stays, in the same transaction; ``error`` applies only without one."""
+        as the user's Stop in the app's next run) stays, with its ``stop``, in the same transaction; ``error`` and
+        ``stop`` apply only without one."""
         with self._connect() as db:
             db.execute(
                 "UPDATE messages SET content = ?, answer = ?, complete = ?, "
-                "error = CASE WHEN ? AND error != '' THEN error ELSE ? END WHERE id = ?",
-                (content, _dump(answer), int(complete), int(keep_error), error, message),
+                "error = CASE WHEN ? AND error != '' THEN error ELSE ? END, "
+                "stop = CASE WHEN ? AND error != '' THEN stop ELSE ? END WHERE id = ?",
+                (content, _dump(answer), int(complete), int(keep_error), error, int(keep_error), stop or "", message),
             )
+
+
+def _load(stored: str) -> Answer:
+    """A stored answer. A trace stored before a grade's method was a kind names it in words ("similarity (fallback:
+    <why>)"): read back into the kind and its detail."""
+    data = json.loads(stored)
+    for scored in (data.get("trace") or {}).get("retrieved", ()):
+        if "detail" not in scored:
+            scored["method"], scored["detail"] = method_of(scored.get("method") or "")
+    return _ANSWER.validate_python(data)
 
 
 def _dump(answer: Answer | None) -> str | None:

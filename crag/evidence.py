@@ -34,6 +34,7 @@ from crag.blocks import (
     opens,
     table_rows,
 )
+from crag.lexicons import alternation
 from crag.quotes import LEADS as LEADS
 from crag.quotes import LINE as LINE
 from crag.quotes import SCOPED_LEADS as SCOPED_LEADS
@@ -54,16 +55,10 @@ from crag.text import (
     split_sentences,
     width,
 )
+from crag.tuning import TUNING
 from crag.types import Action, Source, Strip
 
-MAX_STRIPS = 6
-MAX_WIDTH = 1200  # quoted text, in English-character equivalents: two short paragraphs
-MARGIN = 0.5  # a strip within this score of the best one is quoted too
-MIN_WIDTH = 12  # a shorter passage is table debris or page furniture (a Chinese character counts 4)
 HEADING_WIDTH = 160  # a FAQ question shown before its answer's quote: one line, about 40 Chinese characters
-READABLE = 0.5  # the share of a quote's visible characters that must be letters, digits or Han
-QUOTE_WINDOW = 600  # a strip wider than this is quoted from its best run of sentences only
-ANSWER_WEIGHT = 0.2  # how much holding the question's names and a fact lifts a strip among those to quote
 # Seconds for all the quoting of one answer (trimming asides, finding each strip's best run). It takes milliseconds:
 # the budget is a second wall behind linear text rules, so that a rule that goes wrong on some text costs a
 # trimmed quote, never a thread blocked for minutes. Past it, the remaining strips are quoted as they are.
@@ -112,7 +107,7 @@ def readable(text: str) -> bool:
     """Words, not debris: a table of contents' dot leaders (". . . . . 12") or a rule says nothing, so it is
     never quoted. Letters, digits and Chinese characters must be at least half of what is not a space."""
     chars = [c for c in text if not c.isspace()]
-    return bool(chars) and sum(c.isalnum() for c in chars) >= READABLE * len(chars)
+    return bool(chars) and sum(c.isalnum() for c in chars) >= TUNING.evidence.readable * len(chars)
 
 
 def worth_quoting(parts: Sequence[str]) -> bool:
@@ -122,7 +117,7 @@ def worth_quoting(parts: Sequence[str]) -> bool:
     cells = " ".join(flatten(p) for p in parts if isinstance(p, Table))
     code = " ".join(p for p in parts if isinstance(p, Code))
     said = f"{prose} {cells} {code}".strip()
-    return width(said) >= MIN_WIDTH and (readable(f"{prose} {cells}") or any(c.isalnum() for c in code))
+    return width(said) >= TUNING.evidence.min_width and (readable(f"{prose} {cells}") or any(c.isalnum() for c in code))
 
 
 def headed_parts(parts: Sequence[str]) -> list[tuple[str, list[str]]]:
@@ -165,43 +160,53 @@ class Aside:
     asked: re.Pattern[str]
 
 
+# The words of each rule are lexicons (``crag/lexicons/*.txt``); what is structure (an address, a year, a date,
+# the count of words) stays here. A question asks for an aside when it holds a word of the aside's ``-asked`` list.
+_LICENCE = alternation("licence")
+_CONTACT_LABEL = alternation("contact-labels")
+_VERSION_WORD = alternation("version-words", "start")
+_MONTH = alternation("months")
+_REQUIREMENT = alternation("version-requirement")
+_HAN = "\u3400-\u4dbf\u4e00-\u9fff"  # Chinese characters, counted in a version line
+
+
+def _asked(name: str) -> re.Pattern[str]:
+    return re.compile(alternation(f"{name}-asked", "start"), re.IGNORECASE)
+
+
 ASIDES = (
     Aside(
         "licence",
-        re.compile(
-            r"\blicen[cs]e[sd]?\b|\bcopyright\s*(?:©|\(c\)|\d{4})|©\s*\d{4}|permission is (?:hereby )?granted"
-            r"|all rights reserved|\bwithout (?:any )?warranty|under the terms of|版权所有|许可证|许可协议|保留所有权利"
-            r"|免责声明",
-            re.IGNORECASE,
-        ),
-        re.compile(r"licen[cs]|copyright|warrant|legal|distribut|free software|版权|许可|授权|协议|发行", re.I),
+        re.compile(rf"{_LICENCE}|\bcopyright\s*(?:©|\(c\)|\d{{4}})|©\s*\d{{4}}", re.IGNORECASE),
+        _asked("licence"),
     ),
     Aside(
         "contact",
         # An address is looked for from the start of its run of characters only: from every one, a long word
         # would be scanned again and again.
-        re.compile(r"(?<![\w.+-])[\w.+-]++@[\w-]++(?:\.[\w-]++)+|\b(?:e-?mail|tel|phone|fax)\s*:", re.IGNORECASE),
         re.compile(
-            r"e-?mail|contact|author|maintainer|report|bug|mailing|address|邮件|邮箱|联系|作者|维护者|报告", re.I
+            rf"(?<![\w.+-])[\w.+-]++@(?!{alternation('example-domains')})[\w-]++(?:\.[\w-]++)+|{_CONTACT_LABEL}\s*:",
+            re.IGNORECASE,
         ),
+        _asked("contact"),
     ),
-    # A line of at most eight words that names a version or a date ("Version 1.0.8, 13 July 2019."), but not a
-    # requirement ("Use version 4 or later."). Each word is taken whole (possessive ``*+``, ``++``): with a plain
-    # ``\W*`` that may match nothing, a long run of letters (a Chinese clause is one) splits into words in
-    # more ways than can be tried before the count fails.
+    # A line of at most eight words (and eight Chinese characters, a Chinese clause being one word) that names a
+    # version or a date ("Version 1.0.8, 13 July 2019.", "最后更新：2023年3月1日"), but not one that says what version
+    # is required ("Use version 4 or later."). Each word is taken whole (possessive ``*+``,
+    # ``++``): with a plain ``\W*`` that may match nothing, a long run of letters (a Chinese clause is one) splits into
+    # words in more ways than can be tried before the count fails.
     Aside(
         "version",
         re.compile(
-            r"^(?=.*(?:\b(?:version|release|revision|v)\s*\d|\b\d{4}[-/.]\d{1,2}|\d{4}\s*年|\b(?:january|february|"
-            r"march|april|may|june|july|august|september|october|november|december)\b\s*\d))"
-            r"(?!.*(?:\b(?:or|and)\s+(?:later|newer|higher|above|greater)\b|或更高|或更新|及以上|或以上|以上版本))"
-            r"(?:\W*+\w++){1,8}+\W*+$",
+            rf"^(?=.*(?:{_VERSION_WORD}\s*\d|\b\d{{4}}[-/.]\d{{1,2}}|\d{{4}}\s*年|{_MONTH}\s*\d))"
+            rf"(?!.*{_REQUIREMENT})(?!(?:[^{_HAN}]*+[{_HAN}]){{{TUNING.evidence.stamp_han + 1}}})"
+            rf"(?:\W*+\w++){{1,{TUNING.evidence.stamp_words}}}+\W*+$",
             re.IGNORECASE,
         ),
-        re.compile(r"version|release|date|when|year|updated|new in|版本|日期|发布|哪一?年|何时|什么时候|更新", re.I),
+        _asked("version"),
     ),
 )
-FOOTNOTE_ASKED = re.compile(r"footnote|脚注", re.IGNORECASE)
+FOOTNOTE_ASKED = _asked("footnote")
 # Words a sentence cannot end on: a quote ending in one was cut ("…include the > repeat expr statement and the").
 UNFINISHED = re.compile(rf"\b(?:{'|'.join(sorted(EN_STOP))})\s*$", re.IGNORECASE)
 
@@ -280,19 +285,21 @@ def quotable(strip: Strip, question: str) -> Strip | None:
     sentences = closed(sentences)
     if not sentences:
         return None
-    if sum(width(x) for x in sentences) > QUOTE_WINDOW:
+    if sum(width(x) for x in sentences) > TUNING.evidence.quote_window:
         sentences = best_run(sentences, question)
     text = joined(sentences)
     return replace(strip, text=text) if text != strip.text else strip
 
 
 def best_run(sentences: Sequence[str], question: str) -> list[str]:
-    """The run of neighbouring sentences, at most ``QUOTE_WINDOW`` wide (or one sentence), that holds the most of
-    what the question asks; the earliest of equals. A FAQ's question stays with the answer after it. A run never
-    ends inside a bracket or a quotation that a later sentence closes: it ends a sentence earlier (when every run
-    would, the runs are taken as they come)."""
+    """The run of neighbouring sentences, at most ``quote_window`` wide (``TUNING.evidence``; or one sentence), that
+    holds the most of what the question asks; the earliest of equals. A FAQ's question stays with the answer after
+    it. A run never ends inside a bracket or a quotation that a later sentence closes: it ends a sentence earlier
+    (when every run would, the runs are taken as they come)."""
     weights = [answer_weight(x, question) for x in sentences]
-    start, end = _best(sentences, weights, held_open(sentences)) or _best(sentences, weights, [False] * len(sentences))
+    found = _best(sentences, weights, held_open(sentences)) or _best(sentences, weights, [False] * len(sentences))
+    assert found is not None  # with no bracket held open, the first sentences make a run
+    start, end = found
     if start and isinstance(sentences[start - 1], Asked):
         start -= 1
     return list(sentences[start:end])
@@ -302,7 +309,7 @@ def _best(sentences: Sequence[str], weights: Sequence[float], inside: Sequence[b
     best, best_weight = None, -1.0
     for start in range(len(sentences)):
         end, size = start, 0
-        while end < len(sentences) and (end == start or size + width(sentences[end]) <= QUOTE_WINDOW):
+        while end < len(sentences) and (end == start or size + width(sentences[end]) <= TUNING.evidence.quote_window):
             size += width(sentences[end])
             end += 1
         while end > start + 1 and inside[end - 1]:
@@ -316,9 +323,9 @@ def select(
     strips: Sequence[Strip], question: str = "", notes: list[str] | None = None, budget: float | None = None
 ) -> list[Strip]:
     """The best kept strips to quote, within the budget, in document order: by their score, lifted by what they hold
-    of the question's names and a fact, within ``MARGIN`` of the best. A strip that says nothing new is left out:
-    neighbouring chunks share their edges, so one sentence may come in two, or one chunk may end in the first half of
-    a sentence that the next holds whole.
+    of the question's names and a fact, within ``TUNING.evidence.margin`` of the best. A strip that says nothing new
+    is left out: neighbouring chunks share their edges, so one sentence may come in two, or one chunk may end in the
+    first half of a sentence that the next holds whole.
 
     Trimming and weighing the strips has ``budget`` seconds (``QUOTE_BUDGET``); the strips left when it runs out are
     quoted as they are, ranked by their score alone, and ``notes`` says so."""
@@ -332,7 +339,9 @@ def select(
     ranked = sorted(rank, key=lambda s: -rank[s])
     chosen: list[tuple[Strip, list[str], int]] = []  # with its sentences and its width
     for strip in ranked:
-        if len(chosen) == MAX_STRIPS or (chosen and rank[strip] < rank[ranked[0]] - MARGIN):
+        if len(chosen) == TUNING.evidence.max_strips or (
+            chosen and rank[strip] < rank[ranked[0]] - TUNING.evidence.margin
+        ):
             break
         quotable_text = passages(pieces(strip.text))
         sentences = [s for text in quotable_text for s in split_sentences(text)]  # flattened: whitespace collapsed
@@ -341,7 +350,7 @@ def select(
             continue
         # A strip chosen before whose every sentence this one holds (whole or as the rest of a cut one) goes.
         kept = [c for c in chosen if not _within(c[1], sentences)]
-        if kept and sum(size for _, _, size in kept) + size > MAX_WIDTH:
+        if kept and sum(size for _, _, size in kept) + size > TUNING.evidence.max_width:
             continue
         chosen = [*kept, (strip, sentences, size)]
     return sorted((strip for strip, _, _ in chosen), key=lambda s: (s.kind != "local", s.order))
@@ -357,7 +366,9 @@ def _weighed(strips: Sequence[Strip], question: str, deadline: float) -> tuple[d
             rank[strip] = strip.score
             untrimmed += 1
         elif q := quotable(strip, question):
-            rank[q] = q.score + ANSWER_WEIGHT * max((answer_weight(x, question) for x in pieces(q.text)), default=0)
+            rank[q] = q.score + TUNING.evidence.answer_weight * max(
+                (answer_weight(x, question) for x in pieces(q.text)), default=0
+            )
     return rank, untrimmed
 
 
@@ -397,8 +408,8 @@ def evidence_answer(
             last = runs[-1] if runs else None
             follows = last is not None and last[0] == n and last[1].order[1] + 1 == strip.order[1]
             # Only text that runs on in the source reads as one quote: a strip trimmed at the joint does not.
-            joint = follows and _runs_on(last[2], pieces(strip.text), source_text[n])
-            if joint and not NOTE.match(strip.text) and not NOTE.match(last[1].text):
+            joint = last is not None and follows and _runs_on(last[2], pieces(strip.text), source_text[n])
+            if last is not None and joint and not NOTE.match(strip.text) and not NOTE.match(last[1].text):
                 runs[-1] = (n, strip, last[2] + pieces(strip.text))
             else:
                 runs.append((n, strip, pieces(strip.text)))

@@ -44,7 +44,7 @@ def answer_markdown(question: str, answer: Answer, *, previous: str = "", printe
     # An evidence answer is a lead line and quotes, a line each: one paragraph each, or Markdown runs them together.
     text = paragraphs(answer.text) if answer.kind is AnswerKind.EVIDENCE else answer.text
     lines = [f"## {question}", ""]
-    if follows_up(answer):
+    if follows_up(answer) and answer.trace is not None:
         lines += [f"*A follow-up to: {previous}*", ""] if previous else []
         lines += [f"*Asked as: {answer.trace.standalone_question}*", ""]
     lines += [text, ""]

@@ -9,7 +9,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from crag.lexicons import alternation, words
 from crag.text import TOKEN, content_words, han_named, has_han, stem
+from crag.tuning import TUNING
 
 History = Sequence[tuple[str, str]]  # (role, text), role "user" | "assistant"
 
@@ -38,11 +40,8 @@ def rewrite_problem(rewrite: str, question: str, history: History) -> str:
     return ""
 
 
-# Questions before that a follow-up is read with, at most: "what about macOS?" after "and on Windows?" after
-# "How do I install R from source?" needs the first; a longer chain of asides is rare and would drown the question.
-CHAIN = 3
-
-
+# A follow-up is read with the questions before it back to the one that set the topic, at most
+# ``TUNING.followups.chain`` of them: a longer chain of asides is rare and would drown the question.
 def conversation_query(question: str, history: History) -> str:
     """The question, then the previous question as it was asked: a follow-up ("And on Windows?", "那行距呢？") is
     retrieved in the context of what it follows, without a model. Whole, the previous question keeps what a list
@@ -58,7 +57,7 @@ def conversation_query(question: str, history: History) -> str:
             continue
         if previous != asked and previous not in chain:
             chain.append(previous)
-        if not _leans_on(previous) or len(chain) == CHAIN:
+        if not _leans_on(previous) or len(chain) == TUNING.followups.chain:
             break
     return " ".join([question, *chain])
 
@@ -66,8 +65,8 @@ def conversation_query(question: str, history: History) -> str:
 # A question that opens with "and" or "what about", or a Chinese one that opens with 那 or ends in 呢, leaves out what
 # it is about: it goes on from the question before, whatever a passage says to its few words alone.
 _ELLIPTICAL = re.compile(
-    r"^\s*(?:and|or|but|also|then|so|what about|how about|what if)\b"
-    r"|^\s*(?:那|那么|还有|另外|而且)|呢\s*[?？]?\s*$",
+    rf"^\s*{alternation('follow-on-openers', script='latin')}"
+    rf"|^\s*{alternation('follow-on-openers', script='han')}|呢\s*[?？]?\s*$",
     re.IGNORECASE,
 )
 
@@ -80,12 +79,7 @@ def elliptical(question: str) -> bool:
 # Words that ask for more of what came before ("Tell me more", "Can you explain?", "具体怎么做？", "还有呢？"): they
 # name no topic of their own, so a passage need not name them.
 MORE_OF_THE_SAME = frozenset(
-    [
-        stem(w)
-        for w in "about again all alternative another clarify continue detail details elaborate else example examples "
-        "explain expand give mean method more one option other others say show tell way ways".split()
-    ]
-    + "详细 具体 还有 怎么办 例子 举例 解释 说明 展开 继续 其他 别的 意思 然后 再说 办法 方法".split()
+    [stem(w) for w in words("more-of-the-same", "latin")] + list(words("more-of-the-same", "han"))
 )
 
 
@@ -99,19 +93,16 @@ def _leans_on(question: str) -> bool:
 # "it" that stands for nothing ("Is it possible to…", "How long does it take to…") and "that" after a noun ("a
 # command that lists…") point at nothing said before.
 _POINTS_BACK = re.compile(
-    r"\b(?:they|them|their|theirs|themselves|itself|its)\b"
-    r"|\bit\b(?!\s+(?:is\s+)?(?:possible|necessary|safe|ok|okay|true|important|better|worth|recommended|takes?)"
-    r"\s+(?:to|that|if|for|\d))"
+    rf"{alternation('pointing-words', script='latin')}"
+    rf"|\bit\b(?!\s+(?:is\s+)?{alternation('empty-it')}\s+(?:to|that|if|for|\d))"
     r"|(?:^|\b(?:do|does|did|doing|done|is|are|was|were|about|of|for|with|mean|means|in|on|from|to|use|undo|fix)\s+)"
     r"(?:this|that|these|those)\b"
-    r"|它|这个|那个|这些|那些|这种|那种|这样|那样",
+    rf"|{alternation('pointing-words', script='han')}",
     re.IGNORECASE,
 )
 # A fragment ("Windows?", "On a Mac?", "怎么卸载？") has no subject of its own: it is asked of the topic before. A
 # short question that opens as questions do ("What is gnuplot?") asks about what it names.
-FRAGMENT_WORDS = 3
-FRAGMENT_HAN = 4
-_ASKS = re.compile(r"^\W*(?:what|how|why|when|where|who|which|is|are|do|does|can|could|should)\b", re.IGNORECASE)
+_ASKS = re.compile(rf"^\W*{alternation('question-words', script='latin')}", re.IGNORECASE)
 
 
 def points_back(question: str) -> bool:
@@ -127,7 +118,11 @@ def stands_alone(question: str) -> bool:
         return False
     words = TOKEN.findall(question)
     han = sum(len(w) for w in words if has_han(w))
-    return han > FRAGMENT_HAN if han else len(words) > FRAGMENT_WORDS or _ASKS.search(question) is not None
+    return (
+        han > TUNING.followups.fragment_han
+        if han
+        else len(words) > TUNING.followups.fragment_words or _ASKS.search(question) is not None
+    )
 
 
 def _own_words(question: str) -> list[str]:

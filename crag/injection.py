@@ -6,6 +6,8 @@ Refinement drops them from the strips (``crag.refine``); the grader never sees t
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from enum import StrEnum
 
 # Prompt injection is text that talks to the assistant instead of about the subject. Manuals are full
 # of imperatives ("override the default rules") and of verbs like "output" ("summary() will output only
@@ -40,18 +42,50 @@ _DICTATE = re.compile(
 )
 
 
+class Injection(StrEnum):
+    """What a sentence does that makes it look like prompt injection."""
+
+    OVERRIDE = "override"
+    RECAST = "recast"
+    ADDRESS = "address"
+    DICTATE = "dictate"
+
+    @property
+    def says(self) -> str:
+        return {
+            "override": "tells the assistant to ignore its instructions",
+            "recast": "gives the assistant a new role",
+            "address": "addresses the assistant",
+            "dictate": "dictates the reply",
+        }[self.value]
+
+
+@dataclass(frozen=True)
+class Found:
+    """A sentence found to look like prompt injection: how, and the words that show it."""
+
+    kind: Injection
+    words: str
+
+    @property
+    def reason(self) -> str:
+        return f"possible prompt injection: {self.kind.says} (“{self.words}”)"
+
+
+def find_injection(sentence: str, kind: str = "local") -> Found | None:
+    """How a sentence looks like prompt injection, or None when it does not. ``kind`` "web" is stricter."""
+    for pattern, what in ((_OVERRIDE, Injection.OVERRIDE), (_RECAST, Injection.RECAST), (_ROLE, Injection.ADDRESS)):
+        if (found := pattern.search(sentence)) and (pattern is not _ROLE or _instructs(sentence)):
+            return Found(what, found.group().strip())
+    if kind == "web" and (found := _DICTATE.search(sentence.strip())):
+        return Found(Injection.DICTATE, found.group().strip())
+    return None
+
+
 def injection_reason(sentence: str, kind: str = "local") -> str:
     """Why a sentence looks like prompt injection, or "" when it does not. ``kind`` "web" is stricter."""
-    for pattern, what in (
-        (_OVERRIDE, "tells the assistant to ignore its instructions"),
-        (_RECAST, "gives the assistant a new role"),
-        (_ROLE, "addresses the assistant"),
-    ):
-        if (found := pattern.search(sentence)) and (pattern is not _ROLE or _instructs(sentence)):
-            return f"possible prompt injection: {what} (“{found.group().strip()}”)"
-    if kind == "web" and (found := _DICTATE.search(sentence.strip())):
-        return f"possible prompt injection: dictates the reply (“{found.group().strip()}”)"
-    return ""
+    found = find_injection(sentence, kind)
+    return found.reason if found else ""
 
 
 # An order to whoever reads: "you must", or what to say ("must answer", "state that", "tell the user"). A manual

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from crag import first_imports
 from crag.config import Settings
-from crag.errors import BuildCancelled, CragError, IndexNotWritable
+from crag.errors import BuildCancelled, CragError, IndexNotWritable, Remedy
 from crag.store import BuildInProgress, open_store
 from crag.types import FileResult, Progress
 
@@ -45,6 +45,7 @@ class Job:
     report: ingest.SyncReport | None = None  # per-file results, once done
     files: tuple[FileResult, ...] = ()  # the files this build has finished, while it goes on with the others
     error: str = ""
+    remedy: Remedy | None = None  # of the error, which each edge says in its own words
     detail: str = ""  # the exception behind an unexpected failure: for a local user, never sent over HTTP
     began: float = field(default_factory=time.monotonic)  # when it started, for the time it has left
 
@@ -153,7 +154,9 @@ class Builds:
             if cancelled.is_set():
                 raise BuildCancelled("The build was cancelled: the previous knowledge base still answers.")
             if p.result is not None:
-                done = self.get(job_id).files  # written by this thread only
+                job = self.get(job_id)
+                assert job is not None  # a running job stays registered
+                done = job.files  # written by this thread only
                 self._update(job_id, progress=p, files=(*done, p.result))
             else:
                 self._update(job_id, progress=p)
@@ -169,7 +172,7 @@ class Builds:
             self._update(job_id, state="cancelled", finished_at=_now(), error=str(exc))
             return
         except CragError as exc:
-            self._update(job_id, state="failed", finished_at=_now(), error=str(exc))
+            self._update(job_id, state="failed", finished_at=_now(), error=str(exc), remedy=exc.remedy)
             return
         except Exception as exc:  # noqa: BLE001 - a build bug must fail its job, not the server
             log.exception("build %s failed", job_id)

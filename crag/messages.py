@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from crag.errors import Remedy
 from crag.models import BackendInfo
 from crag.steps import Knowledge
 from crag.text import language
@@ -44,11 +45,9 @@ def no_answer_message(
     zh = language(question) == "zh"
     if not indexed:
         local = (
-            "知识库里还没有已索引的文档：先构建它（应用中的 Rebuild knowledge base，或 `python -m crag index`），"
-            "或等待正在进行的构建完成。"
+            "知识库里还没有已索引的文档：先构建它，或等待正在进行的构建完成。"
             if zh
-            else "Your knowledge base has nothing indexed yet: build it (Rebuild knowledge base in the app, or "
-            "`python -m crag index`), or wait for the build in progress to finish."
+            else "Your knowledge base has nothing indexed yet: build it, or wait for the build in progress to finish."
         )
     elif terms.unknown:
         local = never_mentioned(question, terms.unknown, scope)
@@ -97,6 +96,12 @@ def no_answer(question: str, knowledge: Knowledge, web_on: bool, scope: Sequence
     evaluation, web = knowledge.evaluation, knowledge.web
     found = bool(evaluation.graded)
     return no_answer_message(question, knowledge.action, evaluation.terms, web.query, web.error, web_on, found, scope)
+
+
+def remedy(knowledge: Knowledge) -> Remedy | None:
+    """What the user must do before any answer: build the knowledge base, when nothing was retrieved at all
+    (``no_answer_message`` then says that nothing is indexed)."""
+    return None if knowledge.evaluation.graded else Remedy.BUILD
 
 
 def model_failure_message(backend: BackendInfo, exc: Exception) -> str:

@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from crag.injection import injection_reason
+from crag.lexicons import alternation, words
 from crag.text import HAN, content_words, fold, split_sentences, width
+from crag.tuning import TUNING
 from crag.types import Chunk, FileResult, Source, Strip
 
 # "What is this document about?", "Summarize it", "give me an overview of the manual", "what does the PDF cover".
 # The document is named as such ("the manual", "these files"), not any text ("the outline of a text box").
-_DOCUMENT = r"(?:document|doc|pdf|file|manual|guide|handbook|book|paper|tutorial|report|text|faq)s?"
+_DOCUMENT = alternation("document-words", "none") + "s?"
 _THESE = r"(?:this|the|that|these|those|my|each|every|all|your)"
 _ABOUT_EN = re.compile(
     rf"\b(?:summar(?:y|ise|ize|ising|izing)|overview|outline|table of contents|gist|tl;?dr)\b"
@@ -31,7 +33,7 @@ _ABOUT_EN = re.compile(
     re.IGNORECASE,
 )
 # "这份文档主要讲了什么", "<file> 讲的是什么", "总结一下", "这个 PDF 的主要内容", "概述一下这本手册".
-_DOCUMENT_ZH = r"(?:文档|文件|手册|资料|PDF|pdf|书|指南|文章|教程|材料)"
+_DOCUMENT_ZH = alternation("document-words-zh", "none")
 _ABOUT_ZH = re.compile(
     rf"(?:这|那|该|本|此)[份个篇本部些]?\s?{_DOCUMENT_ZH}?.{{0,8}}(?:讲|说|介绍|写|谈|讲述|关于|涉及)(?:了|的|些)*(?:是)?(?:什么|啥|哪些)"
     rf"|{_DOCUMENT_ZH}.{{0,8}}(?:讲|说|介绍|写|谈|讲述|关于|涉及)(?:了|的|些)*(?:是)?(?:什么|啥|哪些)"
@@ -132,10 +134,6 @@ class Overview:
     opening: tuple[Chunk, ...] = ()  # the chunks ``said`` quotes
 
 
-OPENING = 12  # chunks of a document's opening read for what it is: title page, preface, introduction
-SAID = 2  # sentences quoted for what a document is
-SAID_EACH = 1  # of each document, when a question is about several
-OUTLINE = 14  # headings listed, at most
 # A sentence that says what its document is: it defines ("R is an integrated suite…", "…是一种…") or describes
 # ("This manual describes…", "本文档描述…"); one that names the document ("this manual", "本文档") says more.
 _DEFINES = re.compile(
@@ -151,12 +149,8 @@ _NAMES_ITSELF = re.compile(
 # A version, a date: front matter ("This manual is for R, version 4.2.2 (2022-11-10).").
 _DATED = re.compile(r"\bversion\b|\d{4}-\d{2}|(?<!\d)\d++\.\d++\.\d|版本|\d{4}\s*+年", re.IGNORECASE)
 # Front matter that says nothing of what a document is about.
-_FRONT_MATTER = re.compile(
-    r"copyright|permission|licen[cs]e|warrant|all rights|trademark|版权|许可|授权|©|@", re.IGNORECASE
-)
-_INTRODUCTION = re.compile(
-    r"introduction|preface|overview|about|foreword|前言|简介|概述|引言|介绍|序|说明|起点", re.IGNORECASE
-)
+FRONT_MATTER = re.compile(alternation("front-matter", "none"), re.IGNORECASE)
+INTRODUCTION = re.compile(alternation("introduction-headings", "none"), re.IGNORECASE)
 
 
 def overview(file: str, chunks: Sequence[Chunk], record: FileResult | None) -> Overview | None:
@@ -169,8 +163,8 @@ def overview(file: str, chunks: Sequence[Chunk], record: FileResult | None) -> O
     bookmarks = _bookmarks(record)
     pages = record.pages if record else max(chunks[-1].pages, default=0)
     quoted = {s.chunk_id for s in said}
-    opening = tuple(c for c in dict.fromkeys(opening) if c.id in quoted)
-    return Overview(file, title, pages, said, bookmarks or _headings(chunks, title), bool(bookmarks), opening)
+    shown = tuple(c for c in dict.fromkeys(opening) if c.id in quoted)
+    return Overview(file, title, pages, said, bookmarks or _headings(chunks, title), bool(bookmarks), shown)
 
 
 _CONTENTS = re.compile(r"^(?:table of )?contents$|^index$|^目\s*录$|^索\s*引$", re.IGNORECASE)
@@ -179,12 +173,14 @@ _LEADERS = re.compile(r"(?<![.\s])(?:\.\s*+){5,}+\d|(?<!\d)(?:\s\d{1,3}){6,}+")
 
 
 def _opening(chunks: Sequence[Chunk], title: str) -> list[Chunk]:
-    """The chunks that open a document, past its table of contents: its first ``OPENING``, and further on the
-    first few of sections named as an introduction or after what the title names ("Gnuplot" in "gnuplot 5.4")."""
-    words = {w.lower() for w in _title_words(title)}
-    readable = [c for c in chunks[: OPENING * 6] if not _CONTENTS.match(_top(c)) and not _LEADERS.search(c.text)]
-    later = [c for c in readable[OPENING:] if _INTRODUCTION.search(_top(c)) or _top(c).lower() in words]
-    return readable[:OPENING] + later[:4]
+    """The chunks that open a document, past its table of contents: its first ``TUNING.overview.opening``, and further
+    on the first few of sections named as an introduction or after what the title names ("Gnuplot" in "gnuplot 5.4")."""
+    words = {w.lower() for w in title_words(title)}
+    readable = [
+        c for c in chunks[: TUNING.overview.opening * 6] if not _CONTENTS.match(_top(c)) and not _LEADERS.search(c.text)
+    ]
+    later = [c for c in readable[TUNING.overview.opening :] if INTRODUCTION.search(_top(c)) or _top(c).lower() in words]
+    return readable[: TUNING.overview.opening] + later[:4]
 
 
 def _top(chunk: Chunk) -> str:
@@ -205,7 +201,7 @@ def _said(opening: Sequence[Chunk], title: str) -> tuple[Strip, ...]:
     names ("R is an integrated suite…" in "An Introduction to R") counts most, then one that defines or describes;
     naming the document or the title's words adds, a version or a date takes away. The first readable sentence when
     none defines or describes."""
-    words = _title_words(title)
+    words = title_words(title)
     subject = re.compile(
         rf"^(?:\W*\w+\W+){{0,2}}?(?:{'|'.join(map(re.escape, words))})\s*(?:(?:is|are)\b|是)", re.IGNORECASE
     )
@@ -223,17 +219,20 @@ def _said(opening: Sequence[Chunk], title: str) -> tuple[Strip, ...]:
             scored.append((score, i, j, sentence, chunk))
     if not scored:
         return ()
-    best = sorted((s for s in scored if s[0] >= 2.0), key=lambda s: (-s[0], s[1], s[2]))[:SAID] or scored[:1]
+    best = (
+        sorted((s for s in scored if s[0] >= 2.0), key=lambda s: (-s[0], s[1], s[2]))[: TUNING.overview.said]
+        or scored[:1]
+    )
     return tuple(
         Strip(sentence, 1.0, True, "local", file=c.file, pages=c.pages, order=(i, j), chunk_id=c.id, section=c.section)
         for _, i, j, sentence, c in best
     )
 
 
-_TITLE_STOP = frozenset("a an the of to and for on in with its guide manual introduction notes version".split())
+_TITLE_STOP = frozenset(words("title-stop"))
 
 
-def _title_words(title: str) -> list[str]:
+def title_words(title: str) -> list[str]:
     """What a title names: its words but the generic ones ("An Introduction to R" → R), and the pairs of Chinese
     characters of its Chinese part ("新维护者手册" → 新维, 维护, …)."""
     latin = [
@@ -251,7 +250,7 @@ def _sentences(text: str) -> list[str]:
             continue
         for sentence in split_sentences(" ".join(paragraph.split())):
             # A sentence that gives orders is no statement of what a document is, and never reaches a model.
-            if 40 <= width(sentence) <= 480 and not _FRONT_MATTER.search(sentence) and not injection_reason(sentence):
+            if 40 <= width(sentence) <= 480 and not FRONT_MATTER.search(sentence) and not injection_reason(sentence):
                 out.append(sentence)
     return out
 
@@ -266,7 +265,7 @@ def _bookmarks(record: FileResult | None) -> tuple[tuple[int, str, int], ...]:
         (level - top, title, page)
         for level, title, page in record.outline
         if level < top + levels and not _CONTENTS.match(re.sub(r"^\W*[IVX\d]+\W+", "", title))
-    )[:OUTLINE]
+    )[: TUNING.overview.outline]
 
 
 # A chapter heading: "2 Objects", "Chapter 3", "A.", "第一章"; not a title opening with a one-letter name ("R FAQ").
@@ -282,7 +281,7 @@ def _headings(chunks: Sequence[Chunk], title: str) -> tuple[tuple[int, str, int]
         if len(top) > 2 and top != title and top not in seen and not _CONTENTS.match(top) and chunk.pages:
             seen[top] = chunk.pages[0]
     chapters = {h: p for h, p in seen.items() if _NUMBERED.match(h) and not re.match(r"^(?:\d+|[A-Z])\.\d", h)}
-    return tuple((0, heading, page) for heading, page in (chapters or seen).items())[:OUTLINE]
+    return tuple((0, heading, page) for heading, page in (chapters or seen).items())[: TUNING.overview.outline]
 
 
 # How an answer about whole documents reads, in the question's language.
@@ -339,5 +338,7 @@ def render(documents: Sequence[Overview], sources: Sequence[Source], language: s
         return "\n\n".join(p for p in parts if p)
     paragraphs = [_SEVERAL[language].format(count=len(documents))]
     for document in documents:
-        paragraphs.append("\n".join([heading(document, language), *numbered(document.said[:SAID_EACH], sources)]))
+        paragraphs.append(
+            "\n".join([heading(document, language), *numbered(document.said[: TUNING.overview.said_each], sources)])
+        )
     return "\n\n".join(paragraphs)

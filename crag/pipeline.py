@@ -18,15 +18,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from typing import Any, TypeVar, Unpack, cast
 
 from pydantic import BaseModel
 from pydantic_ai import Agent
 from pydantic_ai.models import Model
+from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import RequestUsage
 
 from crag import prompts
+from crag.analysis import Analysis
 from crag.config import Settings
-from crag.evaluator import Evaluator, LLMEvaluator, SimilarityEvaluator, Usage, cap_near_miss, decisive
+from crag.evaluator import Evaluator, LLMEvaluator, SimilarityEvaluator, Usage
 from crag.followups import (
     History,
     conversation_query,
@@ -38,19 +41,18 @@ from crag.overview import Overview, asks_about_documents, documents_asked, names
 from crag.refine import local_strips, refine, refine_closest, web_strips
 from crag.retriever import Retriever, open_retriever
 from crag.scope import EVERYTHING, Scope
-from crag.steps import CLOSEST_KEPT, Condensed, Evaluation, Options, WebKnowledge
+from crag.steps import Condensed, Evaluation, Options, Overrides, WebKnowledge
 from crag.store import Mode, fuse, index_text
 from crag.stream import AnswerStream, OnStep
-from crag.terms import check_terms
 from crag.text import clean_question, content_words, language, warm_up
+from crag.tuning import TUNING
 from crag.types import Answer, AnswerKind, ScoredChunk, Source, Strip, WebResult
 from crag.websearch import Searcher, WebSearchUnavailable, build_searcher, fetch_pages
 
 # Failures the pipeline survives become notes on the answer; the log keeps their cause for whoever runs the server.
 log = logging.getLogger(__name__)
 
-STRIPS_KEPT = 8  # strips that survive refinement, local and web each
-STRIP_FLOOR = -0.2  # a strip below this is noise even when few strips exist
+_ANSWERING = TUNING.answering
 WEB_RESULTS = 5
 WEB_PAGES_FETCHED = 2
 MAX_DOCUMENTS = 12  # documents described in one answer: more is a catalogue, and a scope narrows it
@@ -68,6 +70,8 @@ web_query_agent = Agent(output_type=prompts.WebQuery, instructions=prompts.WEB_Q
 
 # ---------------------------------------------------------------------------------------------
 # The pipeline
+
+Out = TypeVar("Out", bound=BaseModel)  # a structured step's output
 
 
 @dataclass
@@ -94,27 +98,29 @@ class Pipeline:
         evaluators = {"similarity": scorer, "llm": LLMEvaluator(model, scorer, timeout=settings.request_timeout)}
         return cls(settings, model, backend, retriever, scorer, evaluators, build_searcher(settings))
 
-    def options(self, **overrides: object) -> Options:
-        if "scope" in overrides:  # folders and files, as a Scope or as paths
-            overrides["scope"] = Scope.of(overrides["scope"])  # type: ignore[arg-type]
-        return replace(Options.from_settings(self.settings), **overrides)
+    def options(self, **overrides: Unpack[Overrides]) -> Options:
+        """The settings' options with this question's overrides; a None override keeps the settings' value."""
+        changes: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
+        if "scope" in changes:  # folders and files, as a Scope or as paths
+            changes["scope"] = Scope.of(changes["scope"])
+        return replace(Options.from_settings(self.settings), **changes)
 
     def stream(
-        self, question: str, history: History = (), on_step: OnStep | None = None, **overrides: object
+        self, question: str, history: History = (), on_step: OnStep | None = None, **overrides: Unpack[Overrides]
     ) -> AnswerStream:
         """The answer as a stream of text. Raises ``BadQuestion`` at once for an empty, punctuation-only or
         over-long question, and ``UnknownScope`` for a scope the index does not hold. ``overrides`` are ``Options``
         fields for this question (``top_k=3``, ``web=False``, ``scope=["projects/alpha"]``...)."""
-        options = self.options(**{k: v for k, v in overrides.items() if v is not None})
+        options = self.options(**overrides)
         if options.scope:
             self.retriever.check_scope(options.scope)
         return AnswerStream(self, clean_question(question), history, on_step or (lambda stage: None), options)
 
-    def ask(self, question: str, history: History = (), **overrides: object) -> Answer:
+    def ask(self, question: str, history: History = (), **overrides: Unpack[Overrides]) -> Answer:
         with self.stream(question, history, **overrides) as stream:
             for _ in stream:
                 pass
-        return stream.answer
+        return stream.finished
 
     def answer_kind(self, mode: str | None = None) -> AnswerKind:
         """``CRAG_ANSWER_MODE`` (or this question's choice). auto: evidence on the embedded backend (a 135M
@@ -131,7 +137,7 @@ class Pipeline:
             choice = "similarity" if self.backend.name == "embedded" else "llm"
         return self.evaluators[choice]
 
-    def _structured(self, agent: Agent, prompt: str, usage: Usage, notes: list[str]) -> BaseModel | None:
+    def _structured(self, agent: Agent[Any, Out], prompt: str, usage: Usage, notes: list[str]) -> Out | None:
         """One schema-constrained call; None when the model fails twice, times out, or takes no structured output."""
         try:
             result = run_structured(agent, prompt, self.model, self.settings.request_timeout)
@@ -140,7 +146,8 @@ class Pipeline:
             notes.append(f"{agent.name} step failed ({type(exc).__name__}); skipped")
             return None
         usage.add(result.usage)
-        return result.output
+        output: Out = result.output  # the agent's output_type: run_structured asks for it
+        return output
 
     # ---- the steps of Algorithm 1
 
@@ -173,15 +180,15 @@ class Pipeline:
         asked = documents_asked(question, languages)[:MAX_DOCUMENTS]
         return [d for d in self.retriever.overviews(asked) if d.said]
 
-    def own_terms(self, asked: str, scope: Scope) -> str:
-        """The question without the files it names: "R-intro.pdf" is no term a passage must mention."""
-        return without_names(asked, self.retriever.file_languages(scope))
+    def analyse(self, asked: str, scope: Scope) -> Analysis:
+        """The question as asked, analysed once in its scope, without the files it names: "R-intro.pdf" is no term a
+        passage must mention."""
+        return Analysis(without_names(asked, self.retriever.file_languages(scope)), self.retriever.term_stats(scope))
 
     def retrieve(
-        self, queries: Sequence[str], k: int, mode: Mode, asked: str, scope: Scope = EVERYTHING
+        self, queries: Sequence[str], k: int, mode: Mode, asked: Analysis, scope: Scope = EVERYTHING
     ) -> list[ScoredChunk]:
         rankings = [self.retriever.retrieve(q, k, mode, scope=scope) for q in dict.fromkeys(queries)]
-        asked = self.own_terms(asked, scope)
         if len(rankings) == 1:
             return self.retriever.anchor(asked, rankings[0], scope=scope)
         own = {h.chunk.id for h in rankings[0]}
@@ -191,36 +198,35 @@ class Pipeline:
     def evaluate(
         self,
         question: str,
-        asked: str,
+        asked: Analysis,
         hits: Sequence[ScoredChunk],
         evaluator: Evaluator,
         upper: float,
         usage: Usage,
-        scope: Scope = EVERYTHING,
     ) -> Evaluation:
-        """Grades in [-1, 1], capped for a near miss: a specific term of the question as asked that no passage
-        of the first search mentions (below ``upper``), or that the scope's documents never mention (Incorrect)."""
+        """Grades in [-1, 1] of ``question`` (as searched), capped for a near miss of the question as ``asked``: a
+        specific term that no passage of the first search mentions (below ``upper``), or that the scope's documents
+        never mention (Incorrect)."""
         texts = [index_text(h.chunk) for h in hits]  # with their section headings, as they were indexed
-        grading = evaluator.grade(question, texts, usage)
         # Found by a term alone, or only with the words of the question before: no say on whether the question's own
         # names are mentioned ("R 里怎么删除…" after a question on R is not answered by a tlmgr page that never says R).
         found = [(t, h.from_history) for t, h in zip(texts, hits, strict=True) if not h.anchor]
-        first = [t for t, from_history in found if not from_history] or [t for t, _ in found]
-        stats = self.retriever.term_stats(scope)
-        asked = self.own_terms(asked, scope)
-        terms = check_terms(asked, first, stats)
-        terms = replace(terms, decisive=decisive(asked, terms, first, stats))
-        grades = cap_near_miss(grading.grades, terms, upper)
-        graded = tuple(replace(h, score=g.score, method=g.method) for h, g in zip(hits, grades, strict=True))
-        return Evaluation(graded, terms, grading.web_query)
+        terms = asked.near_miss([t for t, from_history in found if not from_history] or [t for t, _ in found])
+        cap = terms.ceiling(upper)
+        grades = evaluator.grade(question, texts, usage)
+        graded = tuple(
+            replace(h, score=min(g.score, cap), method=g.method, detail=g.detail)
+            for h, g in zip(hits, grades.grades, strict=True)
+        )
+        return Evaluation(graded, terms, grades.web_query)
 
     def refine(self, question: str, graded: Sequence[ScoredChunk], lower: float) -> list[Strip]:
         keep = [g for g in graded if g.score >= lower or g.anchor]
-        return refine(question, local_strips(keep), self.scorer, STRIPS_KEPT, STRIP_FLOOR)
+        return refine(question, local_strips(keep), self.scorer, _ANSWERING.strips_kept, _ANSWERING.strip_floor)
 
     def closest(self, question: str, graded: Sequence[ScoredChunk]) -> list[Strip]:
         """The strips of the passages that came closest, when the action is Incorrect and the web gave nothing."""
-        return refine_closest(question, local_strips(graded), self.scorer, CLOSEST_KEPT)
+        return refine_closest(question, local_strips(graded), self.scorer, _ANSWERING.closest_kept)
 
     def doc_query(self, question: str, graded: Sequence[ScoredChunk], usage: Usage, notes: list[str]) -> str:
         """The question in the words of the documents ("stems point upward" → "stem direction \\stemUp"), by the model;
@@ -248,7 +254,7 @@ class Pipeline:
             log.warning("web search unavailable: %s", exc.reason)
             return WebKnowledge(query, error=exc.reason)
         try:
-            strips = refine(question, web_strips(results), self.scorer, STRIPS_KEPT, STRIP_FLOOR)
+            strips = refine(question, web_strips(results), self.scorer, _ANSWERING.strips_kept, _ANSWERING.strip_floor)
         except Exception as exc:  # noqa: BLE001 - the web only adds: the documents' passages still answer
             log.warning("the web pages could not be scored", exc_info=exc)
             return WebKnowledge(query, results, f"the web pages could not be scored ({type(exc).__name__})")
@@ -261,8 +267,9 @@ class Pipeline:
         with answer_agent.run_stream_sync(
             prompts.answer_prompt(question, sources),
             model=self.model,
-            model_settings={"max_tokens": self.settings.max_answer_tokens, COUNTED: counted},
+            # With a key of our own, which only the embedded model reads.
+            model_settings=cast(ModelSettings, {"max_tokens": self.settings.max_answer_tokens, COUNTED: counted}),
         ) as result:
             yield from result.stream_text(delta=True, debounce_by=None)
-            exact = {"input_tokens": counted.input_tokens, "output_tokens": counted.output_tokens}
-            usage.add(replace(result.usage, **exact) if counted.has_values() else result.usage)
+            exact = replace(result.usage, input_tokens=counted.input_tokens, output_tokens=counted.output_tokens)
+            usage.add(exact if counted.has_values() else result.usage)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal, overload
 
 from crag.blocks import RULE, Code, Table, is_block, joined, table_rows
 
@@ -113,6 +114,10 @@ class Quote:
     asked: str | None = None
     kind: str = "prose"
 
+    @overload
+    def __getitem__(self, key: Literal["quote", "n"]) -> str: ...
+    @overload
+    def __getitem__(self, key: Literal["asked"]) -> str | None: ...
     def __getitem__(self, key: str) -> str | None:
         return {"quote": self.quote, "n": self.n, "asked": self.asked}[key]
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from crag.analysis import coverage, word_weights
 from crag.blocks import code_text, held_open, is_code, markdown_table, table_rows
-from crag.evaluator import SimilarityEvaluator, coverage, word_weights
-from crag.injection import injection_reason
+from crag.evaluator import SimilarityEvaluator
+from crag.injection import find_injection, injection_reason
 from crag.text import ASKS, ENDED, NOTE, join_blocks, join_sentences, split_sentences, width
-from crag.types import ScoredChunk, Source, Strip, WebResult
-
-STRIP_CHARS = 320  # a strip is one to three sentences: about 70 tokens of English, 80 Chinese characters
+from crag.tuning import TUNING
+from crag.types import Drop, ScoredChunk, Source, Strip, WebResult
 
 
 # A strip is not over until its full stop, and an unfinished one introduces what follows: "you can do:", "For
@@ -27,7 +27,7 @@ STRIP_CHARS = 320  # a strip is one to three sentences: about 70 tokens of Engli
 # might need ..."). So does a question: in a FAQ it is the heading of its answer ("36 如何使首段段首也缩进？" then
 # "使用 indentfirst 宏包"), and it is what a user's question matches best, while the answer alone may share no word
 # with it. A question that opens a paragraph therefore starts a strip, even after an unfinished one.
-def decompose(text: str, kind: str = "local", limit: int = STRIP_CHARS) -> list[str]:
+def decompose(text: str, kind: str = "local", limit: int = TUNING.refinement.strip_chars) -> list[str]:
     """Sentences grouped into strips of at most ``limit`` characters (a longer sentence is one strip).
 
     A sentence that introduces what follows ("you can do:", "使用命令：", a displayed command, a FAQ's question)
@@ -123,14 +123,11 @@ def leads_in(strip: str) -> bool:
 
 
 # A section is one topic. A chunk graded on its own words can score far below the chunk before it in the same section
-# (it opens with a table, or goes on with a list: "Function unstack goes in the opposite direction" after a table of
-# stacked data), while its heading says what it is about. Its strips start at most this far below the section's best.
-SECTION_GAP = 0.3
-
-
+# (it opens with a table, or goes on with a list), while its heading says what it is about. Its strips start at most
+# ``TUNING.refinement.section_gap`` below the section's best.
 def local_strips(chunks: Sequence[ScoredChunk]) -> list[Strip]:
     """The strips of graded chunks; each starts with its chunk's grade, or with its section's best grade less
-    ``SECTION_GAP`` when that is higher, and refinement blends in the strip's own score.
+    ``TUNING.refinement.section_gap`` when that is higher, and refinement blends in the strip's own score.
 
     A chunk found by searching again for a term that the others never mention (``anchor``) starts level with the
     best of them: it is the only one about what the question names ("R" in a Chinese question that matched passages
@@ -147,7 +144,9 @@ def local_strips(chunks: Sequence[ScoredChunk]) -> list[Strip]:
             text,
             top
             if hit.anchor
-            else max(hit.score, best.get((hit.chunk.file, hit.chunk.section), hit.score) - SECTION_GAP),
+            else max(
+                hit.score, best.get((hit.chunk.file, hit.chunk.section), hit.score) - TUNING.refinement.section_gap
+            ),
             False,
             "local",
             file=hit.chunk.file,
@@ -169,31 +168,23 @@ def web_strips(results: Sequence[WebResult]) -> list[Strip]:
     ]
 
 
-# A strip's own score weighs this much; the grade of the passage it comes from weighs the rest. Alone, a
-# strip that answers ("Disable line art smoothing.") often matches the question's words less than one that
-# restates it; the evaluator's grade of the whole passage, heading included, says where the answer is.
-# A footnote is an aside, not what its passage is about ("¹¹ with gcc 10.2." was quoted for "what about macOS?"
-# as part of a well-graded passage): it scores no more than its own words do, nor than a strip of its passage.
-OWN_WEIGHT = 0.15
-
-
+# A strip's own score weighs ``TUNING.refinement.own_weight``; the grade of the passage it comes from weighs the
+# rest. Alone, a strip that answers often matches the question's words less than one that restates it; the
+# evaluator's grade of the whole passage, heading included, says where the answer is. A footnote is an aside, not
+# what its passage is about: it scores no more than its own words do, nor than a strip of its passage.
 def blend(strip: Strip, own: float) -> float:
     if strip.kind != "local":
         return own
-    blended = round(OWN_WEIGHT * own + (1 - OWN_WEIGHT) * strip.score, 4)
+    blended = round(TUNING.refinement.own_weight * own + (1 - TUNING.refinement.own_weight) * strip.score, 4)
     return min(own, blended) if NOTE.match(strip.text) else blended
 
 
-# A Chinese question's grades are its words' coverage when the embedder reads no Chinese (an index built with the
-# English-only MiniLM; with a multilingual embedder this rule is off, and was measured to change nothing): a
-# passage on the packages that lists "排版复杂的表格、插入图片" among what they do holds every word of
-# "如何在 LaTeX 中插入表格？", and grades as high as the section on tables. What a strip is about is what its
-# heading says: the last part of its section path, or the FAQ question it opens with. A strip whose heading holds
-# none of the question's words is lowered this much (less for a heading that holds some), so that among passages
-# that all hold the words, the one about them comes first.
-OFF_TOPIC = 0.2
-
-
+# A Chinese question's grades are its words' coverage when the embedder reads no Chinese (an index built with an
+# English-only embedder; with a multilingual one this rule is off): a passage that names a topic in passing among
+# others holds every word of a question about it, and grades as high as the section on it. What a strip is about
+# is what its heading says: the last part of its section path, or the FAQ question it opens with. A strip whose
+# heading holds none of the question's words is lowered by ``TUNING.refinement.off_topic`` (less for a heading that
+# holds some), so that among passages that all hold the words, the one about them comes first.
 def heading(strip: Strip) -> str:
     """What a local strip says it is about: the last heading of its section path, and the question it opens with."""
     if strip.kind != "local":
@@ -210,22 +201,30 @@ def refine(question: str, strips: Sequence[Strip], scorer: SimilarityEvaluator, 
     grades = scorer.grade(question, [s.scored_text for s in strips]).grades
     off = scorer.off_topic(question, [heading(s) for s in strips])
     scored = [
-        replace(s, score=max(-1.0, blend(s, g.score) - OFF_TOPIC * o), reason=injection_reason(s.text, s.kind))
+        _injected(replace(s, score=max(-1.0, blend(s, g.score) - TUNING.refinement.off_topic * o)))
         for s, g, o in zip(strips, grades, off, strict=True)
     ]
-    ranked = sorted((i for i, s in enumerate(scored) if not s.reason), key=lambda i: -scored[i].score)
+    ranked = sorted((i for i, s in enumerate(scored) if s.drop is None), key=lambda i: -scored[i].score)
     kept = {i for i in ranked[:keep] if scored[i].score >= floor}
     marked = []
     for i, s in enumerate(scored):
         if i in kept:
             marked.append(replace(s, kept=True))
-        elif s.reason:
+        elif s.drop is not None:
             marked.append(s)
         elif s.score < floor:
-            marked.append(replace(s, reason=f"scored {s.score:.2f}, below the floor {floor:.2f}"))
+            marked.append(
+                replace(s, drop=Drop.BELOW_FLOOR, reason=f"scored {s.score:.2f}, below the floor {floor:.2f}")
+            )
         else:
-            marked.append(replace(s, reason=f"not among the {keep} best strips"))
+            marked.append(replace(s, drop=Drop.NOT_AMONG_BEST, reason=f"not among the {keep} best strips"))
     return sorted((s for s in marked if s.kept), key=lambda s: s.order) + [s for s in marked if not s.kept]
+
+
+def _injected(strip: Strip) -> Strip:
+    """The strip marked dropped when it looks like prompt injection."""
+    found = find_injection(strip.text, strip.kind)
+    return replace(strip, drop=Drop.INJECTION, reason=found.reason) if found else strip
 
 
 def refine_closest(question: str, strips: Sequence[Strip], scorer: SimilarityEvaluator, count: int) -> list[Strip]:
@@ -241,7 +240,7 @@ def refine_closest(question: str, strips: Sequence[Strip], scorer: SimilarityEva
 def keep_closest(strips: Sequence[Strip], count: int) -> list[Strip]:
     """Ambiguous, and no strip reached the floor: keep the ``count`` best all the same, marked as the closest
     passages (the answer says they may not answer). A strip dropped as a possible injection stays dropped."""
-    ranked = sorted((s for s in strips if not s.kept and "floor" in s.reason), key=lambda s: -s.score)
+    ranked = sorted((s for s in strips if not s.kept and s.drop is Drop.BELOW_FLOOR), key=lambda s: -s.score)
     chosen = {id(s) for s in ranked[:count]}
     marked = [
         replace(s, kept=True, reason=f"{s.reason}; kept as one of the {count} closest passages")

@@ -12,7 +12,9 @@ import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from crag.analysis import Analysis
 from crag.config import Settings
+from crag.errors import Remedy
 from crag.models import (
     Embedder,
     EmbedderUnavailable,
@@ -24,8 +26,9 @@ from crag.models import (
 from crag.overview import Overview
 from crag.scope import EVERYTHING, Scope, UnknownScope
 from crag.store import POINTER_MAX_AGE, IndexReader, Mode, RebuildNeeded, index_text, open_store
-from crag.terms import TermStats, check_terms, mention_test
+from crag.terms import TermStats
 from crag.text import cjk_share
+from crag.tuning import TUNING
 from crag.types import ScoredChunk
 
 
@@ -58,6 +61,9 @@ class Retriever:
             self._reader = None
         elif self._reader is None or self._reader.generation.id != active.id:
             reader = self.store.reader()
+            if reader is None:  # the index was removed since the pointer was read: nothing answers
+                self._reader = None
+                return None
             if self.missing and reader.generation.embedder == self.embedder.name:
                 self.missing = None  # rebuilt with the embedder at hand: its dense half answers again
             if not self.missing:
@@ -72,17 +78,17 @@ class Retriever:
         reader = self.current()
         if reader is None:
             raise UnknownScope(
-                "Nothing is indexed yet, so no folder can be asked: build the knowledge base (Rebuild knowledge base "
-                "in the app, or `python -m crag index`), or leave the scope out."
+                "Nothing is indexed yet, so no folder can be asked: leave the scope out, or build the knowledge base.",
+                remedy=Remedy.BUILD,
             )
         reader.scoped(scope, self.settings.files_dir)
 
-    def anchor(self, question: str, hits: list[ScoredChunk], scope: Scope = EVERYTHING) -> list[ScoredChunk]:
+    def anchor(self, asked: Analysis, hits: list[ScoredChunk], scope: Scope = EVERYTHING) -> list[ScoredChunk]:
         """``hits`` and, for each term of the question they miss, the best passage of the scope that mentions it."""
         reader = self.current()
         if reader is None:
             return hits
-        return anchor(question, hits, reader.stats(scope), lambda query, n: reader.lexical(query, n, scope))
+        return anchor(asked, hits, lambda query, n: reader.lexical(query, n, scope))
 
     def term_stats(self, scope: Scope = EVERYTHING) -> TermStats | None:
         """Document frequencies of the scope in the index that answers now (None when nothing is built)."""
@@ -125,6 +131,8 @@ class Retriever:
             if active is None or active.id == reader.generation.id:
                 raise
             reader = self.current()
+            if reader is None:
+                raise
             hits = reader.search(question, vector, k, mode, weight, scope)
         if hits and not self.missing:
             # Grading embeds what was indexed, and the index has those vectors already. Only a saving: a
@@ -135,33 +143,31 @@ class Retriever:
         return hits
 
 
-# Corrective retrieval for names. A Chinese question about an English manual ("R 能直接读取 SPSS 保存的数据文件吗？")
-# matches Chinese passages on its many Chinese words, and the one passage that names SPSS falls out of the top k.
-# A specific term that the index holds but no hit mentions is searched for again: the lexical hits for the question
-# that mention it (for the term alone when none does), ANCHOR_DEPTH deep. The passage found is graded with the
-# others, but the term check still counts the term as missing: found only by a word, it cannot make the action
-# Correct.
-ANCHORED = 2  # terms searched for again, at most
-ANCHOR_DEPTH = 200
-
-
+# Corrective retrieval for names. A Chinese question about an English manual matches Chinese passages on its many
+# Chinese words, and the one passage that names the English term falls out of the top k. A specific term that the
+# index holds but no hit mentions is searched for again (``TUNING.retrieval.anchored`` terms at most): the lexical
+# hits for the question that mention it (for the term alone when none does), ``TUNING.retrieval.anchor_depth``
+# deep. The passage found is graded with the others, but the term check still counts the term as missing: found
+# only by a word, it cannot make the action Correct.
 def _first(ranked: list[ScoredChunk], seen: set[str], mentioned: Callable[[str], bool]) -> ScoredChunk | None:
     return next((h for h in ranked if h.chunk.id not in seen and mentioned(index_text(h.chunk))), None)
 
 
 def anchor(
-    question: str, hits: list[ScoredChunk], stats: TermStats, lexical: Callable[[str, int], list[ScoredChunk]]
+    asked: Analysis, hits: list[ScoredChunk], lexical: Callable[[str, int], list[ScoredChunk]]
 ) -> list[ScoredChunk]:
     own = [h for h in hits if not h.from_history] or hits  # what the question found by its own words
-    check = check_terms(question, [index_text(h.chunk) for h in own], stats)
+    check = asked.near_miss([index_text(h.chunk) for h in own])
     if check.unknown or not check.missing:  # unknown: a near miss, Incorrect whatever else is found
         return hits
     seen = {h.chunk.id for h in hits}
-    by_question = lexical(question, ANCHOR_DEPTH)  # searched once for all the terms
+    by_question = lexical(asked.text, TUNING.retrieval.anchor_depth)  # searched once for all the terms
     found = []
-    for term in check.missing[:ANCHORED]:
-        mentioned = mention_test(question, term)
-        if hit := _first(by_question, seen, mentioned) or _first(lexical(term, ANCHOR_DEPTH), seen, mentioned):
+    for term in check.missing[: TUNING.retrieval.anchored]:
+        mentioned = asked.mentioned_by(term)
+        if hit := _first(by_question, seen, mentioned) or _first(
+            lexical(term, TUNING.retrieval.anchor_depth), seen, mentioned
+        ):
             seen.add(hit.chunk.id)
             found.append(replace(hit, anchor=term))
     return [*hits, *found]

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from crag.errors import CragError
+from crag.errors import CragError, Remedy
 from crag.types import FileResult
 
 TOP_LEVEL = "(top level)"  # the knowledge base of the PDFs directly in the files folder
@@ -25,8 +25,10 @@ LISTED = 20  # knowledge bases an error names; the rest are counted
 class UnknownScope(CragError):
     """A scope names what the index does not hold. ``missing``: those paths; ``known``: the knowledge bases."""
 
-    def __init__(self, message: str, missing: Sequence[str] = (), known: Sequence[str] = ()) -> None:
-        super().__init__(message)
+    def __init__(
+        self, message: str, missing: Sequence[str] = (), known: Sequence[str] = (), remedy: Remedy | None = None
+    ) -> None:
+        super().__init__(message, remedy=remedy)
         self.missing = tuple(missing)
         self.known = tuple(known)
 
@@ -154,16 +156,14 @@ def _names(entries: Sequence[FileResult]) -> list[str]:
 
 def unknown_scope(paths: Sequence[str], known: Sequence[KnowledgeBase], files_dir: Path | None = None) -> UnknownScope:
     """The error for scope paths that name nothing in the index: it lists the knowledge bases."""
-    return UnknownScope(_unknown_message(paths, known, files_dir), paths, [kb.name for kb in known])
+    remedy = None if known else Remedy.BUILD
+    return UnknownScope(_unknown_message(paths, known, files_dir), paths, [kb.name for kb in known], remedy)
 
 
 def _unknown_message(paths: Sequence[str], known: Sequence[KnowledgeBase], files_dir: Path | None) -> str:
     shown = ", ".join(f"“{p[:200]}”" for p in paths)
     if not known:
-        return (
-            f"No folder or file {shown} in the knowledge base: nothing is indexed yet. Build it (Rebuild knowledge "
-            "base in the app, or `python -m crag index`), then ask again."
-        )
+        return f"No folder or file {shown} in the knowledge base: nothing is indexed yet. Build it, then ask again."
     listed = ", ".join(f"`{kb.name}` ({kb.files} {'file' if kb.files == 1 else 'files'})" for kb in known[:LISTED])
     if len(known) > LISTED:
         listed += f" and {len(known) - LISTED} more"

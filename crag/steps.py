@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import TypedDict
 
 from crag.config import Settings
 from crag.overview import Overview
 from crag.scope import EVERYTHING, Scope
 from crag.store import Mode
 from crag.types import Action, ScoredChunk, Strip, TermCheck, WebResult
-
-CLOSEST_KEPT = 3  # Ambiguous with no strip above the floor: the closest passages shown, said to be such
 
 
 @dataclass(frozen=True)
@@ -86,3 +85,17 @@ class Options:
         return cls(
             s.top_k, s.upper_threshold, s.lower_threshold, s.web_search, s.evaluator, s.retrieval_mode, s.answer_mode
         )
+
+
+class Overrides(TypedDict, total=False):
+    """``Options`` fields for one question, as keywords of ``Pipeline.stream`` and ``ask``: one left out, or None,
+    keeps the settings' value. A scope may be given as paths."""
+
+    top_k: int | None
+    upper_threshold: float | None
+    lower_threshold: float | None
+    web: bool | None
+    evaluator: str | None
+    retrieval_mode: Mode | None
+    answer_mode: str | None
+    scope: Scope | Iterable[str] | None

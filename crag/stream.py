@@ -16,6 +16,7 @@ from functools import cached_property
 from typing import Protocol
 
 from crag import evidence, overview
+from crag.analysis import Analysis
 from crag.asks import asks, compared
 from crag.evaluator import Evaluator, Usage
 from crag.followups import (
@@ -25,18 +26,17 @@ from crag.followups import (
     reading,
     stands_alone,
 )
-from crag.messages import language_hint, model_failure_message, near_miss_note, no_answer, what_is_missing
+from crag.messages import language_hint, model_failure_message, near_miss_note, no_answer, remedy, what_is_missing
 from crag.models import BackendInfo
 from crag.overview import Overview
 from crag.refine import keep_closest, number_sources
 from crag.retriever import Retriever
 from crag.scope import EVERYTHING, Scope
-from crag.steps import CLOSEST_KEPT, Condensed, Evaluation, Knowledge, Options, WebKnowledge, decide_action
+from crag.steps import Condensed, Evaluation, Knowledge, Options, WebKnowledge, decide_action
 from crag.store import Mode, index_text
 from crag.support import Grounder, Grounding, unsupported
-from crag.terms import unanswered
-from crag.text import language
-from crag.types import Action, Answer, AnswerKind, ScoredChunk, Source, Strip, TermCheck, Trace, cited
+from crag.tuning import TUNING
+from crag.types import Action, Answer, AnswerKind, Drop, Method, ScoredChunk, Source, Strip, TermCheck, Trace, cited
 from crag.websearch import OFF_REASON
 
 OnStep = Callable[[str], None]
@@ -52,20 +52,19 @@ class Steps(Protocol):
     def answer_kind(self, mode: str | None = None) -> AnswerKind: ...
     def evaluator(self, choice: str) -> Evaluator: ...
     def documents(self, question: str, scope: Scope, history: History = ()) -> list[Overview]: ...
-    def own_terms(self, asked: str, scope: Scope) -> str: ...
+    def analyse(self, asked: str, scope: Scope) -> Analysis: ...
     def condense(self, question: str, history: History, usage: Usage) -> Condensed: ...
     def retrieve(
-        self, queries: Sequence[str], k: int, mode: Mode, asked: str, scope: Scope = EVERYTHING
+        self, queries: Sequence[str], k: int, mode: Mode, asked: Analysis, scope: Scope = EVERYTHING
     ) -> list[ScoredChunk]: ...
     def evaluate(
         self,
         question: str,
-        asked: str,
+        asked: Analysis,
         hits: Sequence[ScoredChunk],
         evaluator: Evaluator,
         upper: float,
         usage: Usage,
-        scope: Scope = EVERYTHING,
     ) -> Evaluation: ...
     def refine(self, question: str, graded: Sequence[ScoredChunk], lower: float) -> list[Strip]: ...
     def closest(self, question: str, graded: Sequence[ScoredChunk]) -> list[Strip]: ...
@@ -90,10 +89,11 @@ def joined_asks(question: str, found: Sequence[Knowledge], every: bool = False) 
     if every and Action.INCORRECT in {k.action for k in found}:
         action = Action.INCORRECT
     checks = [k.evaluation.terms for k in found]
-    terms = TermCheck(
-        *(tuple(dict.fromkeys(t for c in checks for t in getattr(c, f))) for f in ("terms", "missing", "unknown")),
-        decisive=all(c.decisive for c in checks),
-    )
+
+    def joined(field: str) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(t for c in checks for t in getattr(c, field)))
+
+    terms = TermCheck(joined("terms"), joined("missing"), joined("unknown"), decisive=all(c.decisive for c in checks))
     graded = tuple(g for k in found for g in k.evaluation.graded)
     web = next((k.web for k in found if k.web.query or k.web.error), WebKnowledge())
     return Knowledge(question, Evaluation(graded, terms), action, tuple(s for k in found for s in k.strips), web)
@@ -126,9 +126,14 @@ class AnswerStream:
         self._running: weakref.ref[Generator[str, None, None]] | None = None  # weak: dropping it closes it
 
     @cached_property
+    def _asked(self) -> Analysis:
+        """The question as asked, analysed once: its language is judged without the files it names
+        ("texlive-zh-cn.pdf 讲了什么" is Chinese), its terms weighed in the scope's documents."""
+        return self.p.analyse(self.question, self.options.scope)
+
+    @property
     def _language(self) -> str:
-        """The question's language, judged without the files it names: "texlive-zh-cn.pdf 讲了什么" is Chinese."""
-        return language(self.p.own_terms(self.question, self.options.scope))
+        return self._asked.language
 
     def __enter__(self) -> AnswerStream:
         return self
@@ -141,6 +146,13 @@ class AnswerStream:
         running = self._running() if self._running else None
         if running is not None:
             running.close()
+
+    @property
+    def finished(self) -> Answer:
+        """The answer of a stream iterated to its end. Raises ``RuntimeError`` for one left before its end."""
+        if self.answer is None:
+            raise RuntimeError("the answer was left before its end")
+        return self.answer
 
     @property
     def text(self) -> str:
@@ -269,10 +281,10 @@ class AnswerStream:
             "a question about the whole document: answered from what its opening pages say it is and its outline, "
             "not from the passages a search for the question's words finds"
         )
-        shown = overview.SAID_EACH if len(documents) > 1 else None  # several: a paragraph each, its best sentence
+        shown = TUNING.overview.said_each if len(documents) > 1 else None  # several: a paragraph each, its best
         strips = tuple(s for d in documents for s in d.said[:shown])
         quoted = {s.chunk_id for s in strips}
-        graded = tuple(ScoredChunk(c, 1.0, "document") for d in documents for c in d.opening if c.id in quoted)
+        graded = tuple(ScoredChunk(c, 1.0, Method.DOCUMENT) for d in documents for c in d.opening if c.id in quoted)
         evaluation = Evaluation(graded, TermCheck())
         return Knowledge(self.question, evaluation, Action.CORRECT, strips, WebKnowledge(), tuple(documents))
 
@@ -284,14 +296,12 @@ class AnswerStream:
         self.notes += condensed.notes
         self._condense_calls = self.usage.requests
         with self._stage("retrieving", "retrieve"):
-            hits = p.retrieve(condensed.queries, o.top_k, o.retrieval_mode, self.question, o.scope)
+            hits = p.retrieve(condensed.queries, o.top_k, o.retrieval_mode, self._asked, o.scope)
         if p.retriever.lexical_only:  # the index's embedder is missing: its dense half could not be searched
             self.notes.append(p.retriever.lexical_only)
         with self._stage("grading", "grade"):
             evaluator = p.evaluator(o.evaluator)
-            evaluation = p.evaluate(
-                condensed.question, self.question, hits, evaluator, o.upper_threshold, self.usage, o.scope
-            )
+            evaluation = p.evaluate(condensed.question, self._asked, hits, evaluator, o.upper_threshold, self.usage)
             action = self._decide_action(evaluation)
             question, evaluation, action = self._read_with_history(condensed, hits, evaluator, evaluation, action)
         # Not offline (no one waits for a model there), nor for what the documents never mention (a search in other
@@ -307,7 +317,7 @@ class AnswerStream:
                 strips = p.refine(question, evaluation.graded, o.lower_threshold)
             strips, action = self._fall_back(strips, action)
         # A model's grade is trusted; a similarity grade (also the LLM grader's fallback) is checked.
-        if action is Action.CORRECT and not any(g.method == "llm" for g in evaluation.graded):
+        if action is Action.CORRECT and not any(g.method is Method.LLM and not g.detail for g in evaluation.graded):
             action = self._held_to_terms(strips)
         web = WebKnowledge(error=OFF_REASON) if action is not Action.CORRECT and not o.web else WebKnowledge()
         if action is not Action.CORRECT and o.web:
@@ -318,7 +328,7 @@ class AnswerStream:
             # Never hide the closest evidence: the answer says what is missing, then what came closest.
             with self._stage("refining", "refine"):
                 strips = p.closest(question, evaluation.graded) + strips
-        if dropped := sum(1 for s in strips if s.reason.startswith("possible prompt injection")):
+        if dropped := sum(1 for s in strips if s.drop is Drop.INJECTION):
             self.notes.append(f"{dropped} strip(s) looked like prompt injection and were dropped (see their reasons)")
         return Knowledge(question, evaluation, action, tuple(strips), web)
 
@@ -336,7 +346,7 @@ class AnswerStream:
         if with_history in ("", question) or (action is Action.CORRECT and not goes_on):
             return question, first, action
         o = self.options
-        again = self.p.evaluate(with_history, self.question, hits, evaluator, o.upper_threshold, self.usage, o.scope)
+        again = self.p.evaluate(with_history, self._asked, hits, evaluator, o.upper_threshold, self.usage)
         if goes_on:  # graded on both: what it adds, and what it goes on from
             again = first.mean(again)
         graded = [(g.score, index_text(g.chunk)) for g in again.graded]
@@ -356,8 +366,8 @@ class AnswerStream:
         query = p.doc_query(question, first.graded, self.usage, self.notes)
         if not query:
             return hits, first, action
-        found = p.retrieve([query], o.top_k, o.retrieval_mode, self.question, o.scope)
-        again = p.evaluate(question, self.question, found, evaluator, o.upper_threshold, self.usage, o.scope)
+        found = p.retrieve([query], o.top_k, o.retrieval_mode, self._asked, o.scope)
+        again = p.evaluate(question, self._asked, found, evaluator, o.upper_threshold, self.usage)
         if again.best <= first.best:
             self.notes.append(f"searched again as “{query}”: no passage graded better, the first ones are kept")
             return hits, first, action
@@ -371,9 +381,8 @@ class AnswerStream:
         """Correct only when what is kept answers: the passages graded relevant must hold the question's specific
         terms in some form (or most of its words, for one in plain words). A similarity grade says a passage is on
         the topic, not that it answers; a model's grade is trusted."""
-        p, o = self.p, self.options
         kept = [s.scored_text for s in strips if s.kept and s.kind == "local"]
-        if why := unanswered(p.own_terms(self.question, o.scope), kept, p.retriever.term_stats(o.scope)):
+        if why := self._asked.unanswered(kept):
             self.notes.append(f"graded relevant, but {why}: shown as the closest passages (Ambiguous)")
             return Action.AMBIGUOUS
         return Action.CORRECT
@@ -385,7 +394,7 @@ class AnswerStream:
             action = Action.AMBIGUOUS
             self.notes.append("Correct, but no strip survived refinement: treated as Ambiguous")
         if action is Action.AMBIGUOUS and not any(s.kept for s in strips):
-            strips = keep_closest(strips, CLOSEST_KEPT)
+            strips = keep_closest(strips, TUNING.answering.closest_kept)
             if any(s.kept for s in strips):
                 self.notes.append("no strip reached the floor: the closest passages are shown as such")
         return strips, action
@@ -483,6 +492,7 @@ class AnswerStream:
             web_error=knowledge.web.error,
             notes=tuple(self.notes),
             hint=language_hint(self.question, p.retriever.file_languages(o.scope)) if crosses else "",
+            remedy=remedy(knowledge) if kind is AnswerKind.NO_ANSWER else None,
             unsupported=stated,
             scope=o.scope.paths,
             timings=dict(self.timings),

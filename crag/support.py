@@ -1,5 +1,5 @@
 """The support check of written answers: the names, identifiers and numbers an answer states that nothing the model
-was given mentions. The near-miss check (``terms.check_terms``) turned around: there the question's terms are
+was given mentions. The near-miss verdict (``crag.analysis``) turned around: there the question's terms are
 looked for in the passages, here the answer's terms are looked for in its sources and the question.
 
 ``Grounder`` applies it to a written answer as it streams, sentence by sentence: what a source backs goes through,
@@ -15,8 +15,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from crag.terms import SPECIFIC_ZIPF, Term, Vocabulary, is_identifier, mentions, specific_terms
+from crag.terms import Term, Vocabulary, is_identifier, mentions, specific_terms
 from crag.text import CJK, content_words, general_frequency, language
+from crag.tuning import TUNING
 from crag.types import Source, cited
 
 # A Markdown bullet, quote, heading or list number opening a line: the line's first word starts a sentence.
@@ -43,9 +44,9 @@ def _states(term: Term, chinese: bool) -> bool:
     if not term.strong or _ABBREVIATION.fullmatch(text) or _NUMERIC.fullmatch(text):
         return False
     if text.isalpha() and (text.isupper() or (chinese and not is_identifier(text))):
-        return general_frequency(text.lower()) < SPECIFIC_ZIPF
+        return general_frequency(text.lower()) < TUNING.terms.specific_zipf
     if term.kind == "identifier" and not is_identifier(text) and not text[0].isupper():
-        return general_frequency(text.lower()) < SPECIFIC_ZIPF
+        return general_frequency(text.lower()) < TUNING.terms.specific_zipf
     return True
 
 
@@ -96,7 +97,7 @@ def claims(answer: str) -> tuple[list[Term], list[str]]:
     for match in _CODE.finditer(answer):
         for option, command, call in _CODE_TERM.findall(match[0]):
             # A call of an everyday word ("print()", "paste()") is the language's, not a claim about the documents.
-            if option or command or is_identifier(call) or general_frequency(call.lower()) < SPECIFIC_ZIPF:
+            if option or command or is_identifier(call) or general_frequency(call.lower()) < TUNING.terms.specific_zipf:
                 terms.append(Term(option or command or call, "identifier", True))
     numbers: list[str] = []
     for line in _CODE.sub(" ", answer).splitlines():
@@ -111,8 +112,6 @@ def claims(answer: str) -> tuple[list[Term], list[str]]:
 # Grounding: a written answer, sentence by sentence, as it streams
 
 
-BACKED = 0.5  # the share of a sentence's claims (or, without any, of its words) a source must hold to back it
-STATING_WORDS = 3  # a sentence of fewer content words and no claim only frames the answer ("Here is how:")
 MAX_UNIT = 300  # characters of a sentence held before it is judged as it is: a few seconds of a model's writing
 # A sentence ends at a stop and a space, or at Chinese sentence punctuation; a line at its newline.
 # A list's number ("1. ") ends nothing.
@@ -230,10 +229,10 @@ class Grounder:
         if unit.startswith(_FENCE):
             return _Kept(unit, False)  # code takes no citation: kept when it names only what was given
         backing = self._backing(terms, numbers, words)
-        if not backing and not (terms or numbers or len(words) >= STATING_WORDS):
+        if not backing and not (terms or numbers or len(words) >= TUNING.support.stating_words):
             return _Kept(_cite(said, ()), False)  # framing ("Here is how:"): it states nothing, so it cites nothing
         self.counts.stated += 1
-        if language(said) != self.language and len(words) > STATING_WORDS:
+        if language(said) != self.language and len(words) > TUNING.support.stating_words:
             self.counts.other_language += 1
             return None
         if not backing:
@@ -248,7 +247,7 @@ class Grounder:
 
     def _backing(self, terms: Sequence[Term], numbers: Sequence[str], words: Sequence[str]) -> dict[int, float]:
         """The sources that back a sentence, each with the share of its claims (or, without any, of its words) it
-        holds: at least ``BACKED``."""
+        holds: at least ``TUNING.support.backed``."""
         backing = {}
         for n, (plain, vocabulary, source_words) in self.sources.items():
             if terms or numbers:
@@ -256,7 +255,7 @@ class Grounder:
                 share = held / (len(terms) + len(numbers))
             else:
                 share = sum(w in source_words for w in words) / len(words) if words else 0.0
-            if share >= BACKED:
+            if share >= TUNING.support.backed:
                 backing[n] = share
         return backing
 

@@ -1,7 +1,7 @@
 """A question's specific terms (names, identifiers, rare words), and whether a text mentions one in any form.
 
-The near-miss check (``check_terms``, below) and the support check of written answers (``crag.support``) ask one
-thing of a text: does it name this? Users and documents word the same thing differently, so a term counts as
+The near-miss verdict on a question (``crag.analysis``) and the support check of written answers (``crag.support``)
+ask one thing of a text: does it name this? Users and documents word the same thing differently, so a term counts as
 mentioned when the text holds it in any of these forms:
 
 - another inflection or derivation of an English word, by its Snowball stem ("compression", "compressed"), also
@@ -20,37 +20,29 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Protocol
 
 import Stemmer
 
+from crag.lexicons import alternation, words
 from crag.text import (
     EN_STOP,
     HAN_RUN,
     chinese_words,
-    cjk_share,
-    content_words,
     fold,
     general_frequency,
-    han_named,
     language,
     lexical_tokens,
     phrase,
     stem,
 )
-from crag.types import TermCheck
+from crag.tuning import TUNING
 
-# On wordfreq's Zipf scale of everyday language (3: once per million words): a word rarer than SPECIFIC_ZIPF is
-# specific ("undoes" 2.3, "页眉" 2.3, against "explain" 4.9 or "设置" 5.0); rarer than NAME_LIKE_ZIPF, it is as
-# good as a name ("devtools" 1.35, "tidyverse" 1.1). Chosen on the dev split of the question set.
-SPECIFIC_ZIPF = 3.0
-NAME_LIKE_ZIPF = 1.5
-# English capitalises everyday words too ("Chinese", "Windows"): a capitalised word is a name when it is also less
-# common than this.
-NAME_ZIPF = 4.5
+# How rare in everyday language a word must be to be specific or a name, and how a derived name is told: TUNING.terms.
+_TERMS = TUNING.terms
 
 # An identifier: letters and digits joined by . _ / + # - (read.csv, PDF/A, UTF-8, x86_64, C++).
 _IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+#/-]*[A-Za-z0-9+#]|[A-Za-z]")
@@ -58,14 +50,8 @@ _SENTENCE_START = re.compile(r"(?:^|[.!?。！？]\s*)$")
 _STEMMER = Stemmer.Stemmer("english")
 _WORD = re.compile(r"[a-z]+")
 _CAPITALISED = re.compile(r"\b[A-Z][a-z]{2,}\b")
-# A name and its derived form share their start: "Norway" / "Norwegian", "China" / "Chinese", "Japan" / "Japanese".
-DERIVED_PREFIX = 4  # letters shared, at least
-DERIVED_REST = 2  # letters of the shorter word after the shared start, at most
 
-_NUMBER_WORDS = (
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty"
-).split()
+_NUMBER_WORDS = words("number-words")  # zero to twenty, in order
 _DIGITS = {word: str(n) for n, word in enumerate(_NUMBER_WORDS)} | {str(n): w for n, w in enumerate(_NUMBER_WORDS)}
 _TIMES = re.compile(r"(?<= )(\d+)x(\d+)(?= )")  # " 3x3 ": a size
 _DIGITS_THEN_LETTERS = re.compile(r"(?<=[0-9])(?=[a-z])")  # "10mb" is also written "10 mb"
@@ -76,16 +62,15 @@ _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 # whole, from the first: a long word is scanned once, not once from each of its letters.
 _CLIPPED = re.compile(r"(?<![A-Za-z])([A-Za-z]{3,}+)(\d+)")
 # Words that join a name's capitalised words without an initial of their own: "Journal of Chemical Physics".
-_CONNECTORS = frozenset("of and for the in on to de du la von van".split())
+_CONNECTORS = frozenset(words("name-connectors"))
 # A run of capitalised words, found from the start of its first word's letters ("eBay Inc" gives "Bay Inc", its
 # group): from each capital of a long word, the word would be scanned again.
 _NAME_RUN = re.compile(
-    r"(?<![A-Za-z])[a-z]*+([A-Z][A-Za-z]++(?:\s++(?:(?:of|and|for|the|in|on|to|de|du|la|von|van)\s++)?[A-Z][A-Za-z]++)+)"
+    rf"(?<![A-Za-z])[a-z]*+([A-Z][A-Za-z]++(?:\s++(?:{alternation('name-connectors', 'none')}\s++)?[A-Z][A-Za-z]++)+)"
 )
 _ACRONYM = re.compile(r"[A-Z][A-Za-z]*[A-Z]|[A-Z]{2,}")
 # A definition: "Debian Free Software Guidelines (DFSG)", "自由软件指导方针（DFSG）".
 _HAN_DEFINITION = re.compile(r"([\u3400-\u9fff]{2,16})\s*[（(]\s*([A-Z][A-Za-z0-9]{1,9})\s*[）)]")
-_CHINESE_GAP = 2  # characters allowed between the two halves of a Chinese word ("构建 的软件包" is not one)
 _LETTERS_THEN_DIGIT = re.compile(r"(?<=[a-z]{2})(?=[0-9])")
 _SPACE = re.compile(r"\s+")
 _TRIPLE_WORD = re.compile(r"[A-Za-z]{3,}+|\S+")
@@ -224,16 +209,16 @@ def _specific_terms(question: str) -> tuple[Term, ...]:
             continue
         zipf = max(general_frequency(word.lower()), general_frequency(stem(word.lower())))
         capitalised = word[0].isupper() and not _SENTENCE_START.search(question[: match.start()])
-        if is_identifier(word) or (capitalised and zipf < NAME_ZIPF):
+        if is_identifier(word) or (capitalised and zipf < _TERMS.name_zipf):
             terms[word.lower()] = Term(word, "identifier", True)
         elif chinese:
-            terms[word.lower()] = Term(word, "identifier", zipf < NAME_ZIPF)
-        elif zipf < SPECIFIC_ZIPF:
-            terms[word.lower()] = Term(word, "word", zipf < NAME_LIKE_ZIPF)
+            terms[word.lower()] = Term(word, "identifier", zipf < _TERMS.name_zipf)
+        elif zipf < _TERMS.specific_zipf:
+            terms[word.lower()] = Term(word, "word", zipf < _TERMS.name_like_zipf)
     for run in HAN_RUN.findall(question):
         for word in chinese_words(run):
-            if len(word) > 1 and word not in terms and (zipf := general_frequency(word)) < SPECIFIC_ZIPF:
-                terms[word] = Term(word, "han", zipf < NAME_LIKE_ZIPF)
+            if len(word) > 1 and word not in terms and (zipf := general_frequency(word)) < _TERMS.specific_zipf:
+                terms[word] = Term(word, "han", zipf < _TERMS.name_like_zipf)
     return tuple(terms.values())
 
 
@@ -300,7 +285,7 @@ def mentions(term: Term, where: Vocabulary) -> bool:
     """Whether the texts mention ``term`` in any of its forms (see the module's docstring)."""
     if term.kind == "han":
         return term.text in where.squeezed or any(
-            re.search(f"{re.escape(a)}[^\n。！？]{{0,{_CHINESE_GAP}}}{re.escape(b)}", where.squeezed)
+            re.search(f"{re.escape(a)}[^\n。！？]{{0,{_TERMS.chinese_gap}}}{re.escape(b)}", where.squeezed)
             for a, b in term.halves
         )
     if term.letter:
@@ -325,8 +310,8 @@ def _derived(word: str, other: str) -> bool:
     shorter = min(len(word), len(other))
     shared = next((i for i, (a, b) in enumerate(zip(word, other, strict=False)) if a != b), shorter)
     if shared == shorter:
-        return shorter > DERIVED_PREFIX
-    return shared >= DERIVED_PREFIX and shorter - shared <= DERIVED_REST
+        return shorter > _TERMS.derived_prefix
+    return shared >= _TERMS.derived_prefix and shorter - shared <= _TERMS.derived_rest
 
 
 # ---------------------------------------------------------------------------------------------
@@ -381,7 +366,7 @@ def spelled_out(term: Term, where: Vocabulary) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# The near-miss check
+# What the index knows (the near-miss verdict on a question is crag.analysis's)
 
 
 class TermStats(Protocol):
@@ -393,78 +378,3 @@ class TermStats(Protocol):
 
     @property
     def vocabulary(self) -> Vocabulary: ...
-
-
-def check_terms(question: str, texts: Sequence[str], stats: TermStats | None = None) -> TermCheck:
-    """Which of the question's specific terms the texts never mention in any form, and which the whole index never
-    does.
-
-    A plain word is only expected in texts of its own script: a Chinese passage answering an English question does
-    not repeat its English words. Identifiers and names are expected everywhere.
-    """
-    terms = specific_terms(question)
-    if not terms or not texts:
-        return TermCheck(tuple(t.text for t in terms))
-    passages = [(Vocabulary([text]), cjk_share(text)) for text in texts]
-    vocabulary = stats.vocabulary if stats is not None else None
-    other_names = aliases(question, terms, vocabulary)
-    missing, unknown = [], []
-    for term in terms:
-        forms = [term, *other_names.get(term.text, ())]
-        expected = [p for p, share in passages if _expected(term, share)]
-        if not expected or any(mentions(form, p) for p in expected for form in forms):
-            continue
-        missing.append(term.text)
-        if term.strong and vocabulary is not None and not any(mentions(form, vocabulary) for form in forms):
-            unknown.append(term.text)
-    return TermCheck(tuple(t.text for t in terms), tuple(missing), tuple(unknown))
-
-
-def _expected(term: Term, cjk: float) -> bool:
-    """Whether a passage with this share of Chinese characters should name the term to answer the question."""
-    return term.kind == "identifier" or (cjk > 0.2 if term.kind == "han" else cjk < 0.5)
-
-
-def mention_test(question: str, term: str) -> Callable[[str], bool]:
-    """Whether a text mentions ``term``, one of the question's specific terms, in any of its forms."""
-    found = next(t for t in specific_terms(question) if t.text == term)
-    return lambda text: mentions(found, Vocabulary([text]))
-
-
-# ---------------------------------------------------------------------------------------------
-# Whether the passages kept for an answer answer it: what a Correct badge promises
-
-COVERED = 0.5  # of a question's own words (one in plain words), the share the kept passages must hold
-ENOUGH_WORDS = 3  # or this many of them: a long question's passage need not repeat half of its words
-# Words any question may use that no answer need repeat: how it asks, not what it asks about.
-_ASKING = frozenset(
-    stem(w)
-    for w in "use using used make get set way want need possible can could should would please help tell show "
-    "explain find work works".split()
-) | frozenset("怎么 怎样 如何 什么 为什么 可以 能否 能不能 需要 应该 办法 方法 请问 一下 使用".split())
-
-
-def unanswered(question: str, texts: Sequence[str], stats: TermStats | None = None) -> str:
-    """Why passages graded relevant still do not answer a question ("" when they may): they never mention one of
-    its specific terms in any form, or, for a question in plain words, they hold fewer than ``COVERED`` of its
-    words. Passages in the other language than the question's are not asked to repeat its words."""
-    check = check_terms(question, texts, stats)
-    if check.missing:
-        return "the passages kept never mention “" + "”, “".join(check.missing) + "”"
-    if check.terms:
-        return ""
-    chinese = language(question) == "zh"
-    same = [t for t in texts if (cjk_share(t) > 0.2) == chinese]
-    words = [w for w in content_words(question) if w not in _ASKING]
-    if not same or not words:
-        return ""
-    held = _held(words, " ".join(same))
-    if len(held) >= min(COVERED * len(words), ENOUGH_WORDS):
-        return ""
-    return f"the passages kept hold {len(held)} of the question's {len(words)} words"
-
-
-def _held(words: Sequence[str], text: str) -> list[str]:
-    """The words a text holds: English ones by their stem, Chinese ones as written or with a character between."""
-    stems_held = {stem(w) for w in lexical_tokens(text)} | set(re.findall(r"[a-z0-9]+", fold(text).lower()))
-    return [w for w in words if (han_named(w, text) if HAN_RUN.fullmatch(w) else w in stems_held)]

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Sequence
 import jieba
 
 from crag.errors import CragError
+from crag.lexicons import words
+from crag.tuning import TUNING
 
 jieba.setLogLevel(logging.WARNING)
 
@@ -44,7 +46,6 @@ def cjk_share(text: str) -> float:
 
 LATIN_WORD = re.compile(r"[A-Za-z]+")
 KANA_HANGUL = re.compile(r"[\u3040-\u30ff\uac00-\ud7af]")  # Japanese and Korean use Chinese characters too
-ONE_LANGUAGE = 0.8  # the share of a file's passages in one language for the file to be in that language
 
 
 def language(text: str) -> str:
@@ -58,7 +59,8 @@ def language(text: str) -> str:
 def document_language(passages: Sequence[str]) -> str:
     """``zh`` or ``en`` when most of a document's passages are in that language, else ``mixed`` (a bilingual guide)."""
     share = sum(language(p) == "zh" for p in passages) / len(passages) if passages else 0.0
-    return "zh" if share >= ONE_LANGUAGE else "en" if share <= 1 - ONE_LANGUAGE else "mixed"
+    one = TUNING.terms.one_language  # the share of a file's passages in one language for the file to be in it
+    return "zh" if share >= one else "en" if share <= 1 - one else "mixed"
 
 
 def strip_invisible(text: str) -> str:
@@ -82,16 +84,8 @@ def drop_glyphs(text: str) -> str:
 # Lexical tokens: English words (lower-cased, light plural stemming) and jieba words for Chinese.
 
 TOKEN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+|[A-Za-z0-9_]+(?:['.][A-Za-z0-9_]+)*")
-EN_STOP = frozenset(
-    """a an and are as at be but by can could do does for from how i if in into is it its me my no not of on or
-    our so such than that the their then there these they this to too was we what when where which who why
-    will with would you your""".split()
-)
-ZH_STOP = frozenset(
-    """的 了 是 在 和 与 及 或 也 就 都 而 被 把 对 于 吗 呢 吧 啊 么
-    什么 怎么 怎样 如何 为什么 哪些 哪个 哪里 几个 多少 是否 能否 可以 能 应该 需要 想 要
-    一个 这个 那个 这种 那种 我 你 他 我们 你们""".split()
-)
+EN_STOP = frozenset(words("stop-words", "latin"))  # crag/lexicons/stop-words.txt
+ZH_STOP = frozenset(words("stop-words", "han"))
 
 
 def stem(word: str) -> str:

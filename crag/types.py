@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field
+
+from crag.errors import Remedy
+from crag.tuning import TUNING
 
 # Layout block types, shared by every parser. Headers, footers and page numbers are kept as
 # blocks so a parser's output is complete, and dropped by the chunker; footnotes are text that it places.
@@ -55,17 +59,51 @@ class Chunk:
     file_hash: str = ""
 
 
+class Method(StrEnum):
+    """Who graded a passage for the retrieval evaluator."""
+
+    LLM = "llm"  # the chat model
+    SIMILARITY = "similarity"  # the similarity scorer, chosen as the evaluator
+    FALLBACK = "fallback"  # the similarity scorer, in place of an LLM grader that gave no grade
+    DOCUMENT = "document"  # none: a whole document's opening, asked about as such (``crag.overview``)
+
+
+def graded_by(method: Method | None, detail: str = "") -> str:
+    """Who graded, in words: "llm", "llm (json_object)" (the structured output mode), "similarity", or
+    "similarity (fallback: <why>)"; "" for a score no evaluator gave."""
+    if method is None:
+        return ""
+    if method is Method.FALLBACK:
+        return f"similarity (fallback: {detail})"
+    return f"{method} ({detail})" if detail else str(method)
+
+
+def method_of(graded: str) -> tuple[Method | None, str]:
+    """``graded_by`` read back: the method and its detail, from the words a stored chat's trace may hold."""
+    name, _, rest = graded.partition(" (")
+    detail = rest.removesuffix(")")
+    if name == "similarity" and detail.startswith("fallback: "):
+        return Method.FALLBACK, detail.removeprefix("fallback: ")
+    return (Method(name), detail) if name in Method.__members__.values() else (None, "")
+
+
 @dataclass(frozen=True)
 class ScoredChunk:
     """A chunk with a score: a retrieval score, or the evaluator's relevance in [-1, 1]."""
 
     chunk: Chunk
     score: float
-    method: str = ""  # who scored it: "llm", "similarity", or "similarity (fallback: <why>)"
+    method: Method | None = None  # who graded it; None for a retrieval score
+    # With Method.LLM the structured output mode it was asked in, when found out; with FALLBACK why the LLM gave none
+    detail: str = ""
     anchor: str = ""  # the question's term it was searched for, when the first search missed that term
     # Found only with the words of the question before (a follow-up), not by the question's. A stored chat's
     # JSON may name it "context": it loads the same.
     from_history: Annotated[bool, Field(validation_alias=AliasChoices("from_history", "context"))] = False
+
+    @property
+    def graded_by(self) -> str:
+        return graded_by(self.method, self.detail)
 
 
 class Action(StrEnum):
@@ -92,6 +130,14 @@ class WebResult:
     text: str = ""
 
 
+class Drop(StrEnum):
+    """Why refinement dropped a strip."""
+
+    INJECTION = "injection"  # it looks like prompt injection (``crag.injection``)
+    BELOW_FLOOR = "below_floor"  # it scored below the floor
+    NOT_AMONG_BEST = "not_among_best"  # others scored better
+
+
 @dataclass(frozen=True)
 class Strip:
     """A few sentences of knowledge, scored and kept or dropped by refinement."""
@@ -106,7 +152,9 @@ class Strip:
     title: str = ""
     order: tuple[int, int] = (0, 0)  # (source position, strip position): document order
     chunk_id: str = ""  # the chunk a local strip came from
-    reason: str = ""  # why a dropped strip was dropped
+    reason: str = ""  # why a dropped strip was dropped, in words
+    # Why, as a kind; a strip kept all the same as one of the closest passages keeps it
+    drop: Drop | None = None
     # The heading path of its chunk, or its web page's title: what the strip is about. A stored chat's JSON may
     # name it "context": it loads the same.
     section: Annotated[str, Field(validation_alias=AliasChoices("section", "context"))] = ""
@@ -122,7 +170,7 @@ class Source:
     """A numbered source the answer may cite as [n]."""
 
     n: int
-    kind: str  # "local" | "web"
+    kind: Literal["local", "web"]
     text: str  # the refined knowledge taken from it
     file: str = ""
     pages: tuple[int, ...] = ()
@@ -150,6 +198,13 @@ class TermCheck:
     unknown: tuple[str, ...] = ()  # in no passage of the whole knowledge base (a subset of missing)
     decisive: bool = False  # the question is about what the documents lack: the action is Incorrect
 
+    def ceiling(self, upper: float) -> float:
+        """The highest grade this near miss leaves the passages: ``TUNING.near_miss.score`` when it is decisive,
+        just below ``upper`` (Ambiguous at most) when a term is missing, no cap otherwise."""
+        if self.decisive:
+            return TUNING.near_miss.score
+        return upper - 0.01 if self.missing else math.inf
+
 
 @dataclass(frozen=True)
 class Trace:
@@ -167,6 +222,7 @@ class Trace:
     web_error: str = ""
     notes: tuple[str, ...] = ()
     hint: str = ""  # what the user could do for a better answer, shown under it
+    remedy: Remedy | None = None  # what the user must do for any answer, which each edge says in its own words
     # What a written answer states (names, identifiers, numbers) that neither its sources nor the question mention
     unsupported: tuple[str, ...] = ()
     # Where the question was asked: folders and files relative to the files folder; empty for every document

@@ -12,6 +12,7 @@ from functools import cached_property
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from crag.analysis import Analysis
 from crag.config import Settings
 from crag.evaluator import Evaluator, Grade, Grading, SimilarityEvaluator, Usage
 from crag.models import BackendInfo, Embedder, EmbedderUnavailable
@@ -21,7 +22,7 @@ from crag.retriever import anchor
 from crag.scope import EVERYTHING, Scope, resolve
 from crag.terms import Vocabulary
 from crag.text import document_language, lexical_tokens
-from crag.types import Chunk, FileResult, ScoredChunk, WebResult
+from crag.types import Chunk, FileResult, Method, ScoredChunk, WebResult
 from crag.websearch import Searcher, WebSearchUnavailable
 
 
@@ -69,8 +70,8 @@ class FakeRetriever:
     def term_stats(self, scope: Scope = EVERYTHING) -> FakeStats:
         return FakeStats([c.text for c in self.held(scope)])
 
-    def anchor(self, question: str, hits: list[ScoredChunk], scope: Scope = EVERYTHING) -> list[ScoredChunk]:
-        return anchor(question, hits, self.term_stats(scope), lambda query, n: self.lexical(query, n, scope))
+    def anchor(self, asked: Analysis, hits: list[ScoredChunk], scope: Scope = EVERYTHING) -> list[ScoredChunk]:
+        return anchor(asked, hits, lambda query, n: self.lexical(query, n, scope))
 
     def file_languages(self, scope: Scope = EVERYTHING) -> dict[str, str]:
         held = self.held(scope)
@@ -114,7 +115,8 @@ class FixedEvaluator(Evaluator):
 
     def grade(self, question: str, texts: Sequence[str], usage: Usage | None = None) -> Grading:
         self.graded.append(question)
-        return Grading([Grade(s, self.name) for s in self.scores[: len(texts)]])
+        method = Method.LLM if self.name == "llm" else Method.SIMILARITY  # a grader named "llm" stands for one
+        return Grading([Grade(s, method) for s in self.scores[: len(texts)]])
 
 
 @dataclass

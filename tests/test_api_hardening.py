@@ -25,6 +25,7 @@ from crag.markdown import model_markdown, safe_stream
 from crag.mcp import Knowledge, create_server
 from crag.models import resolve_backend
 from crag.pipeline import Pipeline
+from crag.types import Method
 from tests.apiclient import DOC, LOCAL, QUESTION, hash_embedder, make_client, sse
 from tests.fakes import FakeSearcher, FixedEvaluator, ScriptedModel, chunk, pipeline
 
@@ -268,7 +269,7 @@ class GatedGrader(FixedEvaluator):
     def grade(self, question: str, texts: Sequence[str], usage: Usage | None = None) -> Grading:
         self.entered.set()
         self.release.wait(10)
-        return Grading([Grade(0.9, "fixed") for _ in texts])
+        return Grading([Grade(0.9, Method.SIMILARITY) for _ in texts])
 
 
 def answer_threads() -> list[threading.Thread]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from crag.conversations import Conversations
+from crag.conversations import Conversations, Stop
 from crag.errors import BackendUnavailable
 from crag.pipeline import Pipeline
 from tests import fakes
@@ -178,7 +178,31 @@ def test_a_stop_the_next_run_takes_before_the_stopped_run_ends_is_kept(
     [message] = [m for m in saved(files) if m.role == "assistant"]
     # Marked while nothing was saved yet, it says what is kept now: the text said until then.
     assert message.error == user_stopped("How many cores?", said=True), message.error
+    assert message.stop is Stop.USER, "the stopped run's own mark (interrupted) does not replace the user's"
     assert message.content.startswith("The widget needs") and not message.complete
+
+
+@pytest.mark.parametrize(
+    ("question", "said", "remedy"),
+    [
+        ("How many cores does the widget need?", "nothing indexed yet", "Build it: **Rebuild knowledge base**"),
+        ("这个部件需要几个核心？", "还没有已索引的文档", "构建方法：侧边栏中的 **Rebuild knowledge base**"),
+    ],
+)
+def test_an_answer_from_an_empty_knowledge_base_says_how_to_build_it_here(
+    monkeypatch: pytest.MonkeyPatch, files: Path, question: str, said: str, remedy: str
+) -> None:
+    def from_settings(cls, settings):
+        return fakes.pipeline(settings, [], [], searcher=fakes.FakeSearcher([]))
+
+    monkeypatch.setattr(Pipeline, "from_settings", classmethod(from_settings))
+    at = ask(app(), question)
+    for _ in ("as it is written", "replayed from the history"):
+        assert [m.name for m in at.chat_message] == ["user", "assistant"], texts(at.error)
+        shown = texts(at.chat_message[1].markdown)
+        assert said in shown and remedy in shown, shown
+        assert "python -m crag" not in shown, "the command line's words are not the page's"
+        at.run()
 
 
 def test_a_stop_after_the_answer_ended_leaves_it_whole(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:

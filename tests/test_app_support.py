@@ -157,6 +157,17 @@ def test_pull_without_ollama_says_how_to_start_it(closed_port_url: str) -> None:
     assert closed_port_url in str(err.value)
 
 
+def test_pull_failing_without_a_message_names_the_failure(monkeypatch) -> None:
+    import ollama
+
+    def pull(*args: object, **kwargs: object) -> None:
+        raise ConnectionResetError()  # str() is "": the message names the exception's type instead
+
+    monkeypatch.setattr(ollama.Client, "pull", pull)
+    with pytest.raises(BackendUnavailable, match=r"\(ConnectionResetError\)"):
+        list(pull_model("http://127.0.0.1:1", "qwen3:4b"))
+
+
 # ---------------------------------------------------------------------------------------------
 # Highlighted page images
 
@@ -347,6 +358,20 @@ def test_an_answer_cut_off_by_a_reload_says_so_in_the_question_language() -> Non
 
     assert stopped("tlmgr 如何安装单个宏包？").startswith("这个回答没有完成")
     assert stopped("How do I install a package?").endswith("ask again.")
+
+
+def test_a_stop_is_told_by_its_kind_not_by_its_words() -> None:
+    from crag.conversations import Message, Stop
+    from ui.text import stop_of, user_stopped
+
+    assert stop_of(Message(1, "assistant", "", complete=False, error="Halted.", stop=Stop.USER)) is Stop.USER
+    reloaded = Message(1, "assistant", "", complete=False, error=user_stopped("q"), stop=Stop.INTERRUPTED)
+    assert stop_of(reloaded) is Stop.INTERRUPTED
+    # A message stored before messages kept their stop says it in the Stop button's words only.
+    for said in (True, False):
+        old = Message(1, "assistant", "", complete=False, error=user_stopped("如何安装？", said=said))
+        assert stop_of(old) is Stop.USER
+    assert stop_of(Message(1, "assistant", "", complete=False, error="The model failed.")) is None
 
 
 def test_chats_with_the_same_title_are_told_apart() -> None:

@@ -31,7 +31,8 @@ def test_ask_json_answers_from_the_embedded_model(closed_port_url: str) -> None:
     assert closed_port_url in out["backend_reason"]
     # No knowledge base and no web: the answer says so instead of inventing, without a model call.
     assert out["answer"].startswith("Your knowledge base has nothing indexed yet: build it")
-    assert "python -m crag index" in out["answer"] and "Web search is unavailable: offline" in out["answer"]
+    assert "Web search is unavailable: offline" in out["answer"]
+    assert out["hint"] == "Build the knowledge base: `python -m crag index`.", "what to do, in the command line's words"
     assert out["action"] == "incorrect" and out["sources"] == [] and out["llm_calls"] == 0
     assert out["kind"] == "no_answer"
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from crag.conversations import Conversations, UnsafeFolder, private_folder, private_history, title_of
-from crag.types import Action, Answer, AnswerKind, ScoredChunk, Source, TermCheck, Trace
+from crag.conversations import Conversations, Stop, UnsafeFolder, private_folder, private_history, title_of
+from crag.types import Action, Answer, AnswerKind, Method, ScoredChunk, Source, TermCheck, Trace
 from tests.fakes import chunk
 
 
@@ -24,7 +24,7 @@ def answer(text: str = "“The widget needs two cores.” [1]", complete: bool =
         question="How many cores?",
         standalone_question="How many cores?",
         action=Action.CORRECT,
-        retrieved=(ScoredChunk(c, 0.9, "similarity"),),
+        retrieved=(ScoredChunk(c, 0.9, Method.SIMILARITY),),
         thresholds=(-0.8, 0.55),
         terms=TermCheck(("widget",)),
     )
@@ -146,6 +146,32 @@ def test_an_update_can_keep_the_error_a_message_has(tmp_path: Path) -> None:
     assert store.messages(conversation.id)[0].error == ""
 
 
+def test_an_update_keeps_what_stopped_a_message_with_its_error(tmp_path: Path) -> None:
+    store = Conversations(tmp_path / "c.sqlite3")
+    conversation = store.create()
+    reply = store.add(conversation.id, "assistant", "", complete=False)
+    assert store.messages(conversation.id)[0].stop is None
+    store.update(reply, "The wid", complete=False, error="You stopped this answer.", stop=Stop.USER)
+    store.update(reply, "The widget", complete=False, error="Interrupted.", keep_error=True, stop=Stop.INTERRUPTED)
+    [message] = store.messages(conversation.id)
+    assert (message.content, message.error, message.stop) == ("The widget", "You stopped this answer.", Stop.USER)
+    store.update(reply, "The widget needs two cores.", complete=True)
+    assert store.messages(conversation.id)[0].stop is None
+
+
+def test_a_store_without_stops_gains_them(tmp_path: Path) -> None:
+    path = tmp_path / "conversations.sqlite3"
+    store = Conversations(path)
+    chat = store.create()
+    reply = store.add(chat.id, "assistant", "The wid", complete=False, error="You stopped this answer.")
+    with sqlite3.connect(path) as db:
+        db.execute("ALTER TABLE messages DROP COLUMN stop")
+    [message] = Conversations(path).messages(chat.id)
+    assert (message.id, message.error, message.stop) == (reply, "You stopped this answer.", None)
+    Conversations(path).update(reply, "The wid", complete=False, error="Stopped.", stop=Stop.USER)
+    assert Conversations(path).messages(chat.id)[0].stop is Stop.USER
+
+
 def test_a_conversation_keeps_its_scope_and_each_answer_where_it_was_asked(tmp_path: Path) -> None:
     path = tmp_path / "conversations.sqlite3"
     store = Conversations(path)
@@ -236,3 +262,36 @@ def test_a_folder_another_user_could_have_made_is_not_used(
         private_folder(fixed)
     path = private_history(tmp_path)
     assert path.parent != fixed and path.parent.parent == tmp_path and path.parent.stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.parametrize(
+    ("words", "method", "detail"),
+    [
+        ("similarity (fallback: x)", Method.FALLBACK, "x"),
+        (
+            "similarity (fallback: grader failed: HTTP 500 (json_object))",
+            Method.FALLBACK,
+            "grader failed: HTTP 500 (json_object)",
+        ),
+        ("llm (json_object)", Method.LLM, "json_object"),
+        ("llm", Method.LLM, ""),
+        ("similarity", Method.SIMILARITY, ""),
+        ("", None, ""),
+    ],
+)
+def test_a_trace_stored_with_its_grades_method_in_words_loads_as_the_kind(
+    tmp_path: Path, words: str, method: Method | None, detail: str
+) -> None:
+    path = tmp_path / "c.sqlite3"
+    store = Conversations(path)
+    conversation = store.create()
+    message = store.add(conversation.id, "assistant", "", answer())
+    with sqlite3.connect(path) as db:
+        db.execute(
+            "UPDATE messages SET answer = ? WHERE id = ?", (STORED.replace('"similarity"', f'"{words}"'), message)
+        )
+    loaded = store.messages(conversation.id)[0].answer
+    assert (loaded.trace.retrieved[0].method, loaded.trace.retrieved[0].detail) == (method, detail)
+    assert loaded.trace.retrieved[0].graded_by == words, "shown as it was"
+    store.update(message, loaded.text, loaded)
+    assert store.messages(conversation.id)[0].answer == loaded, "saved again, it loads the same"

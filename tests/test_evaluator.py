@@ -8,11 +8,12 @@ import pytest
 from pydantic_ai.messages import ModelResponse, TextPart
 from pydantic_ai.models.function import FunctionModel
 
+from crag.analysis import coverage, word_weights
 from crag.config import load_settings
-from crag.evaluator import LLMEvaluator, SimilarityEvaluator, calibrate, coverage, word_weights
+from crag.evaluator import LLMEvaluator, SimilarityEvaluator, calibrate
 from crag.evidence import LEADS
 from crag.support import Grounder, Grounding, unsupported
-from crag.types import Action, AnswerKind, Source, WebResult
+from crag.types import Action, AnswerKind, Method, Source, WebResult
 from tests.fakes import FakeSearcher, FakeStats, HashEmbedder, ScriptedModel, chunk, pipeline
 
 GHOSTSCRIPT = (
@@ -127,7 +128,7 @@ def test_llm_grader_junk_twice_falls_back_to_similarity() -> None:
     calls: list = []
     grading = grader('{"passage_1": "high"}', calls).grade("How many cores does the widget need?", TEXTS)
     assert len(calls) == 2
-    assert all(g.method.startswith("similarity (fallback: grader failed") for g in grading.grades)
+    assert all(g.method is Method.FALLBACK and g.detail.startswith("grader failed") for g in grading.grades)
     fallback = SimilarityEvaluator(HashEmbedder()).grade("How many cores does the widget need?", TEXTS)
     assert [g.score for g in grading.grades] == [g.score for g in fallback.grades]
 
@@ -135,7 +136,7 @@ def test_llm_grader_junk_twice_falls_back_to_similarity() -> None:
 @pytest.mark.reliability
 def test_llm_grader_timeout_falls_back() -> None:
     grading = grader('{"passage_1": 0.5, "passage_2": 0.5}', delay=2.0).grade("q", TEXTS)
-    assert all("timed out after 0.5 s" in g.method for g in grading.grades)
+    assert all(g.method is Method.FALLBACK and "timed out after 0.5 s" in g.detail for g in grading.grades)
 
 
 def test_llm_grader_gives_the_web_query_so_web_costs_no_extra_call(settings) -> None:

@@ -8,8 +8,6 @@ import pytest
 
 from crag.config import load_settings
 from crag.evidence import (
-    MAX_WIDTH,
-    QUOTE_WINDOW,
     Asked,
     aside,
     evidence_answer,
@@ -22,6 +20,7 @@ from crag.evidence import (
 )
 from crag.refine import local_strips
 from crag.text import language, split_sentences, width
+from crag.tuning import TUNING
 from crag.types import Action, AnswerKind, Chunk, ScoredChunk, Source, Strip, cited
 from tests.fakes import ScriptedModel, chunk, pipeline
 from tests.helpers import ISSUE_EN, ISSUE_ZH
@@ -373,14 +372,14 @@ def test_a_quote_reaches_the_sentence_with_the_number() -> None:
     strips = [strip(restating, 0.9, (0, 0)), strip(fact, 0.85, (0, 1))]
     text = evidence_answer(select(strips, "What is the default block size?"), [SOURCE], "en", Action.CORRECT)
     assert "900k" in text
-    assert all(width(found["quote"]) <= MAX_WIDTH for found in quoted_lines(text))
+    assert all(width(found["quote"]) <= TUNING.evidence.max_width for found in quoted_lines(text))
 
 
 def test_a_long_passage_is_quoted_from_the_sentences_that_hold_the_fact_never_cut_inside_one() -> None:
     filler = " ".join(f"Compression works on blocks of data, as step {i} of the pipeline explains." for i in range(12))
     passage = f"{filler} Each block is at most 900k bytes long. {filler}"
     [chosen] = select([strip(passage, 0.9, (0, 0))], "How big is a block at most?")
-    assert "900k bytes" in chosen.text and width(chosen.text) <= QUOTE_WINDOW
+    assert "900k bytes" in chosen.text and width(chosen.text) <= TUNING.evidence.quote_window
     assert all(sentence in split_sentences(passage) for sentence in split_sentences(chosen.text))
 
 

@@ -9,6 +9,7 @@ from pydantic_ai.exceptions import ModelHTTPError
 from pydantic_ai.models.function import FunctionModel
 
 from crag.evaluator import LLMEvaluator, SimilarityEvaluator
+from crag.types import Method
 from tests import fakes
 
 QUESTION = "How many cores does the widget need?"
@@ -28,7 +29,7 @@ def test_a_grader_that_fails_is_logged_with_its_cause(caplog: pytest.LogCaptureF
     grader = LLMEvaluator(FunctionModel(unauthorized), SimilarityEvaluator(fakes.HashEmbedder()), timeout=5)
     with caplog.at_level(logging.WARNING, logger="crag"):
         grading = grader.grade(QUESTION, [CHUNK.text])
-    assert grading.grades[0].method.startswith("similarity (fallback")
+    assert grading.grades[0].method is Method.FALLBACK
     logged = [r for r in caplog.records if r.name == "crag.evaluator"]
     assert logged and "401" in logged[0].getMessage(), [r.getMessage() for r in caplog.records]
 

@@ -11,7 +11,7 @@ import pytest
 from crag.config import load_settings
 from crag.evaluator import Evaluator, Grade, Grading, Usage
 from crag.followups import conversation_query, stands_alone
-from crag.types import Action, ScoredChunk
+from crag.types import Action, Method, ScoredChunk
 from tests.fakes import ScriptedModel, chunk, pipeline
 from tests.test_pipeline import DOC
 
@@ -86,7 +86,7 @@ class KeyedEvaluator(Evaluator):
     name: str = "keyed"
 
     def grade(self, question: str, texts: Sequence[str], usage: Usage | None = None) -> Grading:
-        return Grading([Grade(0.9 if self.word in question else -0.95, self.name) for _ in texts])
+        return Grading([Grade(0.9 if self.word in question else -0.95, Method.SIMILARITY) for _ in texts])
 
 
 @pytest.mark.parametrize(
@@ -121,7 +121,7 @@ class FollowUpEvaluator(Evaluator):
                 return 0.95 if "batch" in question else 0.4
             return 0.7 if "Windows" in text and "batch" not in question else -0.9
 
-        return Grading([Grade(one(t), self.name) for t in texts])
+        return Grading([Grade(one(t), Method.SIMILARITY) for t in texts])
 
 
 def test_a_follow_up_answered_alone_by_any_page_that_names_its_word_is_read_with_the_conversation(settings) -> None:
@@ -222,7 +222,7 @@ class TwoReadingsEvaluator(Evaluator):
                 return 0.3 if "安装" in question else 0.8
             return 0.9 if "安装" in question else -0.5
 
-        return Grading([Grade(one(t), self.name) for t in texts])
+        return Grading([Grade(one(t), Method.SIMILARITY) for t in texts])
 
 
 def test_a_follow_up_that_goes_on_is_graded_on_what_it_adds_as_well_as_on_what_it_follows(settings) -> None:
@@ -244,7 +244,7 @@ class PassageEvaluator(Evaluator):
     name: str = "by passage"
 
     def grade(self, question: str, texts: Sequence[str], usage: Usage | None = None) -> Grading:
-        return Grading([Grade(next(g for w, g in self.grades.items() if w in t), self.name) for t in texts])
+        return Grading([Grade(next(g for w, g in self.grades.items() if w in t), Method.SIMILARITY) for t in texts])
 
 
 def test_a_name_found_only_with_the_words_of_the_question_before_does_not_vouch_for_a_passage(settings) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from fastapi.testclient import TestClient
@@ -105,3 +106,13 @@ def test_a_build_with_nothing_to_change_leaves_a_whole_pointer(kb: Settings) -> 
     report = sync(kb, embedder)
     assert report.generation == first and Store(kb.chroma_dir).verify() is None
     assert generations(kb) == {first}
+
+
+def test_an_index_gone_between_reading_its_pointer_and_opening_it_answers_nothing(
+    kb: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    retriever = Retriever(kb, HashEmbedder())
+    monkeypatch.setattr(retriever.store, "active", lambda max_age=0.0: SimpleNamespace(id="gone"))
+    monkeypatch.setattr(retriever.store, "reader", lambda: None)  # removed meanwhile
+    assert retriever.current() is None
+    assert retriever.retrieve(QUESTION, 3) == []

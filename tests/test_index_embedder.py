@@ -133,6 +133,7 @@ def test_the_cli_and_the_api_say_which_embedder_the_index_needs(
     assert main(["index"]) == 2
     refused = capsys.readouterr().err
     assert all(way in refused for way in WAYS_OUT), "the incremental build refuses, saying why"
+    assert "`python -m crag index --rebuild`" in refused and "POST /index" not in refused
     assert main(["ask", QUESTION]) == 0
     out = capsys.readouterr()
     assert "eight hundred megabytes" in out.out and all(way in out.err for way in WAYS_OUT)
@@ -142,6 +143,7 @@ def test_the_cli_and_the_api_say_which_embedder_the_index_needs(
         assert answer["sources"] and any(all(way in n for way in WAYS_OUT) for n in answer["notes"])
         state = wait_for_job(client, client.post("/index", json={}).json()["job"])
         assert state["state"] == "failed" and "never mixes embedders" in state["error"]
+        assert 'POST /index with {"rebuild": true}' in state["error"] and "python -m crag" not in state["error"]
     assert open_store(built).active().embedder == "ollama:bge-m3"
 
 
@@ -181,7 +183,7 @@ def files_env(built: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[None
 # ---------------------------------------------------------------------------------------------
 # An index built with MiniLM
 
-OFFER = ("MiniLM", "full rebuild", USEEmbedder.name, "python -m crag index --rebuild")
+OFFER = ("MiniLM", "full rebuild", USEEmbedder.name)
 
 
 @pytest.fixture
@@ -232,6 +234,7 @@ def test_the_cli_and_the_api_offer_the_full_rebuild_once(
     out = capsys.readouterr()
     assert "eight hundred megabytes" in out.out
     assert all(part in out.err for part in OFFER) and out.err.count("MiniLM") == 1, out.err
+    assert "`python -m crag index --rebuild`" in out.err, "how, in the command line's words"
     assert main(["index"]) == 0
     err = capsys.readouterr().err
     assert all(part in err for part in OFFER), "the incremental build kept MiniLM: it says so"
@@ -240,6 +243,7 @@ def test_the_cli_and_the_api_offer_the_full_rebuild_once(
     with TestClient(create_app(minilm), base_url=LOCAL) as client:
         health = client.get("/health").json()
         assert health["status"] == "ok" and all(part in health["index_upgrade"] for part in OFFER)
+        assert 'POST /index with {"rebuild": true}' in health["index_upgrade"], "how, in the API's words"
         state = wait_for_job(client, client.post("/index", json={"rebuild": True}).json()["job"])
         assert state["state"] == "done", state
         health = client.get("/health").json()

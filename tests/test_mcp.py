@@ -150,6 +150,7 @@ def test_an_empty_index_is_a_tool_error_that_says_what_to_do(settings: Settings)
         result = call(fake, settings, tool, question=QUESTION)
         assert result.is_error and result.structured_content is None
         assert "Your knowledge base has nothing indexed yet: build it" in result.content[0].text
+        assert "`python -m crag index`" in result.content[0].text
 
 
 def test_a_bad_question_and_a_backend_down_are_tool_errors(settings: Settings) -> None:
@@ -175,7 +176,8 @@ def test_list_documents_without_an_index_says_how_to_build_it(settings: Settings
     fake = pipeline(settings, [], [])
     result = call(fake, settings, "list_documents")
     assert result.structured_content == {"generation": None, "folders": [], "files": []}
-    assert "Nothing is indexed yet: build the knowledge base" in result.content[0].text
+    assert "Nothing is indexed yet. Build the knowledge base" in result.content[0].text
+    assert "`python -m crag index`" in result.content[0].text
 
 
 # ---------------------------------------------------------------------------------------------

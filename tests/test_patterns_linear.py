@@ -156,3 +156,14 @@ def test_the_walk_finds_patterns_inside_data_and_the_rules_of_each_package() -> 
     found = set(collect().values())
     assert {"crag.evidence.ASIDES[2].found", "crag.evidence.LINE", "crag.terms._NAME_RUN", "ui.text.HOST"} <= found
     assert any(where.startswith("crag.injection.") for where in found)
+
+
+def test_the_walk_finds_the_patterns_built_from_word_lists() -> None:
+    """Patterns built from crag/lexicons when their module is imported are module-level patterns like the others."""
+    found = set(collect().values())
+    assert {
+        "crag.asks._SPLIT",
+        "crag.followups._ELLIPTICAL",
+        "crag.overview._ABOUT_EN",
+        "crag.evidence.ASIDES[0].found",
+    } <= found

@@ -16,7 +16,7 @@ from crag.models.loops import own_event_loop
 from crag.scope import EVERYTHING
 from crag.steps import decide_action
 from crag.text import BadQuestion, quote
-from crag.types import Action, AnswerKind, WebResult, cited
+from crag.types import Action, AnswerKind, Drop, Method, WebResult, cited
 from tests.fakes import FakeRetriever, FakeSearcher, FixedEvaluator, ScriptedModel, chunk, pipeline
 
 DOC = (
@@ -249,6 +249,7 @@ def test_instructions_to_the_assistant_are_dropped_before_the_model(settings) ->
     dropped = [s for s in answer.trace.strips if "PWNED" in s.text]
     assert [s.kept for s in dropped] == [False]
     assert dropped[0].reason.startswith("possible prompt injection: tells the assistant to ignore its instructions")
+    assert dropped[0].drop is Drop.INJECTION
     assert any("prompt injection" in n for n in answer.trace.notes)
 
 
@@ -418,7 +419,7 @@ class StaffGrader(FixedEvaluator):
 
     def grade(self, question, texts, usage=None):
         self.graded.append(question)
-        return Grading([Grade(0.9 if "staff-size" in t else 0.0, self.name) for t in texts])
+        return Grading([Grade(0.9 if "staff-size" in t else 0.0, Method.SIMILARITY) for t in texts])
 
 
 def searched_again(settings, query: str, backend: str = "ollama"):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from crag.analysis import Analysis
 from crag.config import Settings, load_settings
 from crag.ingest import sync
 from crag.ingest.chunking import CHUNKER_VERSION
@@ -100,13 +101,14 @@ def test_a_name_the_top_k_misses_brings_a_passage_that_mentions_it(kb: Settings,
     question = "小部件需要安装依赖吗？gadget 呢？"
     hits = retriever.retrieve(question, 1)
     assert [h.chunk.file for h in hits] == ["zh.pdf"]
-    added = retriever.anchor(question, hits)[1:]
+    stats = retriever.term_stats()
+    added = retriever.anchor(Analysis(question, stats), hits)[1:]
     assert [(h.chunk.file, h.anchor) for h in added] == [("gadget.pdf", "gadget")]
     # A name the documents never mention makes the question Incorrect whatever else is found: nothing is added.
-    assert retriever.anchor("小部件需要安装依赖吗？gadget 和 Zorblax 呢？", hits) == hits
+    assert retriever.anchor(Analysis("小部件需要安装依赖吗？gadget 和 Zorblax 呢？", stats), hits) == hits
     # Every name already retrieved: nothing is added.
     hits = retriever.retrieve("How much memory does the gadget need?", 1)
-    assert retriever.anchor("How much memory does the gadget need?", hits) == hits
+    assert retriever.anchor(Analysis("How much memory does the gadget need?", stats), hits) == hits
 
 
 def test_incremental_sync_touches_only_what_changed(kb: Settings, embedder: Embedder) -> None:

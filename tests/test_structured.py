@@ -17,6 +17,7 @@ import pytest
 from crag.config import load_settings
 from crag.evaluator import LLMEvaluator, SimilarityEvaluator, Usage
 from crag.models import BackendInfo, build_chat_model
+from crag.types import Method
 from tests.fakes import HashEmbedder, chunk, pipeline
 from tests.helpers import http_server
 
@@ -158,7 +159,10 @@ def test_json_object_with_the_schema_where_json_schema_is_refused(serve, real_mo
     evaluator = grader(server)
 
     first = evaluator.grade("How many cores does the widget need?", PASSAGES)
-    assert [(g.score, g.method) for g in first.grades] == [(0.8, "llm (json_object)"), (-0.6, "llm (json_object)")]
+    assert [(g.score, g.method, g.detail) for g in first.grades] == [
+        (0.8, "llm", "json_object"),
+        (-0.6, "llm", "json_object"),
+    ]
     assert [mode for mode, _ in server.requests] == ["json_schema", "json_object"]
     schema = server.requests[1][1]["response_format"]["schema"]
     assert {"passage_1", "passage_2", "web_query"} <= set(schema["properties"]), "the schema rides with json_object"
@@ -170,7 +174,7 @@ def test_json_object_with_the_schema_where_json_schema_is_refused(serve, real_mo
 def test_the_servers_openapi_document_spares_it_the_refused_request(serve, real_models) -> None:
     server = serve({"json_object"}, openapi=["text", "json_object"])
     grades = grader(server).grade("How many cores does the widget need?", PASSAGES).grades
-    assert {g.method for g in grades} == {"llm (json_object)"}
+    assert {(g.method, g.detail) for g in grades} == {(Method.LLM, "json_object")}
     assert [mode for mode, _ in server.requests] == ["json_object"] and server.statuses == [200, 200]
 
 
@@ -178,7 +182,7 @@ def test_the_servers_openapi_document_spares_it_the_refused_request(serve, real_
 def test_the_first_mode_the_server_accepts_grades(serve, real_models, mode: str) -> None:
     server = serve({mode})
     grades = grader(server).grade("How many cores does the widget need?", PASSAGES).grades
-    assert [g.method for g in grades] == [f"llm ({mode})"] * 2
+    assert [(g.method, g.detail) for g in grades] == [(Method.LLM, mode)] * 2
     assert [g.score for g in grades] == [0.8, -0.6]
 
 
@@ -187,15 +191,16 @@ def test_a_server_that_accepts_none_falls_back_once(serve, real_models) -> None:
     evaluator = grader(server)
     grades = evaluator.grade("How many cores does the widget need?", PASSAGES).grades
     assert all(
-        g.method.startswith("similarity (fallback: the model server accepts no structured output") for g in grades
+        g.method is Method.FALLBACK and g.detail.startswith("the model server accepts no structured output")
+        for g in grades
     )
-    assert "json_object: HTTP 500" in grades[0].method and "prompted: no valid output" in grades[0].method
+    assert "json_object: HTTP 500" in grades[0].detail and "prompted: no valid output" in grades[0].detail
     assert len(server.requests) == 5  # json_schema, json_object, tool, and prompted JSON with its one retry
     asked = len(server.statuses)  # with the look for an OpenAPI document
 
     again = evaluator.grade("And memory?", PASSAGES).grades
     assert len(server.statuses) == asked, "no request at all once the server is known to accept none"
-    assert again[0].method == grades[0].method
+    assert (again[0].method, again[0].detail) == (grades[0].method, grades[0].detail)
 
 
 def test_a_server_that_is_down_is_not_judged(closed_port_url: str, real_models) -> None:
@@ -204,8 +209,8 @@ def test_a_server_that_is_down_is_not_judged(closed_port_url: str, real_models) 
     model = build_chat_model(settings, BackendInfo("openai", "stub", "test"))
     evaluator = LLMEvaluator(model, SimilarityEvaluator(HashEmbedder()))
     grades = evaluator.grade("How many cores does the widget need?", PASSAGES).grades
-    assert all(g.method.startswith("similarity (fallback: grader failed") for g in grades)
-    assert "accepts no structured output" not in grades[0].method
+    assert all(g.method is Method.FALLBACK and g.detail.startswith("grader failed") for g in grades)
+    assert "accepts no structured output" not in grades[0].detail
 
 
 def test_a_follow_up_is_condensed_in_the_mode_found(serve, tmp_path, real_models) -> None:

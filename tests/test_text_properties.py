@@ -12,13 +12,15 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from crag.evidence import MAX_STRIPS, aside, evidence_answer, flatten, pieces, quotable, select
+from crag.analysis import Analysis
+from crag.evidence import aside, evidence_answer, flatten, pieces, quotable, select
 from crag.followups import elliptical, rewrite_problem
 from crag.injection import injection_reason
 from crag.refine import decompose
 from crag.support import Grounder, unsupported
-from crag.terms import Vocabulary, check_terms, mentions, specific_terms
+from crag.terms import Vocabulary, mentions, specific_terms
 from crag.text import content_words, lexical_tokens, phrase, quote, split_sentences
+from crag.tuning import TUNING
 from crag.types import Action, Source, Strip, cited
 from tests.helpers import ISSUE_EN, ISSUE_ZH
 from ui.text import md_linked
@@ -88,7 +90,7 @@ def test_a_quote_is_a_piece_of_its_strip(text: str, question: str) -> None:
 def test_an_evidence_answer_is_made_from_any_strips(parts: list[str], question: str) -> None:
     strips = [strip_of(text, n) for n, text in enumerate(parts)]
     chosen = select(strips, question)
-    assert len(chosen) <= MAX_STRIPS
+    assert len(chosen) <= TUNING.evidence.max_strips
     source = Source(1, "local", " ".join(parts), file="m.pdf", pages=(1,), chunk_ids=("c0",))
     assert isinstance(evidence_answer(chosen, [source], "zh", Action.CORRECT), str)
 
@@ -99,7 +101,7 @@ def test_an_evidence_answer_is_made_from_any_strips(parts: list[str], question: 
 @example("Where does the installer put abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefgh?", [ISSUE_EN])
 def test_the_term_check_reports_only_the_questions_terms(question: str, passages: list[str]) -> None:
     terms = [t.text for t in specific_terms(question)]
-    check = check_terms(question, passages)
+    check = Analysis(question).near_miss(passages)
     assert list(check.terms) == terms
     assert set(check.missing) <= set(terms)
     assert all(isinstance(mentions(t, Vocabulary(passages)), bool) for t in specific_terms(question))

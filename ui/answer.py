@@ -32,6 +32,7 @@ from ui.text import (
     md_coded,
     md_escape,
     no_images,
+    remedy_text,
     shorten,
 )
 
@@ -63,7 +64,8 @@ ASK_HEADING = re.compile(r"^(?=\*\*\d++\. )", re.MULTILINE)  # "**2. How do I…
 def quotes_markdown(text: str) -> str:
     """``evidence_markdown``, with the code an answer quotes set as code and its tables as tables, each block's
     citation under it."""
-    out, lines = [], []
+    out: list[str] = []
+    lines: list[str] = []
     for part in answer_parts(text):
         if isinstance(part, Quote):
             out += [evidence_markdown("\n".join(lines))] if lines else []
@@ -91,6 +93,8 @@ def render(answer: Answer, question: str, files_dir: Path, key: int, previous: s
     """Badge line, the trace expander, the sources panel and the export of one answer. ``previous``: the question
     before it in the conversation, which its export names when it was read as a follow-up."""
     trace = answer.trace
+    if trace is not None and trace.remedy:  # the answer says why there is none; this, what to do
+        st.markdown(remedy_text(trace.remedy, question))
     badge_line(answer, question, previous)
     if follows_up(answer):  # the same question, without the conversation that changed how it was read
         st.button(
@@ -229,7 +233,7 @@ def zone(score: float, lower: float, upper: float) -> str:
     return "Correct" if score >= upper else "Ambiguous" if score >= lower else "Incorrect"
 
 
-def score_chart(trace: Trace, lower: float, upper: float) -> alt.LayerChart:
+def score_chart(trace: Trace, lower: float, upper: float) -> alt.LayerChart | alt.FacetChart:
     data = pd.DataFrame(
         {
             "passage": [f"P{i}" for i in range(1, len(trace.retrieved) + 1)],
@@ -290,7 +294,7 @@ def retrieved(trace: Trace, lower: float, upper: float, key: int, labels: dict[s
             "found by": f"searching for “{r.anchor}”" if r.anchor else "the question",
             "section": r.chunk.section,
             "text": shorten(r.chunk.text, 400),
-            "graded by": r.method,
+            "graded by": r.graded_by,
         }
         for i, r in enumerate(trace.retrieved, start=1)
     ]

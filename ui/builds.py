@@ -14,10 +14,10 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from crag.config import Settings
-from crag.errors import CragError
+from crag.errors import CragError, said
 from crag.jobs import Job
 from ui import state
-from ui.text import build_summary, md_escape, no_images, progress_text, time_left
+from ui.text import REMEDIES, build_summary, md_escape, no_images, progress_text, time_left
 
 REFRESH_RUNNING = 1.0  # seconds between two looks at a running build
 REFRESH_IDLE = 5.0  # between two looks for a build another session started
@@ -141,7 +141,8 @@ def outcome(job: Job) -> None:
         st.info(job.error, icon=":material/stop_circle:")
     elif job.state == "failed":
         detail = f" ({md_escape(job.detail)})" if job.detail else ""
-        st.error(f"**The knowledge base was not rebuilt.** {no_images(job.error)}{detail}")
+        error = said(no_images(job.error), job.remedy, REMEDIES)
+        st.error(f"**The knowledge base was not rebuilt.** {error}{detail}")
     elif job.report is not None:
         report = job.report
         failed = [f for f in report.files if f.status == "failed"]

@@ -21,7 +21,7 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from crag.config import Settings
-from crag.conversations import Conversations, Message, title_of
+from crag.conversations import Conversations, Message, Stop, title_of
 from crag.errors import CragError
 from crag.markdown import safe_stream
 from crag.models.loops import own_event_loop
@@ -31,7 +31,7 @@ from crag.types import Answer, AnswerKind
 from ui import state
 from ui.scope import ALL, choose
 from ui.settings import WEB_LABEL
-from ui.text import gist, md_escape, stage_label, stopped, stopped_by_user, user_stopped
+from ui.text import error_text, gist, md_escape, stage_label, stop_of, stopped, user_stopped
 
 if TYPE_CHECKING:
     import crag.pipeline
@@ -110,7 +110,7 @@ def replay_answer(message: Message, question: str, previous: str, settings: Sett
         answer_ui.text(message.content, message.answer.kind if message.answer else AnswerKind.GENERATED)
     if message.answer is not None:
         answer_ui.render(message.answer, question, settings.files_dir, key=message.id, previous=previous)
-    elif not message.complete and stopped_by_user(message.error):  # worded by what is kept (the run may save after)
+    elif not message.complete and stop_of(message) is Stop.USER:  # worded by what is kept (the run may save after)
         st.info(user_stopped(question, said=bool(message.content)), icon=":material/stop_circle:")
     elif not message.complete:
         st.error(message.error or stopped(question))
@@ -132,7 +132,7 @@ def ask(
         question = clean_question(question)  # the one check the CLI and the API make too
     except CragError as exc:
         # Nothing is saved (no question without a reply); the next run says why and gives the text back.
-        st.session_state["refused"] = (question, str(exc))
+        st.session_state["refused"] = (question, error_text(exc))
         st.rerun()
     if chat is None:
         chat = store.create(title_of(question), scope=options.get("scope", ())).id
@@ -185,7 +185,7 @@ class Turn:
             try:
                 stream = pipeline.stream(self.question, history=history, on_step=self.stages.on_step, **options)
             except UnknownScope as exc:  # the chat's folder is gone: say so, and offer every document
-                self.end(None, str(exc))
+                self.end(None, error_text(exc))
                 stored = True
                 st.button(
                     f"Ask it in {ALL}",
@@ -212,7 +212,8 @@ class Turn:
                 stream.close()
             if not stored:
                 text = stream.text if stream is not None else ""
-                self.store.update(self.reply, text, None, complete=False, error=stopped(self.question), keep_error=True)
+                said = stopped(self.question)
+                self.store.update(self.reply, text, complete=False, error=said, keep_error=True, stop=Stop.INTERRUPTED)
                 self.reword_stop(text)
 
     def reword_stop(self, text: str) -> None:
@@ -220,8 +221,8 @@ class Turn:
         say it by what is kept now."""
         for message in self.store.messages(self.chat):
             right = user_stopped(self.question, said=bool(text))
-            if message.id == self.reply and stopped_by_user(message.error) and message.error != right:
-                self.store.update(self.reply, text, None, complete=False, error=right)
+            if message.id == self.reply and stop_of(message) is Stop.USER and message.error != right:
+                self.store.update(self.reply, text, None, complete=False, error=right, stop=Stop.USER)
 
     def models(self, loading: state.Loading) -> crag.pipeline.Pipeline | None:
         """The pipeline, once loaded (None when it failed); meanwhile the status says the question waits for it."""
@@ -275,7 +276,7 @@ def mark_stopped(store: Conversations, chat: str, reply: int, question: str) -> 
     for message in store.messages(chat):
         if message.id == reply and not message.complete:
             error = user_stopped(question, said=bool(message.content))
-            store.update(reply, message.content, message.answer, complete=False, error=error)
+            store.update(reply, message.content, message.answer, complete=False, error=error, stop=Stop.USER)
 
 
 class Stages:
@@ -325,7 +326,7 @@ def show(
         if pipeline.answer_kind(answer_mode) is AnswerKind.EVIDENCE:
             for _ in saving(stream, store, reply):  # quotes come whole, at once: set them as quotes
                 pass
-            answer_ui.text(stream.text, stream.answer.kind)
+            answer_ui.text(stream.text, stream.finished.kind)
         else:
             written = st.empty()
             with written.container():
@@ -334,7 +335,7 @@ def show(
                 with written.container():
                     answer_ui.text(stream.answer.text, stream.answer.kind)
     except CragError as exc:
-        return str(exc)
+        return error_text(exc)
     except Exception as exc:  # noqa: BLE001 - a failing model must not take the page or the history down
         return (
             f"The answer stopped ({type(exc).__name__}: {md_escape(str(exc))}). "

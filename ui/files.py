@@ -38,9 +38,9 @@ def files_list(settings: Settings, files: list[FileResult]) -> None:
 def listing(settings: Settings, files: list[FileResult]) -> None:
     """A line per file. During a build, each file's status comes from the build: read, being read, or waiting."""
     job = state.builds(settings).latest
-    building = job is not None and job.state == "running"
-    progress = job.progress if building else None
-    finished = {f.file: f for f in job.files} if building else {}
+    running = job if job is not None and job.state == "running" else None
+    progress = running.progress if running else None
+    finished = {f.file: f for f in running.files} if running else {}
     grouped = any("/" in f.file for f in files)  # folders are knowledge bases: their files are listed under them
     folder = None
     for f in sorted(files, key=lambda f: f.file.lower().rpartition("/")[::2]) if grouped else files:
@@ -48,7 +48,7 @@ def listing(settings: Settings, files: list[FileResult]) -> None:
         if grouped and where != folder:
             folder = where
             st.markdown(f"**:material/folder_open: {md_escape(where or TOP_LEVEL)}**")
-        status, shown = file_status(f, progress, finished, rebuild=building and job.rebuild)
+        status, shown = file_status(f, progress, finished, rebuild=running is not None and running.rebuild)
         st.markdown(f"{status} · **{md_escape(name if grouped else f.file)}**")
         if details := file_details(shown):
             st.caption(details)

@@ -16,7 +16,7 @@ from crag.models import PACKAGED_LABEL, rebuild_offer
 from crag.types import AnswerKind
 from ui import builds, files, state
 from ui import settings as answer_settings
-from ui.text import built_at, human_bytes, md_escape
+from ui.text import built_at, error_text, human_bytes, md_escape
 
 if TYPE_CHECKING:
     import crag.pipeline
@@ -60,8 +60,8 @@ def knowledge_base(
         )
     else:
         st.caption(f"Not built yet. Parser: {settings.parser}.")
-    if pipeline is not None and pipeline.retriever.lexical_only:  # the index's embedder is missing: say the way out
-        st.warning(pipeline.retriever.lexical_only, icon=":material/manage_search:")
+    if pipeline is not None and pipeline.retriever.missing:  # the index's embedder is missing: say the way out
+        st.warning(error_text(pipeline.retriever.missing), icon=":material/manage_search:")
     if gen is not None:  # a fragment, as the Rebuild button is: its click leaves an answer being written alone
         st.fragment(offer_multilingual)(settings, gen.embedder)
     files.files_list(settings, kb.files)

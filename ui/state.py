@@ -34,6 +34,7 @@ from crag.jobs import Builds
 from crag.store import Generation
 from crag.types import FileResult
 from ui import scope
+from ui.text import error_text
 
 if TYPE_CHECKING:
     import crag.models
@@ -159,7 +160,7 @@ class Loading:
             self.pipeline = crag.pipeline.Pipeline.from_settings(self.settings)
             _loaded[self.key] = self.pipeline
         except CragError as exc:
-            self.error = str(exc)
+            self.error = error_text(exc)
         except Exception as exc:  # noqa: BLE001 - the page stays up whatever the model layer raises
             self.error = (
                 f"The model could not be loaded ({type(exc).__name__}: {exc}). "
@@ -302,7 +303,7 @@ def knowledge_base(settings: Settings, verify: bool = True) -> KnowledgeBase:
         if verify:  # a damaged index is caught here, before any question hits it
             kb.error = store.verify() or ""
     except CragError as exc:
-        kb.error, manifest = str(exc), []
+        kb.error, manifest = error_text(exc), []
     except (OSError, ValueError) as exc:
         kb.error = f"The index in {settings.chroma_dir} cannot be read ({exc}): run a full rebuild."
         manifest = []

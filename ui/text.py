@@ -13,8 +13,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 
-from crag.conversations import Conversation
+from crag.conversations import Conversation, Message, Stop
+from crag.errors import CragError, Remedy, said
 from crag.text import language
 from crag.types import Action, FileResult, Progress, TermCheck
 
@@ -98,6 +100,31 @@ def file_reason(file: str, error: str) -> str:
     return no_images(error.removeprefix(f"{file}: ") or "failed")
 
 
+# A remedy in the page's words: the sidebar's controls that do it.
+REMEDIES = {
+    Remedy.BUILD: "Build it: **Rebuild knowledge base** in the sidebar.",
+    Remedy.FULL_REBUILD: "Run a full rebuild: **Rebuild knowledge base** in the sidebar, with **Full rebuild** on.",
+}
+
+
+# The same, for an answer in Chinese (``crag.messages.no_answer_message`` says in the question's language that nothing
+# is indexed).
+REMEDIES_ZH = {
+    Remedy.BUILD: "构建方法：侧边栏中的 **Rebuild knowledge base**。",
+    Remedy.FULL_REBUILD: "完整重建：打开侧边栏中的 **Full rebuild**，再点 **Rebuild knowledge base**。",
+}
+
+
+def remedy_text(remedy: Remedy, question: str) -> str:
+    """What the user must do for any answer, in the page's words and the question's language."""
+    return (REMEDIES_ZH if language(question) == "zh" else REMEDIES)[remedy]
+
+
+def error_text(exc: CragError) -> str:
+    """A CragError's message, with its remedy in the page's words."""
+    return said(str(exc), exc.remedy, REMEDIES)
+
+
 STOPPED = {
     "en": "This answer stopped before its end (a reload or another click interrupted it): ask again.",
     "zh": "这个回答没有完成（页面刷新或其他点击打断了它）：请再问一次。",
@@ -127,8 +154,11 @@ def user_stopped(question: str, said: bool = True) -> str:
     return (USER_STOPPED if said else USER_STOPPED_SILENT)[language(question)]
 
 
-def stopped_by_user(error: str) -> bool:
-    return error in USER_STOPPED.values() or error in USER_STOPPED_SILENT.values()
+def stop_of(message: Message) -> Stop | None:
+    """What stopped an answer. A message stored before messages kept it says it only in words: the Stop button's."""
+    if message.stop is None and message.error in (*USER_STOPPED.values(), *USER_STOPPED_SILENT.values()):
+        return Stop.USER
+    return message.stop
 
 
 def evidence_markdown(text: str) -> str:
@@ -192,7 +222,7 @@ def gist(text: str) -> str:
 class ActionStyle:
     action: Action
     label: str
-    color: str
+    color: Literal["red", "orange", "yellow", "blue", "green", "violet", "gray", "grey", "primary"]  # st.badge's
     icon: str
     effect: str  # what the action did to the knowledge the answer was made from
 
@@ -441,7 +471,7 @@ def export_name(title: str, key: int | str, kind: str = "answer") -> str:
     return f"{kind}-{slug or key}.md"
 
 
-def human_bytes(n: int) -> str:
+def human_bytes(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from sse_starlette import ServerSentEvent
 
-from crag.api.http import INVALID, TOO_MANY, event_stream, gone, sse
+from crag.api.http import INVALID, REMEDIES, TOO_MANY, event_stream, gone, sse
 from crag.api.schemas import AskRequest, ErrorOut
 from crag.api.service import Answering, Service
 from crag.contract import AnswerOut
@@ -19,7 +19,7 @@ from crag.types import Answer
 
 def answer_json(answer: Answer, backend: BackendInfo) -> dict[str, Any]:
     """The answer contract; an incomplete answer (the model failed midway) says why."""
-    return AnswerOut.of(answer, backend).model_dump()
+    return AnswerOut.of(answer, backend, REMEDIES).model_dump()
 
 
 def ask_router(service: Service) -> APIRouter:

@@ -4,13 +4,15 @@ own routes, OpenAI's under /v1 (``http.error_response`` looks at the path)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from crag.api.guards import BodyTooLarge
-from crag.api.http import ApiError, Json, error_code, error_response, is_openai, status_for
+from crag.api.http import ApiError, Json, error_code, error_message, error_response, is_openai, status_for
 from crag.errors import CragError
 from crag.store import BuildInProgress
 
@@ -37,7 +39,7 @@ async def too_large(request: Request, exc: BodyTooLarge) -> Json:
 
 
 async def crag_error(request: Request, exc: CragError) -> Json:
-    message = str(exc)
+    message = error_message(exc)
     if isinstance(exc, BuildInProgress) and exc.job:
         message += f" GET /index/{exc.job} shows its progress."
     return error_response(request.url.path, status_for(exc), message, code=error_code(exc))
@@ -69,9 +71,14 @@ async def unexpected(request: Request, exc: Exception) -> Json:
 
 
 def add_error_handlers(app: FastAPI) -> None:
-    app.add_exception_handler(ApiError, api_error)  # type: ignore[arg-type]
-    app.add_exception_handler(CragError, crag_error)  # type: ignore[arg-type]
-    app.add_exception_handler(RequestValidationError, invalid)  # type: ignore[arg-type]
-    app.add_exception_handler(StarletteHTTPException, http_error)  # type: ignore[arg-type]
-    app.add_exception_handler(BodyTooLarge, too_large)  # type: ignore[arg-type]
+    # Starlette types a handler as taking any Exception: each of these takes the kind it is added for.
+    handlers: dict[type[Exception], Callable[[Request, Any], Awaitable[Json]]] = {
+        ApiError: api_error,
+        CragError: crag_error,
+        RequestValidationError: invalid,
+        StarletteHTTPException: http_error,
+        BodyTooLarge: too_large,
+    }
+    for kind, handler in handlers.items():
+        app.add_exception_handler(kind, handler)
     app.add_exception_handler(Exception, unexpected)

@@ -18,7 +18,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from crag.api.schemas import ErrorOut, ValidationErrorOut
-from crag.errors import BackendUnavailable, ConfigError, CragError, IndexNotWritable
+from crag.errors import BackendUnavailable, ConfigError, CragError, IndexNotWritable, Remedy, said
 from crag.store import BuildInProgress, RebuildNeeded
 
 
@@ -102,6 +102,18 @@ def error_response(
 def error_code(exc: Exception) -> str:
     """OpenAI-style error code of a CragError: its class in snake case (``RebuildNeeded`` -> ``rebuild_needed``)."""
     return re.sub(r"(?<!^)(?=[A-Z])", "_", type(exc).__name__).lower()
+
+
+# A remedy in the API's words: the endpoint that does it.
+REMEDIES = {
+    Remedy.BUILD: "Build the knowledge base: POST /index.",
+    Remedy.FULL_REBUILD: 'Run a full rebuild: POST /index with {"rebuild": true}.',
+}
+
+
+def error_message(exc: CragError) -> str:
+    """A CragError's message, with its remedy in the API's words."""
+    return said(str(exc), exc.remedy, REMEDIES)
 
 
 def status_for(exc: CragError) -> int:

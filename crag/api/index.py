@@ -7,9 +7,10 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from crag.api.http import INVALID, ApiError, Json
+from crag.api.http import INVALID, REMEDIES, ApiError, Json
 from crag.api.schemas import ErrorOut, FilesOut, IndexRequest, JobCreated, JobOut, ScopesOut
 from crag.api.service import Service
+from crag.errors import said
 
 
 def index_router(service: Service) -> APIRouter:
@@ -39,7 +40,7 @@ def index_router(service: Service) -> APIRouter:
             raise ApiError(
                 404, "No build job with this id in this server (jobs live in memory): POST /index starts one."
             )
-        return found.to_json()
+        return found.to_json() | {"error": said(found.error, found.remedy, REMEDIES) if found.error else None}
 
     @router.get(
         "/files",

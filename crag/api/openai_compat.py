@@ -30,7 +30,7 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from sse_starlette import ServerSentEvent
 
-from crag.api.http import ApiError, Json, error_response, event_stream, gone, sse
+from crag.api.http import REMEDIES, ApiError, Json, error_response, event_stream, gone, sse
 from crag.api.openai_schemas import (
     MODEL_DESCRIPTIONS,
     MODELS,
@@ -306,16 +306,18 @@ def _label(source: Source) -> str:
 
 
 def sources_markdown(answer: Answer) -> str:
-    """The sources the text cites (all of them when it cites none), as a Markdown list to follow the answer."""
+    """What follows the answer: what the user must do for any answer (build the knowledge base), in the API's words,
+    and the sources the text cites (all of them when it cites none), as a Markdown list."""
+    remedy = f"\n\n{REMEDIES[answer.trace.remedy]}" if answer.trace and answer.trace.remedy else ""
     shown = answer.cited_sources or answer.sources
     if not shown:
-        return ""
-    return f"\n\n{SOURCES_HEADING}\n\n" + "\n".join(f"- [{s.n}] {_label(s)}" for s in shown)
+        return remedy
+    return remedy + f"\n\n{SOURCES_HEADING}\n\n" + "\n".join(f"- [{s.n}] {_label(s)}" for s in shown)
 
 
 def trace(answer: Answer, backend: BackendInfo, notes: tuple[str, ...]) -> dict[str, Any]:
     """The ``crag`` field: /ask's JSON, each source with its boxes, and what of the request was not used."""
-    out = AnswerOut.of(answer, backend).model_dump()
+    out = AnswerOut.of(answer, backend, REMEDIES).model_dump()
     out["notes"] = [*notes, *out["notes"]]
     boxes = {s.n: s.bboxes for s in answer.sources}
     for source in out["sources"]:

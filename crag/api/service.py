@@ -14,10 +14,10 @@ from typing import Any
 import anyio
 
 import crag
-from crag.api.http import ApiError, error_code
+from crag.api.http import REMEDIES, ApiError, error_code, error_message
 from crag.api.schemas import BackendOut, HealthOut, IndexStats, ModelPresence, OllamaOut
 from crag.config import Settings, redacted_url
-from crag.errors import CragError
+from crag.errors import CragError, Remedy
 from crag.followups import History
 from crag.jobs import Builds
 from crag.markdown import outgoing, safe_stream
@@ -186,7 +186,7 @@ class Service:
                 except RebuildNeeded:
                     raise
                 except CragError as exc:
-                    raise ApiError(503, str(exc), code=error_code(exc)) from None
+                    raise ApiError(503, error_message(exc), code=error_code(exc)) from None
             return self._pipeline
 
     def _embedder_for(self, rebuild: bool) -> Embedder:
@@ -253,7 +253,7 @@ class Service:
             gen = store.active()
             index_error = store.fallback or None  # the previous generation answers: say why
         except CragError as exc:
-            gen, index_error = None, str(exc)
+            gen, index_error = None, error_message(exc)
         except OSError as exc:
             gen, index_error = None, unreadable(s, exc)
         if gen is not None:
@@ -277,7 +277,7 @@ class Service:
             embedder=loaded.retriever.embedder.name if loaded else None,
             index=index,
             index_error=index_error,
-            index_upgrade=(rebuild_offer(gen.embedder) or None) if gen is not None else None,
+            index_upgrade=upgrade(gen.embedder) if gen is not None else None,
             build_running=self.builds.running,
         ).model_dump()
 
@@ -319,10 +319,16 @@ def for_client(answer: Answer) -> Answer:
     return replace(answer, error=INCOMPLETE)
 
 
+def upgrade(embedder: str) -> str | None:
+    """The offer of a full rebuild to the multilingual embedder, with how (``rebuild_offer``)."""
+    offer = rebuild_offer(embedder)
+    return f"{offer} {REMEDIES[Remedy.FULL_REBUILD]}" if offer else None
+
+
 def partial(question: str, text: str, backend: BackendInfo, exc: Exception, scope: tuple[str, ...] = ()) -> Answer:
     """The answer so far, marked incomplete, with the error: what a stream ends with when the pipeline raised."""
     if isinstance(exc, CragError):
-        message = str(exc)
+        message = error_message(exc)
     else:
         log.error("answer failed mid-stream", exc_info=exc)
         message = f"The answer stopped early ({type(exc).__name__}); see the server log, then ask again."

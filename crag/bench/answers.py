@@ -146,6 +146,7 @@ def injection_filter(settings: Settings) -> dict[str, Any]:
     """How many real sentences of the corpus the prompt-injection filter would drop, with the PDF rules and
     with the stricter web rules. The corpus holds no injection, so every drop is a fact lost."""
     reader = open_store(settings).reader()
+    assert reader is not None, "the benchmark builds its index first"
     sentences = list(
         dict.fromkeys(
             s for c in reader.chunks for paragraph in c.text.split("\n\n") for s in split_sentences(paragraph)
@@ -178,7 +179,10 @@ def run_questions(pipeline: Pipeline, questions: Sequence[Question], progress: b
         with pipeline.stream(q.question, web=False) as stream:
             for _ in stream:
                 pass
-        answer, trace = stream.answer, stream.answer.trace
+        answer = stream.finished
+        trace = answer.trace
+        assert trace is not None, "the pipeline's answers carry their trace"
+        row_action = trace.action.value if trace.action else None  # always one here
         rows.append(
             {
                 "id": q.id,
@@ -186,9 +190,9 @@ def run_questions(pipeline: Pipeline, questions: Sequence[Question], progress: b
                 "kind": q.kind,
                 "in_kb": q.in_kb,
                 "near_miss": q.near_miss,
-                "action": trace.action.value,
+                "action": row_action,
                 "scores": [round(g.score, 4) for g in trace.retrieved],
-                "graded_by": sorted({g.method for g in trace.retrieved}),
+                "graded_by": sorted({g.graded_by for g in trace.retrieved}),
                 "missing_terms": list(trace.terms.missing),
                 "answer_kind": answer.kind.value,
                 # An evidence answer holds the fact only in what it quotes, not in a FAQ question shown before a quote.
@@ -221,7 +225,7 @@ def run_questions(pipeline: Pipeline, questions: Sequence[Question], progress: b
             }
         )
         if progress:
-            print(f"{i}/{len(questions)} {q.id}: {trace.action.value}, {trace.timings.get('total')} s", file=sys.stderr)
+            print(f"{i}/{len(questions)} {q.id}: {row_action}, {trace.timings.get('total')} s", file=sys.stderr)
     return rows
 
 
@@ -233,7 +237,7 @@ def summarize(rows: Sequence[dict]) -> dict[str, Any]:
     in_kb = [r for r in rows if r["in_kb"]]
     oos = [r for r in rows if not r["in_kb"]]
     correct = sorted(r["first_token_s"] for r in rows if r["action"] == "correct" and r["first_token_s"])
-    out = {
+    out: dict[str, Any] = {
         "questions": len(rows),
         "in_kb": {
             "n": len(in_kb),

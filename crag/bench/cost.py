@@ -21,6 +21,7 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Unpack
 
 from pydantic import BaseModel
 from pydantic_ai import Agent, NativeOutput
@@ -29,7 +30,7 @@ from crag import prompts
 from crag.models import LlamaCppChat
 from crag.pipeline import Pipeline
 from crag.refine import local_strips, number_sources
-from crag.steps import decide_action
+from crag.steps import Overrides, decide_action
 from crag.types import WebResult
 from crag.websearch import Searcher
 
@@ -77,13 +78,15 @@ def _measure(chat: LlamaCppChat, fn) -> Run:
     )
 
 
-def ours(pipeline: Pipeline, chat: LlamaCppChat, question: str, **options: object) -> Run:
+def ours(pipeline: Pipeline, chat: LlamaCppChat, question: str, **options: Unpack[Overrides]) -> Run:
     def run(start: float) -> tuple[float, str]:
         first = None
         with pipeline.stream(question, **options) as stream:
             for _ in stream:
                 first = first if first is not None else time.perf_counter() - start
-        return first or 0.0, stream.answer.action.value
+        action = stream.finished.action
+        assert action is not None, "the pipeline's answers carry their trace"
+        return first or 0.0, action.value
 
     return _measure(chat, run)
 
@@ -130,7 +133,7 @@ def compare(
 ) -> dict:
     """Per question and in sum: ours (similarity grader), ours (one-call LLM grader), ours quoting the
     evidence (the embedded default), seed-style. Options choose each variant: the pipeline is built once."""
-    variants: dict[str, dict] = {
+    variants: dict[str, Overrides] = {
         "ours": {"answer_mode": "generated", "evaluator": "similarity"},
         "ours-evidence": {"answer_mode": "evidence", "evaluator": "similarity"},
     }
@@ -144,13 +147,13 @@ def compare(
         row["seed-style"] = seed_style(pipeline, chat, q).__dict__
         rows.append(row)
     summary = _summary(rows, [*variants, "seed-style"])
-    in_kb = _summary([r for r in rows if r["in_kb"]], [*variants, "seed-style"])
+    in_kb_summary = _summary([r for r in rows if r["in_kb"]], [*variants, "seed-style"])
     return {
         "rows": rows,
         "summary": summary,
         "baseline_over_ours": _ratios(summary, variants),
-        "in_kb_summary": in_kb,
-        "in_kb_baseline_over_ours": _ratios(in_kb, variants),
+        "in_kb_summary": in_kb_summary,
+        "in_kb_baseline_over_ours": _ratios(in_kb_summary, variants),
     }
 
 

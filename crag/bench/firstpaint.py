@@ -55,8 +55,12 @@ def _knowledge_base(folder: Path, crag_env: dict[str, str]) -> None:
     for name in PDFS:
         shutil.copy(pdfs[name], files / name)
     env = {k: v for k, v in os.environ.items() if not k.startswith("CRAG_")} | crag_env
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    subprocess.run([sys.executable, "-m", "crag", "index"], cwd=ROOT, env=env, check=True, **quiet)
+    quiet = subprocess.DEVNULL
+    subprocess.run([sys.executable, "-m", "crag", "index"], cwd=ROOT, env=env, check=True, stdout=quiet, stderr=quiet)
+
+
+def _ratio(figure: float | None, mine: float | None) -> float | None:
+    return round(figure / mine, 2) if figure is not None and mine else None
 
 
 def _since(start: float) -> float:
@@ -154,10 +158,7 @@ def run(checkouts: dict[str, Path], rounds: int, out: Path, data: Path | None = 
             browser.close()
     medians = {name: {f: _median([r.get(f) for r in rs]) for f in FIGURES} for name, rs in runs.items()}
     mine = medians["this checkout"]
-    ratios = {
-        name: {f: round(m[f] / mine[f], 2) if m[f] is not None and mine[f] else None for f in FIGURES}
-        for name, m in medians.items()
-    }
+    ratios = {name: {f: _ratio(m[f], mine[f]) for f in FIGURES} for name, m in medians.items()}
     results = {"runs": runs, "median_seconds": medians, "ratio_to_this_checkout": ratios}
     (out / "firstpaint.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     return results

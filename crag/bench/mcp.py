@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -73,8 +74,8 @@ def searches(settings: Settings, questions: Sequence[str]) -> tuple[list[float],
                 result = await client.call_tool("search", {"question": question})
                 stdio.append(time.perf_counter() - started)
                 if result.is_error:
-                    raise SystemExit(f"search failed: {result.content[0].text}")
-                local.append(timed(lambda q=question: knowledge.search(q, None, None)))
+                    raise SystemExit(f"search failed: {getattr(result.content[0], 'text', result.content[0])}")
+                local.append(timed(partial(knowledge.search, question, None, None)))
         return stdio, local
 
     return anyio.run(main)

@@ -27,13 +27,13 @@ from crag.ingest import sync
 from crag.ingest.pymupdf import page_texts
 from crag.models import Embedder, build_embedder, minilm_embedder
 from crag.retriever import Retriever
-from crag.store import bm25_rank
+from crag.store import Mode, bm25_rank
 from crag.text import lexical_tokens
 
 QUESTIONS = Path(__file__).with_name("questions.jsonl")
 HOLDOUT = QUESTIONS.with_name("holdout.jsonl")  # the fresh held-out set: answers.py --split holdout
 NEWCOMER = QUESTIONS.with_name("newcomer.jsonl")  # two long manuals nobody here had used: answers.py --split newcomer
-MODES = ("dense", "lexical", "hybrid")
+MODES: tuple[Mode, ...] = ("dense", "lexical", "hybrid")
 FLOOR_WINDOW, FLOOR_STRIDE = 200, 150  # words
 
 

@@ -45,6 +45,7 @@ def machine() -> dict[str, Any]:
 def scaling(settings: Settings, embedder: Embedder, questions: list[str], scales: tuple[int, ...]) -> list[dict]:
     """Query latency as the index grows: the corpus' chunks copied n times (vectors reused, not re-embedded)."""
     reader = Store(settings.chroma_dir).reader()
+    assert reader is not None, "the benchmark builds its index first"
     got = reader.collection.get(ids=[c.id for c in reader.chunks], include=["embeddings"])
     vectors = dict(zip(got["ids"], got["embeddings"], strict=True))
     rows = []

@@ -68,6 +68,7 @@ def reader(mode: str, where: str, questions: list[str]) -> dict[str, Any]:
         retriever = Retriever(settings, embedder)
         start = time.perf_counter()
         index = retriever.store.reader()
+        assert index is not None, "the benchmark builds its index first"
         open_s = time.perf_counter() - start
         retriever._reader = index
         opened = _rss_mb()
@@ -189,6 +190,7 @@ def run(sizes: tuple[int, ...], out: Path, url: str | None = None) -> dict[str, 
 
     base_db = base_index(default_cache_dir() / "scaleout-base")
     base = Store(base_db).reader()
+    assert base is not None, "the benchmark builds its index first"
     vectors = dict(zip([c.id for c in base.chunks], base.vectors([c.id for c in base.chunks]), strict=True))
     questions = [q.question for q in load_questions()]
     results: dict[str, Any] = {"base_chunks": len(base.chunks), "questions": len(questions), "rows": []}

@@ -25,6 +25,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,7 @@ def scaled_index(cache: Path, size: int) -> Path:
     if done is not None and done.chunks == size:
         return folder_path
     base = Store(base_index(cache / "scaleout-base")).reader()
+    assert base is not None, "the benchmark builds its index first"
     vectors = dict(zip([c.id for c in base.chunks], base.vectors([c.id for c in base.chunks]), strict=True))
     writer = Store(folder_path).writer(base.generation.embedder, base.generation.dimension, base.generation.chunking)
     counts: dict[str, int] = {}
@@ -98,16 +100,15 @@ def measure(db: Path, questions: list[str], alternatives: bool) -> dict[str, Any
     retriever = Retriever(settings, embedder)
     scopes = {"none": EVERYTHING} | {name: Scope.of(paths) for name, paths in SCOPES.items()}
     retriever.retrieve(questions[0], 5)  # opens the index
-    first = {
-        name: round(_time(lambda s=s: retriever.retrieve(questions[0], 5, scope=s)), 1) for name, s in scopes.items()
-    }
+    first = {name: round(_time(partial(retriever.retrieve, questions[0], 5, scope=s)), 1) for name, s in scopes.items()}
     times: dict[str, list[float]] = {name: [] for name in scopes}
     for n, question in enumerate(questions):
         for name, scope in scopes.items():
-            took = _time(lambda q=question, s=scope: retriever.retrieve(q, 5, scope=s))
+            took = _time(partial(retriever.retrieve, question, 5, scope=scope))
             if n >= WARMUP:
                 times[name].append(took)
     reader = retriever.current()
+    assert reader is not None, "the benchmark builds its index first"
     views = {name: reader.scoped(scope) for name, scope in scopes.items()}
     out: dict[str, Any] = {
         "chunks": reader.n_docs,
@@ -135,6 +136,7 @@ def _alternatives(reader: Any, scope: Any, questions: list[str], vectors: list[A
     where = {"file": {"$in": sorted(view.files)}}
     start = time.perf_counter()
     own = build_lexical([reader.chunks[row] for row in view.rows])
+    assert own is not None, "the scope holds passages"
     built = round(time.perf_counter() - start, 1)
     ways: dict[str, Callable[[str, Any], Any]] = {
         "dense_unscoped_hnsw": lambda q, v: reader.collection.query(query_embeddings=[v], n_results=20),
@@ -147,7 +149,7 @@ def _alternatives(reader: Any, scope: Any, questions: list[str], vectors: list[A
     times: dict[str, list[float]] = {way: [] for way in ways}
     for question, vector in zip(questions, vectors, strict=True):
         for way, call in ways.items():
-            times[way].append(_time(lambda c=call, q=question, v=vector: c(q, v)))
+            times[way].append(_time(partial(call, question, vector)))
     return {way: _percentiles(values) for way, values in times.items()} | {"own_index_build_s": built}
 
 

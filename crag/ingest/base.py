@@ -32,6 +32,16 @@ class PagesRead:
     ocr_pages: int = 0
 
 
+class PageReader(Protocol):
+    """A parser whose pages can be read apart (in worker processes, ``crag.ingest.workers``) and joined: PyMuPDF's."""
+
+    def read_pages(
+        self, path: Path, pages: Sequence[int] | None = None, on_page: PageProgress | None = None
+    ) -> PagesRead: ...
+
+    def parsed(self, path: Path, parts: Sequence[PagesRead]) -> ParsedPDF: ...
+
+
 class PDFError(CragError):
     """A file that cannot be parsed. The message says why and what to do; the other files still index."""
 

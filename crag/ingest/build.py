@@ -1,34 +1,37 @@
 """Parse -> chunk -> embed, for the files a sync (re)indexes: ``index_files``.
 
-With PyMuPDF and enough pages, worker processes parse every file's pages ahead (``crag.ingest.workers``) while
-this process chunks and embeds the parts they hand back, in order; a part a worker is stuck on fails its file alone,
-and a cancel reaches the build while it waits for a part. Otherwise each file is parsed, then chunked,
-then embedded, and the next one waits. With workers the stages overlap: "parse" is the time from a file's start
-until its last page came back, embedding the first pages meanwhile, so pages per parse second stay a parse rate.
-"""
+Every file takes one path: its parse is a stream of parts in page order, each chunked as it comes. With PyMuPDF
+and enough pages, worker processes parse every file's pages ahead (``crag.ingest.workers``) and the parts are the
+ones they hand back, each part's chunks embedded while the workers read the next; a part a worker is stuck on
+fails its file alone, and a cancel reaches the build while it waits for a part. Otherwise the file is parsed in this
+process, a stream of one part, and embedded once it is chunked. With workers the stages overlap: "parse" is the time
+from a file's start until its last page came back, chunking and embedding the first pages meanwhile, so pages per
+parse second stay a parse rate."""
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar, cast
 
 import pymupdf
 
 from crag.config import Settings
 from crag.errors import BuildCancelled
-from crag.ingest.base import Parser, PDFError
+from crag.ingest.base import PageReader, PagesRead, Parser, PDFError
 from crag.ingest.chunking import Chunker
 from crag.ingest.workers import ParseAhead
 from crag.models import Embedder, count_tokens
 from crag.store import index_text
-from crag.types import Chunk, FileResult, OnProgress, ParsedPDF, Progress
+from crag.types import Block, Chunk, FileResult, OnProgress, ParsedPDF, Progress
 
 EMBED_BATCH = 64  # chunks embedded in one call: enough to sort by length and fill the embedder's batches
 AddToIndex = Callable[[Sequence[Chunk], Sequence[Sequence[float]]], None]
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,26 @@ class Built:
     pages: int = 0  # pages parsed of the files indexed
 
 
+@dataclass(frozen=True)
+class BuildContext:
+    """What every file of one build shares: its parser, embedder and index, where progress goes, and what is built."""
+
+    parser: Parser
+    embedder: Embedder
+    add: AddToIndex
+    settings: Settings
+    report: OnProgress
+    count: int  # files planned
+    built: Built = field(default_factory=Built)
+
+    def timed(self, stage: str, work: Callable[..., _T], *args: object) -> _T:
+        """``work(*args)``, its seconds added to the stage's."""
+        mark = time.perf_counter()
+        done = work(*args)
+        self.built.stages[stage] += _since(mark)
+        return done
+
+
 def index_files(
     plan: Sequence[Planned],
     parser: Parser,
@@ -58,28 +81,27 @@ def index_files(
     report: OnProgress,
 ) -> Built:
     """Index the planned files through ``add``; every file gets a result, a failure never stops the others."""
-    built = Built()
+    ctx = BuildContext(parser, embedder, add, settings, report, len(plan))
     ahead = ParseAhead.start(parser, [item.path for item in plan], settings.parse_part_timeout)
     try:
         for index, item in enumerate(plan, start=1):
-            if ahead is not None and not _index_file_ahead(
-                item, index, len(plan), ahead, parser, embedder, add, settings, report, built
-            ):
+            if ahead is not None and not _index_file(ctx, item, index, _FromWorkers(ctx, item, index, ahead)):
                 ahead.close()  # a worker died (killed, or out of memory): this file and the rest parse here
                 ahead = None
             if ahead is None:
-                _index_file(item, index, len(plan), parser, embedder, add, settings, report, built)
-            report(Progress("finished", item.name, index, len(plan), result=built.results[-1]))
+                _index_file(ctx, item, index, _InProcess(ctx, item, index))
+            report(Progress("finished", item.name, index, len(plan), result=ctx.built.results[-1]))
     finally:
         if ahead is not None:
             ahead.close()
             embedder.use_threads()  # every core again, for the questions to come, however the build ended
-    return built
+    return ctx.built
 
 
-def _chunker(item: Planned, settings: Settings, embedder: Embedder) -> Chunker:
+def _chunker(item: Planned, ctx: BuildContext) -> Chunker:
+    settings = ctx.settings
     return Chunker(
-        item.name, item.hash, count_tokens, settings.chunk_tokens, settings.chunk_overlap, embedder.max_tokens
+        item.name, item.hash, count_tokens, settings.chunk_tokens, settings.chunk_overlap, ctx.embedder.max_tokens
     )
 
 
@@ -142,123 +164,151 @@ def _since(start: float) -> float:
     return round(time.perf_counter() - start, 3)
 
 
-def _index_file(
-    item: Planned,
-    index: int,
-    count: int,
-    parser: Parser,
-    embedder: Embedder,
-    add: AddToIndex,
-    settings: Settings,
-    report: OnProgress,
-    built: Built,
-) -> None:
-    start = time.perf_counter()
+class _WorkersGone(Exception):
+    """The parse workers died (killed, or out of memory): this file and the rest parse in this process."""
 
-    def on_page(done: int, total: int, stage: str = "parsing") -> None:
-        report(Progress(stage, item.name, index, count, done, total))
 
-    report(Progress("parsing", item.name, index, count))
+class _Parse:
+    """One file's parse as a stream of parts in page order, each a tuple of blocks, then ``parsed()``, the file they
+    make. ``pages``: the pages read so far; ``seconds``: from the first part asked for until the last came back, or
+    the parse failed. ``ahead``: the workers reading the next parts meanwhile, if any."""
+
+    ahead: ParseAhead | None = None
+
+    def __init__(self, ctx: BuildContext, item: Planned, index: int) -> None:
+        self.ctx, self.item, self.index = ctx, item, index
+        self.pages = 0
+        self.seconds = 0.0
+
+    def __iter__(self) -> Iterator[tuple[Block, ...]]:
+        raise NotImplementedError
+
+    def parsed(self) -> ParsedPDF:
+        raise NotImplementedError
+
+    def _say(self, stage: str, done: int, total: int) -> None:
+        self.ctx.report(Progress(stage, self.item.name, self.index, self.ctx.count, done, total))
+
+
+class _InProcess(_Parse):
+    """The file parsed in this process: a stream of one part, the whole file, its pages on the bar as they are read."""
+
+    _parsed: ParsedPDF
+
+    def __iter__(self) -> Iterator[tuple[Block, ...]]:
+        start = time.perf_counter()
+        try:
+            self._parsed = self.ctx.parser.parse(self.item.path, on_page=self._say_page)
+        finally:
+            self.seconds = _since(start)
+        self.pages = self._parsed.pages
+        yield self._parsed.blocks
+
+    def parsed(self) -> ParsedPDF:
+        return self._parsed
+
+    def _say_page(self, done: int, total: int, stage: str = "parsing") -> None:
+        self._say(stage, done, total)
+
+
+class _FromWorkers(_Parse):
+    """The file's parts as the workers hand them back, each part's pages on the bar when it comes."""
+
+    ahead: ParseAhead
+
+    def __init__(self, ctx: BuildContext, item: Planned, index: int, ahead: ParseAhead) -> None:
+        super().__init__(ctx, item, index)
+        self.ahead = ahead
+        self.parts: list[PagesRead] = []
+        self._shown = Progress("parsing", item.name, index, ctx.count)
+
+    def __iter__(self) -> Iterator[tuple[Block, ...]]:
+        start = time.perf_counter()
+        try:
+            # While a part is awaited the progress is said again: a cancelled build raises there, not after the part.
+            for part in self.ahead.parts(self.item.path, waiting=lambda: self.ctx.report(self._shown)):
+                self.seconds = _since(start)
+                self.parts.append(part)
+                self.pages += len(part.stages)
+                self._show(part)
+                yield part.blocks
+        except BrokenProcessPool as exc:
+            raise _WorkersGone from exc
+        except Exception:
+            self.seconds = _since(start)
+            raise
+
+    def parsed(self) -> ParsedPDF:
+        # ParseAhead.start takes parsers that read pages apart only
+        return cast("PageReader", self.ctx.parser).parsed(self.item.path, self.parts)
+
+    def _show(self, part: PagesRead) -> None:
+        """The part's pages, as parsing in this process says them: a page OCR read as "ocr", then as parsed."""
+        for n, stage in enumerate(part.stages, start=self.pages - len(part.stages) + 1):
+            if stage == "ocr":
+                self._say("ocr", n, part.page_count)
+            self._say("parsing", n, part.page_count)
+
+    def _say(self, stage: str, done: int, total: int) -> None:
+        self._shown = Progress(stage, self.item.name, self.index, self.ctx.count, done, total)
+        self.ctx.report(self._shown)
+
+
+def _index_file(ctx: BuildContext, item: Planned, index: int, stream: _Parse) -> bool:
+    """One file from its parse's stream of parts: each part is chunked as it comes and, while workers read the next
+    parts, its chunks embedded meanwhile. False, with nothing recorded, when the workers are gone."""
+    start, built = time.perf_counter(), ctx.built
+    ctx.report(Progress("parsing", item.name, index, ctx.count))
+    chunker, chunks = _chunker(item, ctx), []
+    vectors: list[list[float]] = []
     try:
-        parsed = parser.parse(item.path, on_page=on_page)
+        for blocks in stream:
+            chunks += ctx.timed("chunk", chunker.add, blocks)
+            if stream.ahead is not None:
+                vectors += _embed(ctx, chunks, len(vectors), stream.ahead)
+        chunks += ctx.timed("chunk", chunker.finish)
+        parsed = stream.parsed()
     except BuildCancelled:
         raise  # the whole build stops; it is not this file's failure
-    except Exception as exc:  # noqa: BLE001 - a parser bug on one file must not stop the build
-        built.stages["parse"] += _since(start)
-        built.results.append(_failure(item, parser, exc, _since(start)))
-        return
-    built.stages["parse"] += _since(start)
-    mark = time.perf_counter()
-    chunker = _chunker(item, settings, embedder)
-    try:
-        chunks = _labelled(chunker.add(parsed.blocks) + chunker.finish(), parsed)
-    except Exception as exc:  # noqa: BLE001 - a chunker bug on one file must not stop the build either
-        built.results.append(_failure(item, parser, exc, _since(start), parsed.pages))
-        return
-    built.stages["chunk"] += _since(mark)
-    if not chunks:
-        built.results.append(_failure(item, parser, _no_text(item), _since(start), parsed.pages))
-        return
-    mark = time.perf_counter()
-    vectors: list[list[float]] = []
-    for start_at in range(0, len(chunks), EMBED_BATCH):
-        report(Progress("embedding", item.name, index, count, start_at, len(chunks)))
-        vectors += embedder.embed_documents([index_text(c) for c in chunks[start_at : start_at + EMBED_BATCH]])
-    built.stages["embed"] += _since(mark)
-    mark = time.perf_counter()
-    add(chunks, vectors)
-    built.stages["write"] += _since(mark)
-    built.results.append(_indexed(item, parsed, len(chunks), _since(start)))
-    built.pages += parsed.pages
-
-
-def _index_file_ahead(
-    item: Planned,
-    index: int,
-    count: int,
-    ahead: ParseAhead,
-    parser: Parser,
-    embedder: Embedder,
-    add: AddToIndex,
-    settings: Settings,
-    report: OnProgress,
-    built: Built,
-) -> bool:
-    """One file from the workers' parts: each part's chunks are embedded while the workers read the next parts.
-    False, with nothing recorded, when the workers are gone."""
-    start = time.perf_counter()
-    shown = [Progress("parsing", item.name, index, count)]
-
-    def show(progress: Progress) -> None:
-        shown[0] = progress
-        report(progress)
-
-    show(shown[0])
-    chunker, parts, chunks, vectors = _chunker(item, settings, embedder), [], [], []
-    try:
-        # While a part is awaited the progress is said again: a cancelled build raises there, not after the part.
-        for part in ahead.parts(item.path, waiting=lambda: report(shown[0])):
-            parts.append(part)
-            done = sum(len(p.stages) for p in parts) - len(part.stages)
-            for n, stage in enumerate(part.stages, start=done + 1):
-                if stage == "ocr":  # the bar says which pages took OCR's seconds, as parsing in this process does
-                    show(Progress("ocr", item.name, index, count, n, part.page_count))
-                show(Progress("parsing", item.name, index, count, n, part.page_count))
-            chunks += chunker.add(part.blocks)
-            vectors += _embed_ready(chunks, len(vectors), embedder, built, ahead)
-        built.stages["parse"] += _since(start)
-        chunks += chunker.finish()
-        parsed = parser.parsed(item.path, parts)  # type: ignore[attr-defined] - ParseAhead takes such parsers only
-    except BuildCancelled:
-        raise
-    except BrokenProcessPool:
+    except _WorkersGone:
         return False
     except Exception as exc:  # noqa: BLE001 - a parser or chunker bug on one file must not stop the build
-        built.results.append(_failure(item, parser, exc, _since(start), sum(len(p.stages) for p in parts)))
+        built.stages["parse"] += stream.seconds
+        built.results.append(_failure(item, ctx.parser, exc, _since(start), stream.pages))
         return True
+    built.stages["parse"] += stream.seconds
     if not chunks:
-        built.results.append(_failure(item, parser, _no_text(item), _since(start), parsed.pages))
+        built.results.append(_failure(item, ctx.parser, _no_text(item), _since(start), parsed.pages))
         return True
-    report(Progress("embedding", item.name, index, count, len(vectors), len(chunks)))
-    vectors += _embed_ready(chunks, len(vectors), embedder, built, ahead, final=True)
-    mark = time.perf_counter()
-    add(_labelled(chunks, parsed), vectors)
-    built.stages["write"] += _since(mark)
+
+    def say(at: int) -> None:
+        ctx.report(Progress("embedding", item.name, index, ctx.count, at, len(chunks)))
+
+    vectors += _embed(ctx, chunks, len(vectors), stream.ahead, say)
+    ctx.timed("write", ctx.add, _labelled(chunks, parsed), vectors)
     built.results.append(_indexed(item, parsed, len(chunks), _since(start)))
     built.pages += parsed.pages
     return True
 
 
-def _embed_ready(
-    chunks: Sequence[Chunk], embedded: int, embedder: Embedder, built: Built, ahead: ParseAhead, final: bool = False
-) -> list:
-    """Vectors of the chunks past ``embedded``, in batches of ``EMBED_BATCH``; the last short batch only when final.
-    On one thread while the workers read (see ``crag.ingest.workers``), on every core once they are done."""
-    mark, vectors = time.perf_counter(), []
-    while len(chunks) - embedded - len(vectors) >= (1 if final else EMBED_BATCH):
+def _embed(
+    ctx: BuildContext,
+    chunks: Sequence[Chunk],
+    embedded: int,
+    ahead: ParseAhead | None,
+    say: Callable[[int], None] | None = None,
+) -> list[list[float]]:
+    """Vectors of the chunks past ``embedded``, in batches of ``EMBED_BATCH``. While the workers read (no ``say``):
+    whole batches only, under the parse's progress. Once the file is parsed: every batch left, each said before it
+    is embedded. With workers, on one thread while they read (see ``crag.ingest.workers``), on every core after."""
+    mark = time.perf_counter()
+    vectors: list[list[float]] = []
+    while len(chunks) - embedded - len(vectors) >= (1 if say else EMBED_BATCH):
         at = embedded + len(vectors)
-        texts = [index_text(c) for c in chunks[at : at + EMBED_BATCH]]
-        embedder.use_threads(1 if ahead.busy() else 0)
-        vectors += embedder.embed_documents(texts)
-    built.stages["embed"] += _since(mark)
+        if say is not None:
+            say(at)
+        if ahead is not None:
+            ctx.embedder.use_threads(1 if ahead.busy() else 0)
+        vectors += ctx.embedder.embed_documents([index_text(c) for c in chunks[at : at + EMBED_BATCH]])
+    ctx.built.stages["embed"] += _since(mark)
     return vectors

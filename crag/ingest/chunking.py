@@ -42,8 +42,10 @@ DROPPED = ("header", "footer")
 MARKDOWN_RULE = re.compile(r"^\|?\s*:?-{3,}")  # the |---|---| line under a markdown table's header row
 # A line of a table of contents or of an index: dot leaders, then page numbers ("Legalese . . . . 1",
 # "|1.2|What is Debian?<br>. . . .|1|", "Quoting strings_. . . ._ 5, 8|").
+# Tried only where a run of leaders starts, and taken whole: a line of dots alone is read once, not once per dot.
 LEADER_LINE = re.compile(
-    r"(?:\.\s?){4,}[\s_*|]*(?:<br>)?[\s_*|]*(?:\d+|[ivxlc]+)(?:\s*[,，–-]\s*\d+)*[\s_*|]*$", re.IGNORECASE
+    r"(?<!\.)(?<!\.\s)(?:\.\s?){4,}+[\s_*|]*(?:<br>)?[\s_*|]*(?:\d+|[ivxlc]+)(?:\s*[,，–-]\s*\d+)*[\s_*|]*$",
+    re.IGNORECASE,
 )
 
 
@@ -78,7 +80,8 @@ def _hard_split(text: str, limit: int, count: TokenCounter) -> list[str]:
     than a chunk, by characters."""
     words = text.split(" ") if " " in text else list(text)
     joiner = " " if " " in text else ""
-    pieces, current = [], []
+    pieces: list[str] = []
+    current: list[str] = []
     for word in words:
         if current and count(joiner.join([*current, word])) > limit:
             pieces.append(joiner.join(current))
@@ -226,7 +229,8 @@ class Chunker:
                 group = [block]
                 last = self._units[-1] if self._units else None
                 if isinstance(last, _Unit) and last.blocks[-1].type == "caption":
-                    group.insert(0, self._units.pop().blocks[0])
+                    self._units.pop()
+                    group.insert(0, last.blocks[0])
                 elif i + 1 < len(kept) and kept[i + 1].type == "caption":
                     group.append(kept[i + 1])
                     i += 1
@@ -234,6 +238,7 @@ class Chunker:
                 self._units.append(_Unit(text, self.count(text), tuple(group), atomic=True, whole=True))
             elif self._units and (_goes_on(self._units[-1], block) or _code_goes_on(self._units[-1], block)):
                 last = self._units.pop()
+                assert isinstance(last, _Unit)  # only a _Unit goes on (_goes_on, _code_goes_on)
                 text = (_join_code if block.type == "code" else join_sentences)(last.text, block.text)
                 self._units.append(_Unit(text, self.count(text), (*last.blocks, block), whole=last.whole))
             else:

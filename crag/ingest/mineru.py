@@ -268,18 +268,19 @@ class MinerUParser(Parser):
                 break
             try:
                 image = render_page(path, number, self.dpi)
-                page_blocks = to_blocks(client.two_step_extract(image), number, sizes[number - 1])
+                read = to_blocks(client.two_step_extract(image), number, sizes[number - 1])
             except Exception as exc:  # noqa: BLE001 - one bad page must not lose the document
                 failure: str | None = f"MinerU failed ({_reason(exc)})"
-                page_blocks = None
+                page_blocks: list[Block] | None = None
                 self._failed(exc)
             else:  # garbled layout output also ends here
-                failure = None if any(b.text for b in page_blocks) else "MinerU recognised no text"
+                failure = None if any(b.text for b in read) else "MinerU recognised no text"
+                page_blocks = read
                 self._failures = 0
             if failure is not None:
                 relay = _ocr_relay(on_page, done, len(wanted))
                 page_blocks = self._fallback_page(path, number, failure, page_blocks, warnings, relay)
-            blocks.extend(page_blocks)
+            blocks.extend(page_blocks or ())  # a list here: read, or the fallback's
             if on_page:
                 on_page(done, len(wanted))
         if wanted and not any(b.text for b in blocks):

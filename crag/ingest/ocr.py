@@ -34,8 +34,8 @@ from crag.types import Block
 OcrMode = Literal["auto", "off", "force"]
 
 DEFAULT_DPI = 200
-# The longer side of a render, in pixels, whatever the page size: text detection on a render this
-# large peaks near 1.8 GB (measured; an A4 page at 200 dpi, 2339 px, near 1 GB). A4 fits up to 300 dpi.
+# The longer side of a render, in pixels, whatever the page size: it bounds text detection's memory
+# (docs/benchmarks.md has its peak). A4 fits up to 300 dpi.
 # A page that fits only below MIN_DPI is too large to read (text would be a few pixels high): skipped.
 MAX_SIDE = 3600
 MIN_DPI = 50
@@ -54,8 +54,8 @@ RETRY_SCORE = 0.9
 WIDE = 12.0  # width / height of a crop above which a weak reading is retried in pieces
 PAD = 0.1  # of a line's height, added above and below it before it is read (see _crop)
 PIECE = 10.0  # width / height of a piece
-# A page read with less confidence than this (mean over its characters) is read again turned over:
-# upright pages score 0.98-0.99, pages scanned upside down 0.5-0.7 (measured on the corpus scans).
+# A page read with less confidence than this (mean over its characters) is read again turned over: it lies
+# between the scores of upright pages and of pages scanned upside down (docs/benchmarks.md).
 UPRIGHT_SCORE = 0.8
 
 
@@ -180,9 +180,9 @@ def recognise(image: np.ndarray) -> list[OcrLine]:
 
 
 def _crop(image: np.ndarray, box: Box) -> np.ndarray | None:
-    """A line's pixels with a margin across it. Measured on scans of the R FAQ: the detector's tight
-    boxes often lose the spaces between English words ("WhatistheRFoundation"); a tenth of the line
-    height more keeps them (character error rate 1.6 % -> 1.2 %). A fifth costs Chinese accuracy."""
+    """A line's pixels with a margin across it. The detector's tight boxes often lose the spaces between
+    English words ("WhatistheRFoundation"); a tenth of the line height more keeps them, and a fifth costs
+    Chinese accuracy (docs/benchmarks.md)."""
     x0, y0, x1, y1 = box
     vertical = y1 - y0 >= 1.5 * (x1 - x0)  # a column of text, read turned (as rapidocr does)
     pad = PAD * (x1 - x0 if vertical else y1 - y0)

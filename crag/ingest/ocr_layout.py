@@ -131,9 +131,9 @@ def _rows(lines: Sequence[OcrLine]) -> list[OcrLine]:
     rows: list[list[OcrLine]] = []
     for line in sorted(lines, key=lambda ln: (ln.box[1] + ln.box[3]) / 2):
         if rows:
-            row = _union([ln.box for ln in rows[-1]])
-            overlap = min(row[3], line.box[3]) - max(row[1], line.box[1])
-            if overlap >= 0.5 * min(_height(row), _height(line.box)):
+            span = _union([ln.box for ln in rows[-1]])
+            overlap = min(span[3], line.box[3]) - max(span[1], line.box[1])
+            if overlap >= 0.5 * min(_height(span), _height(line.box)):
                 rows[-1].append(line)
                 continue
         rows.append([line])

@@ -38,14 +38,15 @@ def layout_sessions() -> Iterator[None]:
 
     pymupdf-layout makes its sessions (page image features, layout graph, table grid) when PyMuPDF is imported,
     arena off, so every page allocates its tensors afresh and the page faults cost as much as the model; idle
-    threads spinning take CPU from whatever else runs. With the arena: 1.25x faster on the corpus, 1.7x less CPU,
-    64 MB more; one arena for the three models, grown by what a page asks, holds 115 MB less than one each."""
+    threads spinning take CPU from whatever else runs. With the arena pages parse faster on less CPU for a little
+    more memory; one arena for the three models, grown by what a page asks, holds less than one each (figures in
+    docs/benchmarks.md)."""
     import onnxruntime as ort
 
     shared = _shared_arena()
     made_by_library = ort.InferenceSession
 
-    class Session(made_by_library):  # type: ignore[misc, valid-type]
+    class Session(ort.InferenceSession):  # made_by_library, the class being replaced
         def __init__(self, path: object, sess_options: ort.SessionOptions | None = None, *args, **kwargs) -> None:
             options = sess_options or ort.SessionOptions()
             options.enable_cpu_mem_arena = True
@@ -147,7 +148,7 @@ def open_pdf(path: Path, max_pages: int | None = None) -> Iterator[pymupdf.Docum
 def page_sizes(path: Path, max_pages: int | None = None) -> list[tuple[float, float]]:
     """(width, height) in PDF points for every page; a ``PDFError`` past ``max_pages``, as in ``open_pdf``."""
     with open_pdf(path, max_pages) as doc:
-        return [(page.rect.width, page.rect.height) for page in doc]
+        return [(page.rect.width, page.rect.height) for page in doc.pages()]
 
 
 def printed_pages(path: Path, pages: Sequence[int]) -> str:
@@ -327,10 +328,11 @@ class PyMuPDFParser(Parser):
         with open_pdf(path, self.max_pages) as doc:
             wanted = list(pages) if pages is not None else list(range(1, doc.page_count + 1))
             blank = ocr_pages = 0
+            page_blocks: list[Block] | None
             for done, number in enumerate(wanted, start=1):
                 page = doc[number - 1]
                 why = self.ocr.reason(page) if self.ocr is not None else None
-                if why is not None:
+                if why is not None and self.ocr is not None:
                     if on_page:  # before the page: OCR takes seconds where layout takes a fraction of one
                         on_page(done, len(wanted), "ocr")
                     page_blocks, warning = self.ocr.read(page, number)
@@ -397,4 +399,4 @@ class PyMuPDFParser(Parser):
 def page_texts(path: Path) -> list[str]:
     """Plain text of every page, without layout analysis: the naive baseline of the benchmarks."""
     with open_pdf(path) as doc:
-        return [clean(page.get_text("text")) for page in doc]
+        return [clean(page.get_text("text")) for page in doc.pages()]

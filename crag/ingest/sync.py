@@ -15,16 +15,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from crag.config import Settings
-from crag.errors import CragError
+from crag.errors import CragError, Remedy
 from crag.files import scan
 from crag.ingest.base import Parser
-from crag.ingest.build import Planned, index_files
+from crag.ingest.build import Built, Planned, index_files
 from crag.ingest.chunking import CHUNKER_VERSION
 from crag.models import Embedder
-from crag.store import RebuildNeeded, Store, open_store
+from crag.store import Generation, IndexReader, RebuildNeeded, Store, open_store
 from crag.types import Chunk, FileResult, OnProgress, Progress
 
 log = logging.getLogger(__name__)
@@ -126,69 +126,23 @@ def sync(
     parser = parser or choose_parser(settings)
     chunking = chunking_settings(settings, embedder)
     with store.build_lock():
-        notes = _readable(store)
+        notes = _clear_leftovers(store)
         if not rebuild:
             _same_embedder(store, embedder)
         report(Progress("scanning"))
         previous = _previous(store, embedder, chunking, rebuild)
-        old_by_file = {m.file: m for m in previous[1]} if previous else {}
-        # Files already indexed come first, so a new copy of one is the duplicate, not the original.
-        paths = sorted(scan(settings.files_dir), key=lambda p: _relative(p, settings) not in old_by_file)
-
-        results: list[FileResult] = []
-        plan: list[Planned] = []
-        retried: set[str] = set()  # failed last time with the same content: tried again, in case it was passing
-        carried: list[FileResult] = []
-        seen_hashes: dict[str, str] = {}
-        for path in paths:
-            name = _relative(path, settings)
-            if path.suffix.lower() != ".pdf":
-                results.append(FileResult(name, "skipped", error="not a PDF: only .pdf files are indexed"))
-                continue
-            old = old_by_file.get(name)
-            try:
-                item = _look(path, name, old)
-            except OSError as exc:
-                error = f"{name}: cannot be read ({exc.strerror}). Check the file's permissions, then rebuild."
-                results.append(FileResult(name, "failed", error=error))
-                continue
-            if item.hash in seen_hashes:
-                dup = FileResult(name, "skipped", error=f"same content as {seen_hashes[item.hash]}")
-                results.append(replace(dup, hash=item.hash, size=item.size, mtime_ns=item.mtime_ns))
-                continue
-            seen_hashes[item.hash] = name
-            if old and old.hash == item.hash and old.status in ("indexed", "unchanged") and _keeps(old, parser):
-                carried.append(replace(old, size=item.size, mtime_ns=item.mtime_ns))
-            else:
-                plan.append(item)
-                if old and old.hash == item.hash and old.status == "failed":
-                    retried.add(name)
-
-        current = {r.file for r in results} | {c.file for c in carried} | {p.name for p in plan}
-        removed = [FileResult(f, "removed") for f in old_by_file if f not in current]
-        staging = _Staging(store, embedder, chunking, previous[0] if previous else None, carried)
-        built = index_files(plan, parser, embedder, staging.add, settings, report)
-        results += built.results
-        changed = {p.name for p in plan} - retried
-        if previous and staging.writer is None and not (rebuild or removed or changed):
+        survey = _survey(settings, parser, previous)
+        staging = _Staging(store, embedder, chunking, previous.reader if previous else None, survey.carried)
+        built = index_files(survey.plan, parser, embedder, staging.add, settings, report)
+        if previous and staging.writer is None and not (rebuild or survey.changed):
             # Nothing changed (files that failed before failed again): no new generation, the cost was the hashes.
-            results += [_unchanged(old) for old in carried]
-            gen_id = previous[0].generation.id
-            return _finish(results, previous[0].generation.chunks, 0, started, gen_id, report, notes=notes)
-
-        report(Progress("writing", file_count=len(plan)))
-        mark = time.perf_counter()
-        writer = staging.open()
-        results += [_unchanged(old) for old in carried]
-        manifest = [r for r in sorted(results, key=lambda r: r.file) if r.status != "removed"]
-        gen = writer.commit(manifest)
-        built.stages["write"] += time.perf_counter() - mark
-        results += removed
-        pps = built.pages / built.stages["parse"] if built.stages["parse"] else 0.0
-        return _finish(results, gen.chunks, pps, started, gen.id, report, built.stages | staging.stages, notes)
+            return _finish(_results(survey, built), previous.reader.generation, 0.0, started, report, notes=notes)
+        generation = _commit(staging, survey, built, report)
+        stages = built.stages | staging.stages
+        return _finish(_results(survey, built), generation, _parse_rate(built), started, report, stages, notes)
 
 
-def _readable(store: Store) -> tuple[str, ...]:
+def _clear_leftovers(store: Store) -> tuple[str, ...]:
     """Remove what earlier builds left. An index whose Chroma folder or pointer cannot be read answers nothing: it is
     moved aside, never deleted (the note says where), and this build starts anew. A lock, a full disk or permissions
     raise ``IndexInaccessible`` from here, with the index as it was."""
@@ -201,8 +155,104 @@ def _readable(store: Store) -> tuple[str, ...]:
     return ()
 
 
+def _same_embedder(store: Store, embedder: Embedder) -> None:
+    """An incremental build adds to the index with the embedder it was built with, or not at all: vectors of two
+    embedders cannot be compared, and re-embedding every file is for a full rebuild, which the user asks for."""
+    try:
+        active = store.active()
+    except RebuildNeeded:
+        return  # damaged beyond use: rebuilt from scratch
+    if active is not None and active.embedder != embedder.name:
+        how = "start Ollama: `ollama serve`" if active.embedder.startswith("ollama:") else "CRAG_EMBED_BACKEND=auto"
+        raise EmbedderMismatch(
+            f"The knowledge base was built with {active.embedder} embeddings, and this build would embed with "
+            f"{embedder.name}: an incremental build never mixes embedders. Either make {active.embedder} available "
+            f"again ({how}), or run a full rebuild, which re-embeds every file with {embedder.name}.",
+            remedy=Remedy.FULL_REBUILD,
+        )
+
+
+class _Previous(NamedTuple):
+    """The generation that answers, and its manifest: the files a build can carry over."""
+
+    reader: IndexReader
+    manifest: list[FileResult]
+
+
+def _previous(store: Store, embedder: Embedder, chunking: dict, rebuild: bool) -> _Previous | None:
+    """The active generation, when its files can be carried over into the next one."""
+    if rebuild:
+        return None
+    try:
+        reader = store.reader()
+        if reader is None:
+            return None
+        reader.check_embedder(embedder.name)
+    except RebuildNeeded:
+        return None  # a damaged or incompatible index is rebuilt from scratch
+    if reader.generation.chunking != chunking:
+        return None
+    return _Previous(reader, store.manifest())
+
+
+@dataclass
+class _Survey:
+    """The files folder against the generation that answers: what is parsed, carried over, skipped or gone."""
+
+    results: list[FileResult] = field(default_factory=list)  # skipped, unreadable, duplicates
+    plan: list[Planned] = field(default_factory=list)
+    carried: list[FileResult] = field(default_factory=list)
+    # Failed last time with the same content: tried again, in case the fault was passing.
+    retried: set[str] = field(default_factory=set)
+    removed: list[FileResult] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        """Whether the folder changed: a file removed, new or changed (not only failed files tried again)."""
+        return bool(self.removed or {p.name for p in self.plan} - self.retried)
+
+
+def _survey(settings: Settings, parser: Parser, previous: _Previous | None) -> _Survey:
+    """Every file of the folder hashed (unless its size and time match), its duplicates skipped, and the rest carried
+    over or planned; the files of the manifest no longer there are removed."""
+    old_by_file = {m.file: m for m in previous.manifest} if previous else {}
+    survey = _Survey()
+    seen_hashes: dict[str, str] = {}
+    for path in _indexed_first(settings, old_by_file):
+        name = _relative(path, settings)
+        if path.suffix.lower() != ".pdf":
+            survey.results.append(FileResult(name, "skipped", error="not a PDF: only .pdf files are indexed"))
+            continue
+        old = old_by_file.get(name)
+        item = _hashed(path, name, old)
+        if isinstance(item, FileResult):
+            survey.results.append(item)
+        elif item.hash in seen_hashes:
+            survey.results.append(_duplicate(item, seen_hashes[item.hash]))
+        else:
+            seen_hashes[item.hash] = name
+            _carry_or_plan(item, old, parser, survey)
+    current = {r.file for r in survey.results} | {c.file for c in survey.carried} | {p.name for p in survey.plan}
+    survey.removed = [FileResult(f, "removed") for f in old_by_file if f not in current]
+    return survey
+
+
+def _indexed_first(settings: Settings, old_by_file: dict[str, FileResult]) -> list[Path]:
+    """The folder's files, those already indexed first: a new copy of one is the duplicate, not the original."""
+    return sorted(scan(settings.files_dir), key=lambda p: _relative(p, settings) not in old_by_file)
+
+
 def _relative(path: Path, settings: Settings) -> str:
     return path.relative_to(settings.files_dir).as_posix()
+
+
+def _hashed(path: Path, name: str, old: FileResult | None) -> Planned | FileResult:
+    """The file with its hash, or its failure when it cannot be read."""
+    try:
+        return _look(path, name, old)
+    except OSError as exc:
+        error = f"{name}: cannot be read ({exc.strerror}). Check the file's permissions, then rebuild."
+        return FileResult(name, "failed", error=error)
 
 
 def _look(path: Path, name: str, old: FileResult | None) -> Planned:
@@ -218,44 +268,26 @@ def _look(path: Path, name: str, old: FileResult | None) -> Planned:
     return Planned(path, name, digest, stat.st_size, stat.st_mtime_ns if settled else 0)
 
 
+def _duplicate(item: Planned, original: str) -> FileResult:
+    dup = FileResult(item.name, "skipped", error=f"same content as {original}")
+    return replace(dup, hash=item.hash, size=item.size, mtime_ns=item.mtime_ns)
+
+
+def _carry_or_plan(item: Planned, old: FileResult | None, parser: Parser, survey: _Survey) -> None:
+    """An indexed file with the same content keeps its chunks; any other is parsed."""
+    if old and old.hash == item.hash and old.status in ("indexed", "unchanged") and _keeps(old, parser):
+        survey.carried.append(replace(old, size=item.size, mtime_ns=item.mtime_ns))
+    else:
+        survey.plan.append(item)
+        if old and old.hash == item.hash and old.status == "failed":
+            survey.retried.add(item.name)
+
+
 def _keeps(old: FileResult, parser: Parser) -> bool:
     """An unchanged file keeps its chunks whichever parser made them, unless a better one is at hand now:
     files MinerU parsed stay while it is down and PyMuPDF stands in, and files PyMuPDF parsed meanwhile
     are parsed again once MinerU is back."""
     return PARSER_RANK.get(old.parser, 0) >= PARSER_RANK.get(parser.name, 0)
-
-
-def _same_embedder(store: Store, embedder: Embedder) -> None:
-    """An incremental build adds to the index with the embedder it was built with, or not at all: vectors of two
-    embedders cannot be compared, and re-embedding every file is for a full rebuild, which the user asks for."""
-    try:
-        active = store.active()
-    except RebuildNeeded:
-        return  # damaged beyond use: rebuilt from scratch
-    if active is not None and active.embedder != embedder.name:
-        how = "start Ollama: `ollama serve`" if active.embedder.startswith("ollama:") else "CRAG_EMBED_BACKEND=auto"
-        raise EmbedderMismatch(
-            f"The knowledge base was built with {active.embedder} embeddings, and this build would embed with "
-            f"{embedder.name}: an incremental build never mixes embedders. Either make {active.embedder} available "
-            f"again ({how}), or run a full rebuild, which re-embeds every file with {embedder.name}: Rebuild "
-            "knowledge base with 'full rebuild', or `python -m crag index --rebuild`."
-        )
-
-
-def _previous(store: Store, embedder: Embedder, chunking: dict, rebuild: bool):
-    """The active generation, when its files can be carried over into the next one."""
-    if rebuild:
-        return None
-    try:
-        reader = store.reader()
-        if reader is None:
-            return None
-        reader.check_embedder(embedder.name)
-    except RebuildNeeded:
-        return None  # a damaged or incompatible index is rebuilt from scratch
-    if reader.generation.chunking != chunking:
-        return None
-    return reader, store.manifest()
 
 
 class _Staging:
@@ -281,18 +313,38 @@ class _Staging:
         self.open().add(chunks, vectors)
 
 
+def _commit(staging: _Staging, survey: _Survey, built: Built, report: OnProgress) -> Generation:
+    """The new generation, begun now if no file began it, with its manifest: committed, it answers."""
+    report(Progress("writing", file_count=len(survey.plan)))
+    mark = time.perf_counter()
+    writer = staging.open()
+    manifest = [r for r in sorted(_results(survey, built), key=lambda r: r.file) if r.status != "removed"]
+    generation = writer.commit(manifest)
+    built.stages["write"] += time.perf_counter() - mark
+    return generation
+
+
+def _results(survey: _Survey, built: Built) -> list[FileResult]:
+    """Every file's result: skipped or unreadable, built, carried over unchanged, removed."""
+    return survey.results + built.results + [_unchanged(old) for old in survey.carried] + survey.removed
+
+
+def _parse_rate(built: Built) -> float:
+    return built.pages / built.stages["parse"] if built.stages["parse"] else 0.0
+
+
 def _unchanged(old: FileResult) -> FileResult:
     return replace(old, status="unchanged", seconds=0.0)
 
 
-def _finish(results, chunks, pps, started, generation, report, stages=None, notes=()) -> SyncReport:
+def _finish(results, generation, pps, started, report, stages=None, notes=()) -> SyncReport:
     report(Progress("done"))
     return SyncReport(
         notes=notes,
         files=sorted(results, key=lambda r: r.file),
-        total_chunks=chunks,
+        total_chunks=generation.chunks,
         pages_per_second=round(pps, 2),
         seconds=round(time.perf_counter() - started, 3),
-        generation=generation,
+        generation=generation.id,
         stage_seconds={k: round(v, 3) for k, v in (stages or {}).items()},
     )

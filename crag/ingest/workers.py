@@ -2,16 +2,15 @@
 
 The build chunks and embeds a file's first pages while a worker reads the next ones. Processes, not threads:
 PyMuPDF is not thread-safe, and the layout model builds each page's features in Python, holding the GIL, so a
-parser thread beside the embedder gained 3 %. Pages go to the workers in parts of ``PAGES_PER_PART`` (progress
-comes back part by part), all of them queued at the start, so a worker never waits for the embedder.
+parser thread beside the embedder gains next to nothing. Pages go to the workers in parts of ``PAGES_PER_PART``
+(progress comes back part by part), all of them queued at the start, so a worker never waits for the embedder.
 
 How many workers: one per core, up to ``MAX_WORKERS``, each running the layout model on one thread. A page's
 features are Python on one core, and the model's tensors are small, so pages side by side beat threads within a
-page: parsing the benchmark corpus alone took 42 s with two one-thread workers, 56 s with one two-thread worker
-and 78 s with one one-thread worker, on 2 cores. While they read, the build embeds on one thread (``busy``):
-three single-threaded processes share two cores well, where torch's two threads each waited for the other
-whenever a worker held its core (the whole build: 83 s with two embedding threads throughout, 70 s with one
-while the workers read and two after). Each worker holds a copy of the layout model (about 300 MB).
+page: two one-thread workers on two cores parse faster than one worker on two threads. While they read, the build
+embeds on one thread (``busy``): three single-threaded processes share two cores well, where torch's two threads
+each waited for the other whenever a worker held its core. The figures are in docs/benchmarks.md (measured design
+choices). Each worker holds a copy of the layout model (about 300 MB).
 
 A page can hang MuPDF or the layout model in C code, where no exception reaches it. So each part has a time
 limit from the moment a worker takes it (``CRAG_PARSE_PART_TIMEOUT``): pebble's pool then stops that worker
@@ -32,7 +31,7 @@ from pathlib import Path
 from pebble import ProcessExpired, ProcessFuture, ProcessPool
 
 from crag.config import cap_threads, cpu_threads
-from crag.ingest.base import PagesRead, PDFError
+from crag.ingest.base import PageReader, PagesRead, PDFError
 
 PAGES_PER_PART = 8
 # Fewer pages are parsed in this process: a worker's start (importing PyMuPDF and loading its layout model, 1 to 2 s)
@@ -41,7 +40,7 @@ MIN_PAGES = 24
 POLL_SECONDS = 0.2  # how long a cancel waits to be seen while the build waits for a part
 
 MAX_WORKERS = 4  # past that, another copy of the layout model costs more memory than its pages gain time
-_parser = None  # the worker's parser, made once by _start
+_parser: PageReader | None = None  # the worker's parser, made once by _start
 
 Parts = list[tuple[list[int], ProcessFuture]]
 
@@ -55,7 +54,8 @@ def _start(parser: bytes) -> None:
 
 
 def _read(path: Path, pages: Sequence[int]) -> PagesRead:
-    return _parser.read_pages(path, pages)  # type: ignore[union-attr]
+    assert _parser is not None  # _start made it, in every worker
+    return _parser.read_pages(path, pages)
 
 
 def workers() -> int:

@@ -13,15 +13,17 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Unpack
 
 from crag.config import Settings
-from crag.errors import CragError
+from crag.errors import CragError, Remedy
 from crag.followups import History
 from crag.ingest.pymupdf import clean, open_pdf, printed_pages
 from crag.markdown import outgoing
 from crag.models import close_event_loop
 from crag.pipeline import Pipeline
 from crag.scope import Scope, knowledge_bases, missing, unknown_scope
+from crag.steps import Overrides
 from crag.store import Generation, open_store
 from crag.types import Answer, AnswerKind, FileResult
 
@@ -71,23 +73,25 @@ class Knowledge:
 
     def search(self, question: str, scope: Sequence[str] | None, k: int | None) -> Answer:
         """The graded evidence, with no model call: the similarity evaluator grades, the answer quotes, no web."""
-        return self._answer(question, scope, (), top_k=k, evaluator="similarity", answer_mode="evidence", web=False)
+        return self._answer(
+            question, (), scope=scope or (), top_k=k, evaluator="similarity", answer_mode="evidence", web=False
+        )
 
     def ask(self, question: str, scope: Sequence[str] | None, history: History) -> Answer:
         """The CRAG answer, made as the app makes it, its text with images and links shown as typed: a client may
         render it, and a document could have dictated an image's address."""
         with self._admit():
-            return outgoing(self._answer(question, scope, history))
+            return outgoing(self._answer(question, history, scope=scope or ()))
 
-    def _answer(self, question: str, scope: Sequence[str] | None, history: History, **options: object) -> Answer:
+    def _answer(self, question: str, history: History, **options: Unpack[Overrides]) -> Answer:
         try:
-            answer = self.pipeline().ask(question, history, scope=scope or (), **options)
+            answer = self.pipeline().ask(question, history, **options)
         finally:
             close_event_loop()  # the loop this worker thread's model calls made, with what they left on it
         if answer.kind is AnswerKind.NO_ANSWER and answer.trace is not None and not answer.trace.retrieved:
             # Nothing is indexed (a first build may be running), and the web gave nothing: the message says so and
             # what to do.
-            raise CragError(answer.text)
+            raise CragError(answer.text, remedy=answer.trace.remedy)
         return self._for_client(answer)
 
     # ---- the documents and their pages
@@ -101,8 +105,8 @@ class Knowledge:
             manifest = store.manifest() if generation else []
         except (OSError, ValueError) as exc:  # a manifest that is missing or not JSON
             raise CragError(
-                f"The index in {self.settings.chroma_dir} cannot be read ({type(exc).__name__}): rebuild the "
-                "knowledge base (Rebuild knowledge base in the app, or `python -m crag index --rebuild`)."
+                f"The index in {self.settings.chroma_dir} cannot be read ({type(exc).__name__}).",
+                remedy=Remedy.FULL_REBUILD,
             ) from None
         if gone := missing(wanted, manifest):  # a folder whose files all failed is listed, with their reasons
             raise unknown_scope(gone, knowledge_bases(manifest), self.settings.files_dir)

@@ -14,6 +14,7 @@ from urllib.parse import quote
 from pydantic import BaseModel, Field
 
 from crag.contract import AnswerOut, CitationOut, TermsOut, citations
+from crag.errors import Remedy
 from crag.messages import unsupported_message
 from crag.models import BackendInfo
 from crag.text import pages_label
@@ -140,7 +141,9 @@ def warnings(answer: Answer) -> list[str]:
         found.append(answer.error or "The answer stopped early: ask again.")
     if trace is not None and trace.web_error and trace.web_error != OFF_REASON:
         found.append(f"Web search was not available: {trace.web_error}.")
-    if trace is not None and trace.hint:
+    if trace is not None and trace.remedy:
+        found.append(REMEDIES[trace.remedy])
+    elif trace is not None and trace.hint:
         found.append(trace.hint)
     return found
 
@@ -154,7 +157,8 @@ def ask_out(answer: Answer, backend: BackendInfo, printed: Printed) -> AskOut:
         )
         for c in citations(answer)
     ]
-    return AskOut(**AnswerOut.of(answer, backend).model_dump(), citations=cited, warnings=warnings(answer))
+    out = AnswerOut.of(answer, backend, REMEDIES)
+    return AskOut(**out.model_dump(), citations=cited, warnings=warnings(answer))
 
 
 def ask_text(out: AskOut) -> str:
@@ -228,12 +232,17 @@ def documents_out(generation: str | None, files: Sequence[FileResult], held: Seq
     return DocumentsOut(generation=generation, folders=sorted(folders.values(), key=lambda f: f.folder), files=out)
 
 
+# A remedy in MCP's words. No tool builds: a build is for the app or the command line beside this server.
+REMEDIES = {
+    Remedy.BUILD: "Build the knowledge base: Rebuild knowledge base in the app, or `python -m crag index`.",
+    Remedy.FULL_REBUILD: "Run a full rebuild: Rebuild knowledge base with 'full rebuild' in the app, or "
+    "`python -m crag index --rebuild`.",
+}
+
+
 def documents_text(out: DocumentsOut) -> str:
     if out.generation is None:
-        return (
-            "Nothing is indexed yet: build the knowledge base (Rebuild knowledge base in the app, or "
-            "`python -m crag index`)."
-        )
+        return f"Nothing is indexed yet. {REMEDIES[Remedy.BUILD]}"
     lines = [f"{len(out.files)} files in {len(out.folders)} folders (index generation {out.generation})."]
     for f in out.files:
         detail = f.error or f"{f.pages} pages, {f.chunks} passages"

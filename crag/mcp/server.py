@@ -19,9 +19,10 @@ from pydantic import BaseModel, Field
 from starlette.applications import Starlette
 
 import crag
-from crag.errors import CragError
+from crag.errors import CragError, said
 from crag.mcp.knowledge import HELD, Knowledge
 from crag.mcp.outputs import (
+    REMEDIES,
     AskOut,
     DocumentsOut,
     SearchOut,
@@ -74,7 +75,7 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except CragError as exc:
-        raise ToolError(str(exc)) from None
+        raise ToolError(said(str(exc), exc.remedy, REMEDIES)) from None
 
 
 def result(out: BaseModel, text: str) -> CallToolResult:
@@ -153,7 +154,7 @@ def create_server(knowledge: Knowledge) -> MCPServer:
         try:
             number = int(page) if page is not None else None
         except ValueError:
-            raise ResourceNotFoundError(f"page must be a number from 1: “{page[:20]}” is not.") from None
+            raise ResourceNotFoundError(f"page must be a number from 1: “{(page or '')[:20]}” is not.") from None
         try:
             pages = knowledge.page_texts(file, number)
         except CragError as exc:

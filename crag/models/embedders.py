@@ -19,7 +19,7 @@ from functools import cached_property
 import numpy as np
 
 from crag.config import Settings, cpu_threads
-from crag.errors import BackendUnavailable
+from crag.errors import BackendUnavailable, Remedy
 from crag.models.ollama import OllamaHealth, ollama_health, ollama_unreachable_message
 
 # Texts per forward pass of the packaged model: with texts of like length, smaller batches waste less on padding.
@@ -160,7 +160,7 @@ class LocalEmbedder(PackagedEmbedder):
     def _embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Batches of texts of about the same number of tokens, each padded to its longest. sentence-transformers
         sorts by characters, and a Chinese character is a token where an English word of five characters is one:
-        its batches of mixed texts were mostly padding. Same vectors; the benchmark corpus embeds in 1.3x less time."""
+        its batches of mixed texts were mostly padding. Same vectors, in less time (docs/benchmarks.md)."""
         tokens = [len(e.ids) for e in _minilm_tokenizer().encode_batch(list(texts), add_special_tokens=False)]
         order = sorted(range(len(texts)), key=tokens.__getitem__)
         vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
@@ -218,6 +218,8 @@ class OllamaEmbedder(Embedder):
 class EmbedderUnavailable(BackendUnavailable):
     """The embedder an index was built with cannot be had now. ``embedder`` names it."""
 
+    remedy = Remedy.FULL_REBUILD  # the other way out, bringing the embedder back, the message says
+
     def __init__(self, message: str, embedder: str) -> None:
         super().__init__(message)
         self.embedder = embedder
@@ -252,8 +254,7 @@ def rebuild_offer(embedder: str) -> str:
     return (
         "The knowledge base was built with the English-only MiniLM embeddings, which place Chinese text almost at "
         "random, and it answers as built. A full rebuild moves it to the built-in multilingual embeddings "
-        f"({USEEmbedder.name}), which match Chinese and English questions and passages across languages: Rebuild "
-        "knowledge base with 'full rebuild', or `python -m crag index --rebuild`."
+        f"({USEEmbedder.name}), which match Chinese and English questions and passages across languages."
     )
 
 
@@ -298,9 +299,8 @@ def embedder_named(settings: Settings, name: str, health: OllamaHealth | None = 
     local = "" if settings.embed_backend == "auto" else " (set CRAG_EMBED_BACKEND=local or auto first)"
     raise EmbedderUnavailable(
         f"The knowledge base was built with Ollama's `{model}` embeddings, and {why}. Either {back} so that it is "
-        f"searched as built, or run a full rebuild with the built-in embedder{local}: Rebuild knowledge base with "
-        "'full rebuild', or `python -m crag index --rebuild`. Until then, questions are answered from the lexical "
-        "(BM25) index only, and an incremental build cannot run.",
+        f"searched as built, or run a full rebuild with the built-in embedder{local}. Until then, questions are "
+        "answered from the lexical (BM25) index only, and an incremental build cannot run.",
         name,
     )
 

@@ -89,7 +89,7 @@ def pull_model(url: str, name: str, stall_timeout: float = 300.0) -> Iterator[Pu
         ) from None
     except (httpx.HTTPError, ConnectionError, OSError) as exc:
         raise BackendUnavailable(
-            f"Ollama is not reachable at {url} ({exc or type(exc).__name__}): start it with `ollama serve`, "
+            f"Ollama is not reachable at {url} ({str(exc) or type(exc).__name__}): start it with `ollama serve`, "
             f"or set CRAG_OLLAMA_URL to where it runs, then pull `{name}` again."
         ) from None
 

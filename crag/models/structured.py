@@ -92,7 +92,7 @@ def _server_of(model: Model) -> _Server | None:
         return _servers.setdefault((model.base_url, model.model_name), _Server())
 
 
-def run_structured(agent: Agent, prompt: str, model: Model, timeout: float) -> Structured:
+def run_structured(agent: Agent[Any, Any], prompt: str, model: Model, timeout: float) -> Structured:
     """Run ``agent`` (whose ``output_type`` is a pydantic model) with the mode this server accepts, found on first
     use. Raises ``NoStructuredOutput`` when it accepts none, and whatever the run raises otherwise."""
     output_type = cast(type[BaseModel], agent.output_type)

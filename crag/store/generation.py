@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from crag.errors import Remedy
 from crag.overview import Overview, overview
 from crag.scope import EVERYTHING, Scope, resolve
 from crag.store.common import (
@@ -49,7 +50,8 @@ class Opened:
 
 
 class Backend(Protocol):
-    client: Any
+    @property
+    def client(self) -> Any: ...  # a Chroma client
 
     @property
     def where(self) -> str: ...  # "in chroma_db" or "on the Chroma server at ...": for messages
@@ -243,8 +245,8 @@ class IndexReader:
         if embedder != self.generation.embedder:
             raise RebuildNeeded(
                 f"Rebuild needed: the index was built with embeddings from {self.generation.embedder}, "
-                f"but the app now uses {embedder}. Run a full rebuild (Rebuild knowledge base with "
-                "'full rebuild', or `python -m crag index --rebuild`)."
+                f"but the app now uses {embedder}.",
+                remedy=Remedy.FULL_REBUILD,
             )
 
     def dense(self, vector: Sequence[float], n: int, scope: Scope = EVERYTHING) -> list[ScoredChunk]:

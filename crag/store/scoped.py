@@ -10,10 +10,10 @@ Both halves of the index filter before the top k, so k passages come from the sc
 - dense: for a scope of less than half the index, the cosine of the question with each of the scope's vectors, in
   memory, exact; each vector is fetched from Chroma once, by id, the first time a scope holds its passage
   (``VectorCache``). Chroma's own filter (``where``) runs its HNSW graph with an allow-list, and the fewer
-  passages a scope holds, the more of the graph it walks: 8 to 37 times an unscoped query at 100,000 passages
-  (``python -m crag.bench.scope --alternatives``). A wider scope asks the HNSW graph for more passages than it
-  needs and keeps the scope's (``IndexReader.dense``), as approximate as an unscoped query and as fast; when too
-  few of them are the scope's, the exact search answers.
+  passages a scope holds, the more of the graph it walks: many times an unscoped query in a large index
+  (``python -m crag.bench.scope --alternatives``; docs/benchmarks.md has the figures). A wider scope asks the HNSW
+  graph for more passages than it needs and keeps the scope's (``IndexReader.dense``), as approximate as an
+  unscoped query and as fast; when too few of them are the scope's, the exact search answers.
 
 The near-miss check reads the scope's statistics (``doc_frequency``, ``vocabulary``): "the documents in
 `projects/alpha` never mention X" is about those documents alone.

@@ -176,7 +176,7 @@ class DDGSearcher(Searcher):
 
     def _text(self, query: str, max_results: int) -> list[dict[str, Any]]:
         # A fresh DDGS per call: its engines keep per-request state, so sharing one across threads is unsafe.
-        client = DDGS(proxy=self.proxy, timeout=self.timeout)  # type: ignore[arg-type]  # primp takes floats
+        client = DDGS(proxy=self.proxy, timeout=self.timeout)  # type: ignore[arg-type]  # ddgs annotates an int; primp under it takes float seconds
         return client.text(
             query,
             region=self.region or region_for(query),
