@@ -15,10 +15,12 @@ from dataclasses import replace
 from functools import cached_property
 from typing import Protocol
 
+from pydantic_ai.usage import RunUsage
+
 from crag import evidence, overview
 from crag.analysis import Analysis
 from crag.asks import asks, compared
-from crag.evaluator import Evaluator, Usage
+from crag.evaluator import Evaluator
 from crag.followups import (
     READ_ON,
     History,
@@ -53,7 +55,7 @@ class Steps(Protocol):
     def evaluator(self, choice: str) -> Evaluator: ...
     def documents(self, question: str, scope: Scope, history: History = ()) -> list[Overview]: ...
     def analyse(self, asked: str, scope: Scope) -> Analysis: ...
-    def condense(self, question: str, history: History, usage: Usage) -> Condensed: ...
+    def condense(self, question: str, history: History, usage: RunUsage) -> Condensed: ...
     def retrieve(
         self, queries: Sequence[str], k: int, mode: Mode, asked: Analysis, scope: Scope = EVERYTHING
     ) -> list[ScoredChunk]: ...
@@ -64,13 +66,13 @@ class Steps(Protocol):
         hits: Sequence[ScoredChunk],
         evaluator: Evaluator,
         upper: float,
-        usage: Usage,
+        usage: RunUsage,
     ) -> Evaluation: ...
     def refine(self, question: str, graded: Sequence[ScoredChunk], lower: float) -> list[Strip]: ...
     def closest(self, question: str, graded: Sequence[ScoredChunk]) -> list[Strip]: ...
-    def doc_query(self, question: str, graded: Sequence[ScoredChunk], usage: Usage, notes: list[str]) -> str: ...
-    def search_web(self, question: str, suggested: str, usage: Usage, notes: list[str]) -> WebKnowledge: ...
-    def generate(self, question: str, sources: Sequence[Source], usage: Usage) -> Iterator[str]: ...
+    def doc_query(self, question: str, graded: Sequence[ScoredChunk], usage: RunUsage, notes: list[str]) -> str: ...
+    def search_web(self, question: str, suggested: str, usage: RunUsage, notes: list[str]) -> WebKnowledge: ...
+    def generate(self, question: str, sources: Sequence[Source], usage: RunUsage) -> Iterator[str]: ...
 
 
 # The CRAG run's one log, as the API has "crag.api": a failure the answer survives keeps its cause there.
@@ -114,7 +116,7 @@ class AnswerStream:
         self.options = options
         self.answer: Answer | None = None
         self.parts: list[str] = []
-        self.usage = Usage()
+        self.usage = RunUsage()
         self.timings: dict[str, float] = {}
         self.notes: list[str] = []
         self.grounding = Grounding()  # what holding a written answer to its sources cut and cited

@@ -11,10 +11,11 @@ from functools import cached_property
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.usage import RunUsage
 
 from crag.analysis import Analysis
 from crag.config import Settings
-from crag.evaluator import Evaluator, Grade, Grading, SimilarityEvaluator, Usage
+from crag.evaluator import Evaluator, Grade, Grading, SimilarityEvaluator
 from crag.models import BackendInfo, Embedder, EmbedderUnavailable
 from crag.overview import Overview, overview
 from crag.pipeline import Pipeline
@@ -113,7 +114,7 @@ class FixedEvaluator(Evaluator):
     name: str = "fixed"
     graded: list[str] = field(default_factory=list)
 
-    def grade(self, question: str, texts: Sequence[str], usage: Usage | None = None) -> Grading:
+    def grade(self, question: str, texts: Sequence[str], usage: RunUsage | None = None) -> Grading:
         self.graded.append(question)
         method = Method.LLM if self.name == "llm" else Method.SIMILARITY  # a grader named "llm" stands for one
         return Grading([Grade(s, method) for s in self.scores[: len(texts)]])

@@ -16,11 +16,12 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from markdown_it import MarkdownIt
 from mcp import Client
+from pydantic_ai.usage import RunUsage
 
 from crag import cli
 from crag.api import create_app
 from crag.config import Settings, load_settings, redacted_url
-from crag.evaluator import Grade, Grading, Usage
+from crag.evaluator import Grade, Grading
 from crag.markdown import model_markdown, safe_stream
 from crag.mcp import Knowledge, create_server
 from crag.models import resolve_backend
@@ -266,7 +267,7 @@ class GatedGrader(FixedEvaluator):
         self.entered = threading.Event()
         self.release = threading.Event()
 
-    def grade(self, question: str, texts: Sequence[str], usage: Usage | None = None) -> Grading:
+    def grade(self, question: str, texts: Sequence[str], usage: RunUsage | None = None) -> Grading:
         self.entered.set()
         self.release.wait(10)
         return Grading([Grade(0.9, Method.SIMILARITY) for _ in texts])
