@@ -22,8 +22,8 @@ from pydantic import SecretStr
 from crag.api import create_app
 from crag.api.openai_compat import Asked, read_request, sources_markdown
 from crag.api.openai_schemas import ChatRequest
-from crag.api.schemas import MAX_TURNS
 from crag.config import Settings
+from crag.contract import MAX_TURNS
 from crag.pipeline import Pipeline
 from crag.types import Answer, Source, WebResult
 from tests.apiclient import DOC, QUESTION, hash_embedder

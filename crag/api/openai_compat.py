@@ -41,9 +41,8 @@ from crag.api.openai_schemas import (
     ModelList,
     OpenAIError,
 )
-from crag.api.schemas import MAX_TURN, MAX_TURNS
 from crag.api.service import Answering, Service
-from crag.contract import AnswerOut, citations
+from crag.contract import MAX_TURN, MAX_TURNS, AnswerOut, citations
 from crag.errors import CragError
 from crag.models import BackendInfo
 from crag.scope import TOP_LEVEL, KnowledgeBase, unknown_scope

@@ -8,7 +8,7 @@ traceback in the server's log.
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Literal
+from typing import Annotated
 
 import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 from starlette.applications import Starlette
 
 import crag
+from crag.contract import MAX_TURN, MAX_TURNS, Turn
 from crag.errors import CragError, said
 from crag.mcp.knowledge import HELD, Knowledge
 from crag.mcp.outputs import (
@@ -42,8 +43,6 @@ INSTRUCTIONS = (
     "page of each; `list_documents` lists the documents. Each page's text is a resource, crag://files/<file>?page=N: "
     "read it to check a citation. Quote the sources' [n] when you pass an answer on, and pass its warnings on too."
 )
-MAX_TURN = 20_000  # characters of one earlier turn; the pipeline cuts what it uses
-MAX_TURNS = 50
 
 Question = Annotated[
     str,
@@ -62,11 +61,6 @@ Scope = Annotated[
         "list_documents lists the folders."
     ),
 ]
-
-
-class Turn(BaseModel):
-    role: Literal["user", "assistant"]
-    content: str = Field(max_length=MAX_TURN)
 
 
 @contextmanager
