@@ -31,7 +31,7 @@ def indexed(monkeypatch: pytest.MonkeyPatch, files: Path) -> Path:
     use_pipeline(monkeypatch, [0.9, 0.9, 0.9], chunks=CHUNKS)
     generation = Generation("gen-1", "2026-11-26T10:00:00", "hash", 8, {}, files=3, chunks=3)
     monkeypatch.setattr(
-        ui.state, "knowledge_base", lambda settings, verify=True: ui.state.KnowledgeBase(generation, list(MANIFEST))
+        ui.state, "index_contents", lambda settings, verify=True: ui.state.IndexContents(generation, list(MANIFEST))
     )
     return files
 

@@ -269,7 +269,7 @@ def forget_health() -> None:
 
 
 @dataclass
-class KnowledgeBase:
+class IndexContents:
     generation: Generation | None = None
     files: list[FileResult] = field(default_factory=list)  # the manifest, plus files not indexed yet ("new")
     error: str = ""  # the index cannot be read
@@ -292,10 +292,10 @@ class KnowledgeBase:
         return sorted({f.parser for f in self.files if f.parser})
 
 
-def knowledge_base(settings: Settings, verify: bool = True) -> KnowledgeBase:
+def index_contents(settings: Settings, verify: bool = True) -> IndexContents:
     """What the index holds, per file, and which files of the folder it does not hold yet. ``verify``: open the
     index to check it (Chroma and BM25), which the first page leaves to the pipeline's loading."""
-    kb = KnowledgeBase()
+    kb = IndexContents()
     try:
         store = crag.store.open_store(settings)
         kb.generation = store.active()
