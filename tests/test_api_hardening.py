@@ -23,7 +23,7 @@ from crag.api import create_app
 from crag.config import Settings, load_settings, redacted_url
 from crag.evaluator import Grade, Grading
 from crag.markdown import model_markdown, safe_stream
-from crag.mcp import Knowledge, create_server
+from crag.mcp import ToolBackend, create_server
 from crag.models import resolve_backend
 from crag.pipeline import Pipeline
 from crag.types import Method
@@ -212,7 +212,7 @@ def test_mcp_ask_shows_images_as_typed(settings: Settings) -> None:
     fake = pipeline(settings, [chunk(LINKED)], [0.9], ScriptedModel(answer=INJECTED))
 
     async def main() -> Any:
-        async with Client(create_server(Knowledge(settings, lambda: fake))) as client:
+        async with Client(create_server(ToolBackend(settings, lambda: fake))) as client:
             return await client.call_tool("ask", {"question": QUESTION})
 
     result = anyio.run(main)

@@ -21,7 +21,7 @@ from starlette.applications import Starlette
 import crag
 from crag.contract import MAX_TURN, MAX_TURNS, Turn
 from crag.errors import CragError, said
-from crag.mcp.knowledge import HELD, Knowledge
+from crag.mcp.knowledge import HELD, ToolBackend
 from crag.mcp.outputs import (
     REMEDIES,
     AskOut,
@@ -53,7 +53,7 @@ Question = Annotated[
         "characters once control characters are removed.",
     ),
 ]
-Scope = Annotated[
+ScopeArgument = Annotated[
     list[str] | None,
     Field(
         description="Folders (knowledge bases) or files to search in, relative to the files folder: a folder holds its "
@@ -79,7 +79,7 @@ def result(out: BaseModel, text: str) -> CallToolResult:
 class KnowledgeServer(MCPServer):
     """The SDK's server, listing each indexed document as a resource (the SDK lists only fixed ones)."""
 
-    def __init__(self, knowledge: Knowledge) -> None:
+    def __init__(self, knowledge: ToolBackend) -> None:
         super().__init__("crag", version=crag.__version__, instructions=INSTRUCTIONS, log_level="WARNING")
         self.knowledge = knowledge
 
@@ -101,14 +101,14 @@ class KnowledgeServer(MCPServer):
         ]
 
 
-def create_server(knowledge: Knowledge) -> MCPServer:
+def create_server(knowledge: ToolBackend) -> MCPServer:
     """The tools ``search``, ``ask`` and ``list_documents``, and each indexed document's pages as resources."""
     server = KnowledgeServer(knowledge)
     reading = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
     @server.tool(title="Search the documents", annotations=reading)
     def search(
-        question: Question, scope: Scope = None, k: Annotated[int | None, Field(ge=1, le=50)] = None
+        question: Question, scope: ScopeArgument = None, k: Annotated[int | None, Field(ge=1, le=50)] = None
     ) -> Annotated[CallToolResult, SearchOut]:
         """The passages of the user's documents that come closest to a question, each graded for relevance, with
         the CRAG action for the set (correct, ambiguous, incorrect) and the question's terms no passage mentions
@@ -120,7 +120,7 @@ def create_server(knowledge: Knowledge) -> MCPServer:
     @server.tool(title="Ask the documents", annotations=ToolAnnotations(read_only_hint=True, open_world_hint=True))
     def ask(
         question: Question,
-        scope: Scope = None,
+        scope: ScopeArgument = None,
         history: Annotated[list[Turn] | None, Field(max_length=MAX_TURNS)] = None,
     ) -> Annotated[CallToolResult, AskOut]:
         """The knowledge base's answer to a question, made with Corrective RAG: quoted from the documents or
@@ -133,7 +133,7 @@ def create_server(knowledge: Knowledge) -> MCPServer:
         return result(out, ask_text(out))
 
     @server.tool(title="List the documents", annotations=reading)
-    def list_documents(scope: Scope = None) -> Annotated[CallToolResult, DocumentsOut]:
+    def list_documents(scope: ScopeArgument = None) -> Annotated[CallToolResult, DocumentsOut]:
         """The documents of the knowledge base, by folder: each file's status (indexed, failed, skipped), pages,
         passages and, for a failure, the reason."""
         with user_errors():
@@ -164,7 +164,7 @@ def page_text(file: str, page: int, label: str, text: str) -> str:
     return f"## {file}, page {page}{printed}\n\n{text}"
 
 
-def serve_stdio(knowledge: Knowledge) -> None:
+def serve_stdio(knowledge: ToolBackend) -> None:
     """Serve over stdin and stdout until the client closes them (``python -m crag mcp``)."""
     create_server(knowledge).run("stdio")
 
