@@ -20,7 +20,7 @@ from fastapi import FastAPI
 from pydantic import SecretStr
 
 from crag.api import create_app
-from crag.api.openai_compat import Asked, read_request, sources_markdown
+from crag.api.openai_compat import ChatQuestion, read_request, sources_markdown
 from crag.api.openai_schemas import ChatRequest
 from crag.config import Settings
 from crag.contract import MAX_TURNS
@@ -292,7 +292,7 @@ def test_backend_down_is_503_at_once(settings: Settings, closed_port_url: str) -
 # Reading a request; the sources list
 
 
-def chat(*messages: dict, **fields) -> Asked:
+def chat(*messages: dict, **fields) -> ChatQuestion:
     return read_request(ChatRequest.model_validate({"model": "crag-kb", "messages": list(messages)} | fields))
 
 
