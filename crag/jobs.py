@@ -32,7 +32,7 @@ log = logging.getLogger("crag.jobs")
 JOBS_KEPT = 50  # finished build jobs remembered
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Job:
     """A background build. Replaced whole on every update, so a reader always sees one consistent state."""
 
@@ -128,7 +128,7 @@ class Builds:
                     f"The index folder {self.settings.chroma_dir} cannot be written ({exc.strerror}): "
                     "fix its permissions or set CRAG_CHROMA_DIR to a writable folder."
                 ) from None
-            job = Job(uuid.uuid4().hex, rebuild, _now())
+            job = Job(id=uuid.uuid4().hex, rebuild=rebuild, started_at=_now())
             self._jobs[job.id] = job
             self._running = job.id
             self._cancel[job.id] = threading.Event()

@@ -74,7 +74,7 @@ web_query_agent = Agent(output_type=prompts.WebQuery, instructions=prompts.WEB_Q
 Out = TypeVar("Out", bound=BaseModel)  # a structured step's output
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Pipeline:
     """Everything a question needs, built once and reused for every question."""
 
@@ -96,7 +96,15 @@ class Pipeline:
         retriever.embedder.load()  # at start too: the packaged model loads on first use otherwise
         scorer = SimilarityEvaluator(retriever.embedder, retriever.term_stats)
         evaluators = {"similarity": scorer, "llm": LLMEvaluator(model, scorer, timeout=settings.request_timeout)}
-        return cls(settings, model, backend, retriever, scorer, evaluators, build_searcher(settings))
+        return cls(
+            settings=settings,
+            model=model,
+            backend=backend,
+            retriever=retriever,
+            scorer=scorer,
+            evaluators=evaluators,
+            searcher=build_searcher(settings),
+        )
 
     def options(self, **overrides: Unpack[Overrides]) -> Options:
         """The settings' options with this question's overrides; a None override keeps the settings' value."""

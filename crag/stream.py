@@ -98,7 +98,13 @@ def joined_asks(question: str, found: Sequence[Knowledge], every: bool = False) 
     terms = TermCheck(joined("terms"), joined("missing"), joined("unknown"), decisive=all(c.decisive for c in checks))
     graded = tuple(g for k in found for g in k.evaluation.graded)
     web = next((k.web for k in found if k.web.query or k.web.error), WebKnowledge())
-    return Knowledge(question, Evaluation(graded, terms), action, tuple(s for k in found for s in k.strips), web)
+    return Knowledge(
+        question=question,
+        evaluation=Evaluation(graded, terms),
+        action=action,
+        strips=tuple(s for k in found for s in k.strips),
+        web=web,
+    )
 
 
 class AnswerStream:
@@ -286,9 +292,21 @@ class AnswerStream:
         shown = TUNING.overview.said_each if len(documents) > 1 else None  # several: a paragraph each, its best
         strips = tuple(s for d in documents for s in d.said[:shown])
         quoted = {s.chunk_id for s in strips}
-        graded = tuple(ScoredChunk(c, 1.0, Method.DOCUMENT) for d in documents for c in d.opening if c.id in quoted)
+        graded = tuple(
+            ScoredChunk(chunk=c, score=1.0, method=Method.DOCUMENT)
+            for d in documents
+            for c in d.opening
+            if c.id in quoted
+        )
         evaluation = Evaluation(graded, TermCheck())
-        return Knowledge(self.question, evaluation, Action.CORRECT, strips, WebKnowledge(), tuple(documents))
+        return Knowledge(
+            question=self.question,
+            evaluation=evaluation,
+            action=Action.CORRECT,
+            strips=strips,
+            web=WebKnowledge(),
+            documents=tuple(documents),
+        )
 
     def _search(self) -> Knowledge:
         """Algorithm 1 up to generation: condense, retrieve, evaluate, decide, correct, refine, search the web."""
@@ -332,7 +350,7 @@ class AnswerStream:
                 strips = p.closest(question, evaluation.graded) + strips
         if dropped := sum(1 for s in strips if s.drop is Drop.INJECTION):
             self.notes.append(f"{dropped} strip(s) looked like prompt injection and were dropped (see their reasons)")
-        return Knowledge(question, evaluation, action, tuple(strips), web)
+        return Knowledge(question=question, evaluation=evaluation, action=action, strips=tuple(strips), web=web)
 
     def _decide_action(self, evaluation: Evaluation) -> Action:
         o = self.options
@@ -503,4 +521,13 @@ class AnswerStream:
             input_tokens=self.usage.input_tokens,
             output_tokens=self.usage.output_tokens,
         )
-        return Answer(text, p.backend.name, p.backend.model, tuple(sources), trace, not error, error, kind)
+        return Answer(
+            text=text,
+            backend=p.backend.name,
+            model=p.backend.model,
+            sources=tuple(sources),
+            trace=trace,
+            complete=not error,
+            error=error,
+            kind=kind,
+        )

@@ -57,7 +57,7 @@ class FakeRetriever:
 
     def retrieve(self, question: str, k: int, mode: str = "hybrid", scope: Scope = EVERYTHING) -> list[ScoredChunk]:
         self.asked.append(question)
-        return [ScoredChunk(c, 1.0 / (i + 1)) for i, c in enumerate(self.held(scope)[:k])]
+        return [ScoredChunk(chunk=c, score=1.0 / (i + 1)) for i, c in enumerate(self.held(scope)[:k])]
 
     def held(self, scope: Scope = EVERYTHING) -> list[Chunk]:
         return [c for c in self.chunks if scope.holds(c.file)]
@@ -85,7 +85,7 @@ class FakeRetriever:
         """Every chunk of the scope, those sharing most words with the query first."""
         words = set(lexical_tokens(query))
         ranked = sorted(self.held(scope), key=lambda c: -len(words & set(lexical_tokens(c.text))))
-        return [ScoredChunk(c, 0.0) for c in ranked[:n]]
+        return [ScoredChunk(chunk=c, score=0.0) for c in ranked[:n]]
 
 
 @dataclass
@@ -179,12 +179,12 @@ def pipeline(
     scorer = SimilarityEvaluator(retriever.embedder, retriever.term_stats)
     grader = evaluator or FixedEvaluator(scores)
     return Pipeline(
-        settings,
-        model.model(),
-        BackendInfo(backend, "fake", "test"),
-        retriever,
-        scorer,
-        {"similarity": grader, "llm": grader},
-        searcher or FakeSearcher(),
+        settings=settings,
+        model=model.model(),
+        backend=BackendInfo(backend, "fake", "test"),
+        retriever=retriever,
+        scorer=scorer,
+        evaluators={"similarity": grader, "llm": grader},
+        searcher=searcher or FakeSearcher(),
         fetch=lambda results, top_n, timeout: list(results),  # never the network
     )

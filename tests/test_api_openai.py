@@ -328,14 +328,16 @@ def test_history_keeps_text_drops_pictures_with_a_note_and_keeps_the_last_turns(
 
 def test_sources_list_is_markdown_that_cannot_be_broken_by_names() -> None:
     sources = (
-        Source(1, "local", "x", file="my_notes *draft*.pdf", pages=(3, 4)),
-        Source(2, "web", "y", url="https://example.org/a b", title="[Click] <here>"),
-        Source(3, "local", "z", file="unused.pdf", pages=(1,)),
+        Source(n=1, kind="local", text="x", file="my_notes *draft*.pdf", pages=(3, 4)),
+        Source(n=2, kind="web", text="y", url="https://example.org/a b", title="[Click] <here>"),
+        Source(n=3, kind="local", text="z", file="unused.pdf", pages=(1,)),
     )
-    answer = Answer("See [1] and [2].", "embedded", "m", sources)
+    answer = Answer(text="See [1] and [2].", backend="embedded", model="m", sources=sources)
     assert sources_markdown(answer) == (
         "\n\n**Sources**\n\n- [1] my\\_notes \\*draft\\*.pdf, pages 3–4\n"
         "- [2] [\\[Click\\] \\<here\\>](https://example.org/a%20b)"
     )
-    assert sources_markdown(Answer("No citation.", "embedded", "m", sources[2:])).endswith("- [3] unused.pdf, page 1")
-    assert sources_markdown(Answer("Nothing found.", "embedded", "m")) == ""
+    assert sources_markdown(Answer(text="No citation.", backend="embedded", model="m", sources=sources[2:])).endswith(
+        "- [3] unused.pdf, page 1"
+    )
+    assert sources_markdown(Answer(text="Nothing found.", backend="embedded", model="m")) == ""

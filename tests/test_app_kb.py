@@ -462,11 +462,25 @@ def test_the_highlight_follows_the_chunks_that_were_used() -> None:
     other = fakes.chunk("Unrelated text on the same page.", n=1)
     other = type(other)(**{**other.__dict__, "bboxes": ((1, 0, 500, 100, 520),)})
     strips = (
-        Strip("The widget needs two cores. It also needs a fan.", 0.8, True, "local", "manual.pdf", (1,)),
-        Strip("Unrelated text on the same page.", -0.5, False, "local", "manual.pdf", (1,)),
+        Strip(
+            text="The widget needs two cores. It also needs a fan.",
+            score=0.8,
+            kept=True,
+            kind="local",
+            file="manual.pdf",
+            pages=(1,),
+        ),
+        Strip(
+            text="Unrelated text on the same page.", score=-0.5, kept=False, kind="local", file="manual.pdf", pages=(1,)
+        ),
     )
-    trace = Trace("q", "q", retrieved=(ScoredChunk(used, 0.9), ScoredChunk(other, 0.1)), strips=strips)
+    trace = Trace(
+        question="q",
+        standalone_question="q",
+        retrieved=(ScoredChunk(chunk=used, score=0.9), ScoredChunk(chunk=other, score=0.1)),
+        strips=strips,
+    )
     # The pipeline took the boxes of the last chunk on that page; the trace knows better.
-    source = Source(1, "local", strips[0].text, file="manual.pdf", pages=(1,), bboxes=other.bboxes)
+    source = Source(n=1, kind="local", text=strips[0].text, file="manual.pdf", pages=(1,), bboxes=other.bboxes)
     assert passage_boxes(source, trace) == used.bboxes
     assert passage_boxes(source, None) == other.bboxes

@@ -258,11 +258,11 @@ def test_a_name_found_only_with_the_words_of_the_question_before_does_not_vouch_
     p = pipeline(settings, [on_r, backups], [0.0, 0.0], evaluator=evaluator, backend="embedded")
     question = "那 R 里怎么删除所有的对象？"
     p.retriever.retrieve = lambda q, k, mode="hybrid", scope=None: (
-        [ScoredChunk(backups, 1.0)]
+        [ScoredChunk(chunk=backups, score=1.0)]
         if q == question
         else [
-            ScoredChunk(on_r, 1.0),
-            ScoredChunk(backups, 0.5),
+            ScoredChunk(chunk=on_r, score=1.0),
+            ScoredChunk(chunk=backups, score=0.5),
         ]
     )
     answer = p.ask(question, history=[("user", "How do I run R in batch mode?"), ("assistant", "“R CMD BATCH” [1]")])

@@ -58,7 +58,7 @@ _MARKDOWN = re.compile(r"([\\`*_\[\]<>])")
 _BOOKKEEPING = frozenset({"user", "metadata", "store", "service_tier", "parallel_tool_calls"})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ChatQuestion:
     """A chat request read as a question for the pipeline."""
 
@@ -285,7 +285,15 @@ def read_request(req: ChatRequest, known: Known = list) -> ChatQuestion:
         shown = ", ".join(ignored[:10]) + (", ..." if len(ignored) > 10 else "")
         notes.append(f"ignored (the knowledge base answers with its own settings): {shown}")
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    return ChatQuestion(req.model, question, tuple(history), web, include_usage, tuple(dict.fromkeys(notes)), scope)
+    return ChatQuestion(
+        model=req.model,
+        question=question,
+        history=tuple(history),
+        web=web,
+        include_usage=include_usage,
+        notes=tuple(dict.fromkeys(notes)),
+        scope=scope,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
