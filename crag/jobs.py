@@ -40,7 +40,7 @@ class Job:
     rebuild: bool
     started_at: str
     state: str = "running"  # running | done | failed | cancelled
-    progress: Progress = Progress("starting")
+    progress: Progress = Progress(stage="starting")
     finished_at: str | None = None
     report: ingest.SyncReport | None = None  # per-file results, once done
     files: tuple[FileResult, ...] = ()  # the files this build has finished, while it goes on with the others

@@ -19,7 +19,7 @@ from crag.tuning import TUNING
 BLOCK_TYPES = ("text", "title", "table", "equation", "list", "caption", "footnote", "header", "footer", "image", "code")
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Block:
     """One layout block of a page, in reading order."""
 
@@ -31,7 +31,7 @@ class Block:
     level: int = 0  # heading level of a title (1 is the top), 0 for other blocks
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class ParsedPDF:
     """A parser's output for one file."""
 
@@ -297,7 +297,7 @@ class Answer:
 PARSE_SHARE = 0.8  # of a file's slot on a progress bar; embedding takes the rest
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Progress:
     """Where a build is, for progress bars: stage, file i/N, page j/M (chunk j/M while embedding).
     Stage "ocr" is parsing too: page j of M is being read with OCR. Stage "finished": file i is done, and
@@ -337,7 +337,7 @@ class Progress:
 OnProgress = Callable[[Progress], None]
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class FileResult:
     """What a build did with one file; the index's manifest is one of these per file."""
 

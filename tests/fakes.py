@@ -66,7 +66,7 @@ class FakeRetriever:
         """As the index checks a scope: against its files (here, the chunks' files)."""
         if scope:
             files = {c.file for c in self.chunks}
-            resolve(scope, [FileResult(f, "indexed", chunks=1) for f in sorted(files)])
+            resolve(scope, [FileResult(file=f, status="indexed", chunks=1) for f in sorted(files)])
 
     def term_stats(self, scope: Scope = EVERYTHING) -> FakeStats:
         return FakeStats([c.text for c in self.held(scope)])

@@ -95,20 +95,24 @@ def fake_sync(calls: list):
     def sync(settings, embedder, *, rebuild=False, on_progress=None):
         calls.append({"rebuild": rebuild, "embedder": embedder.name})
         for p in [
-            Progress("scanning"),
-            Progress("parsing", "bad.pdf", 1, 2),
-            Progress("parsing", "good.pdf", 2, 2),
-            Progress("parsing", "good.pdf", 2, 2, 1, 3),
-            Progress("parsing", "good.pdf", 2, 2, 3, 3),
-            Progress("embedding", "good.pdf", 2, 2, 0, 4),
-            Progress("writing", file_count=2),
-            Progress("done"),
+            Progress(stage="scanning"),
+            Progress(stage="parsing", file="bad.pdf", file_index=1, file_count=2),
+            Progress(stage="parsing", file="good.pdf", file_index=2, file_count=2),
+            Progress(stage="parsing", file="good.pdf", file_index=2, file_count=2, page=1, page_count=3),
+            Progress(stage="parsing", file="good.pdf", file_index=2, file_count=2, page=3, page_count=3),
+            Progress(stage="embedding", file="good.pdf", file_index=2, file_count=2, page=0, page_count=4),
+            Progress(stage="writing", file_count=2),
+            Progress(stage="done"),
         ]:
             on_progress(p)
         return SyncReport(
             files=[
-                FileResult("bad.pdf", "failed", error="bad.pdf: not a PDF (no PDF header). Convert it to PDF first."),
-                FileResult("good.pdf", "indexed", pages=3, chunks=4, seconds=0.4),
+                FileResult(
+                    file="bad.pdf",
+                    status="failed",
+                    error="bad.pdf: not a PDF (no PDF header). Convert it to PDF first.",
+                ),
+                FileResult(file="good.pdf", status="indexed", pages=3, chunks=4, seconds=0.4),
             ],
             total_chunks=4,
             seconds=1.2,

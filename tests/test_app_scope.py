@@ -22,7 +22,7 @@ CHUNKS = [
     fakes.chunk("植物的光合作用需要阳光和水。", file=COURSES, n=1),
     fakes.chunk("The manual says the widget needs a fan.", file=TOP, n=2),
 ]
-MANIFEST = [FileResult(f, "indexed", pages=3, chunks=1) for f in (ALPHA, COURSES, TOP)]
+MANIFEST = [FileResult(file=f, status="indexed", pages=3, chunks=1) for f in (ALPHA, COURSES, TOP)]
 
 
 @pytest.fixture

@@ -315,6 +315,6 @@ def index_contents(settings: Settings, verify: bool = True) -> IndexContents:
         replace(m, status="missing") if m.file not in on_disk and m.status != "removed" else m for m in manifest
     ]
     known = {m.file for m in manifest}
-    kb.files += [FileResult(name, "new") for name in sorted(on_disk - known)]
+    kb.files += [FileResult(file=name, status="new") for name in sorted(on_disk - known)]
     kb.files.sort(key=lambda f: f.file.lower())
     return kb
