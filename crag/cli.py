@@ -244,11 +244,11 @@ def _serve(args: argparse.Namespace) -> int:
 def _mcp(args: argparse.Namespace) -> int:
     """The MCP server on stdin and stdout, until the client closes them. Its module serves it; this reads the
     settings."""
-    from crag.mcp import Knowledge, serve_stdio
+    from crag.mcp import ToolBackend, serve_stdio
 
     settings = _settings(args)  # read now, so a bad setting is one line on stderr before the protocol starts
     print(f"CRAG MCP server on stdio: {settings.files_dir.resolve()}", file=sys.stderr, flush=True)
-    serve_stdio(Knowledge(settings))
+    serve_stdio(ToolBackend(settings))
     return 0
 
 

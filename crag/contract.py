@@ -1,24 +1,40 @@
 """The answer as JSON: one pydantic model, printed by ``crag ask --json`` and returned by the HTTP API.
 
 Every edge that shows an answer outside Python uses this contract, so the CLI, the API, /v1 and MCP cannot drift.
-``CitationOut`` is what an answer cites, for clients that show citations apart from the text (/v1, MCP).
+``CitationOut`` is what an answer cites, for clients that show citations apart from the text (/v1, MCP). ``Turn`` is
+one earlier turn of a conversation, as the HTTP API and MCP take it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from crag.errors import Remedy
 from crag.evidence import quoted_lines
 from crag.models import BackendInfo
+from crag.text import strip_invisible
 from crag.types import Answer, AnswerKind, Source
+
+MAX_TURN = 20_000  # characters of one earlier turn (an earlier answer can be long; the pipeline cuts what it uses)
+MAX_TURNS = 50  # earlier turns a question may come with
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def _clean(text: str) -> str:
+    return strip_invisible(text).strip()
+
+
+# One earlier turn of a conversation, oldest first in a question's history (``crag.followups.History``). No
+# docstring: it would become the schema's description, which the API and MCP publish.
+class Turn(_Strict):
+    role: Literal["user", "assistant"]
+    content: Annotated[str, Field(max_length=MAX_TURN), AfterValidator(_clean)]
 
 
 class ScoreOut(_Strict):

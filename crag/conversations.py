@@ -67,7 +67,7 @@ class Stop(StrEnum):
     USER = "user"  # the user's Stop button
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Conversation:
     id: str
     title: str
@@ -78,10 +78,10 @@ class Conversation:
     @classmethod
     def from_row(cls, row: tuple) -> Conversation:
         id_, title, created, updated, scope = row
-        return cls(id_, title, created, updated, tuple(json.loads(scope or "[]")))
+        return cls(id=id_, title=title, created=created, updated=updated, scope=tuple(json.loads(scope or "[]")))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Message:
     id: int
     role: str  # "user" | "assistant"
@@ -175,7 +175,7 @@ class Conversations:
 
     def create(self, title: str = "New chat", scope: Sequence[str] = ()) -> Conversation:
         now = time.time()
-        conversation = Conversation(uuid.uuid4().hex, title, now, now, tuple(scope))
+        conversation = Conversation(id=uuid.uuid4().hex, title=title, created=now, updated=now, scope=tuple(scope))
         with self._connect() as db:
             db.execute(
                 f"INSERT INTO conversations ({COLUMNS}) VALUES (?, ?, ?, ?, ?)",
@@ -221,13 +221,13 @@ class Conversations:
             ).fetchall()
         return [
             Message(
-                id_,
-                role,
-                content,
-                _load(answer) if answer else None,
-                bool(complete),
-                error,
-                Stop(stop) if stop else None,
+                id=id_,
+                role=role,
+                content=content,
+                answer=_load(answer) if answer else None,
+                complete=bool(complete),
+                error=error,
+                stop=Stop(stop) if stop else None,
             )
             for id_, role, content, answer, complete, error, stop in rows
         ]

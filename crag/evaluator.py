@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic_ai import Agent
 from pydantic_ai.models import Model
+from pydantic_ai.usage import RunUsage
 
 from crag import prompts
 from crag.analysis import coverage, word_weights
@@ -52,25 +53,11 @@ class Grading:
     web_query: str = ""
 
 
-@dataclass
-class Usage:
-    """What grading cost: LLM requests and tokens (zero for the similarity evaluator)."""
-
-    requests: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-    def add(self, usage) -> None:  # a pydantic-ai RunUsage
-        self.requests += usage.requests
-        self.input_tokens += usage.input_tokens
-        self.output_tokens += usage.output_tokens
-
-
 class Evaluator(ABC):
     name: str
 
     @abstractmethod
-    def grade(self, question: str, texts: Sequence[str], usage: Usage | None = None) -> Grading:
+    def grade(self, question: str, texts: Sequence[str], usage: RunUsage | None = None) -> Grading:
         """One grade per text, in order."""
 
 
@@ -111,7 +98,7 @@ class SimilarityEvaluator(Evaluator):
             for text, v in zip(texts, rows, strict=True)
         ]
 
-    def grade(self, question: str, texts: Sequence[str], usage: Usage | None = None) -> Grading:
+    def grade(self, question: str, texts: Sequence[str], usage: RunUsage | None = None) -> Grading:
         return Grading([Grade(calibrate(r), Method.SIMILARITY) for r in self.raw(question, texts)])
 
     def off_topic(self, question: str, headings: Sequence[str]) -> list[float]:
@@ -160,12 +147,12 @@ class LLMEvaluator(Evaluator):
         self.fallback = fallback
         self.timeout = timeout
 
-    def grade(self, question: str, texts: Sequence[str], usage: Usage | None = None) -> Grading:
+    def grade(self, question: str, texts: Sequence[str], usage: RunUsage | None = None) -> Grading:
         """One request for all the texts, in the structured output mode the model server accepts; the grades'
         method names that mode when it was found out for this server ("llm (json_object)")."""
         if not texts:
             return Grading([])
-        usage = usage if usage is not None else Usage()
+        usage = usage if usage is not None else RunUsage()
         prompt = prompts.grader_prompt(question, texts)
         try:
             result = run_structured(grader_agent(len(texts)), prompt, self.model, self.timeout)
@@ -176,7 +163,7 @@ class LLMEvaluator(Evaluator):
         except Exception as exc:  # noqa: BLE001 - junk twice, a server error: similarity takes over
             log.warning("the LLM grader failed: %r", exc)
             return self._fallback(question, texts, f"grader failed: {type(exc).__name__}")
-        usage.add(result.usage)
+        usage.incr(result.usage)
         values = [getattr(result.output, f"passage_{i}") for i in range(1, len(texts) + 1)]
         backup: list[Grade] | None = None
         grades = []

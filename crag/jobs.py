@@ -32,7 +32,7 @@ log = logging.getLogger("crag.jobs")
 JOBS_KEPT = 50  # finished build jobs remembered
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Job:
     """A background build. Replaced whole on every update, so a reader always sees one consistent state."""
 
@@ -40,7 +40,7 @@ class Job:
     rebuild: bool
     started_at: str
     state: str = "running"  # running | done | failed | cancelled
-    progress: Progress = Progress("starting")
+    progress: Progress = Progress(stage="starting")
     finished_at: str | None = None
     report: ingest.SyncReport | None = None  # per-file results, once done
     files: tuple[FileResult, ...] = ()  # the files this build has finished, while it goes on with the others
@@ -128,7 +128,7 @@ class Builds:
                     f"The index folder {self.settings.chroma_dir} cannot be written ({exc.strerror}): "
                     "fix its permissions or set CRAG_CHROMA_DIR to a writable folder."
                 ) from None
-            job = Job(uuid.uuid4().hex, rebuild, _now())
+            job = Job(id=uuid.uuid4().hex, rebuild=rebuild, started_at=_now())
             self._jobs[job.id] = job
             self._running = job.id
             self._cancel[job.id] = threading.Event()

@@ -14,7 +14,7 @@ from crag.types import Action, TermCheck
 HINT_FILES = 3  # files named in a hint; the rest are counted
 
 
-def documents(scope: Sequence[str], zh: bool, capital: bool = True) -> str:
+def whose_documents(scope: Sequence[str], zh: bool, capital: bool = True) -> str:
     """Whose documents a message speaks of: the user's, or those of the scope the question was asked in
     ("The documents in `projects/alpha`")."""
     if not scope:
@@ -52,10 +52,10 @@ def no_answer_message(
     elif terms.unknown:
         local = never_mentioned(question, terms.unknown, scope)
     elif action is Action.INCORRECT:
-        where = documents(scope, zh, capital=False)
+        where = whose_documents(scope, zh, capital=False)
         local = f"{where}中没有找到答案。" if zh else f"I could not find this in {where}."
     else:
-        where = documents(scope, zh)
+        where = whose_documents(scope, zh)
         local = (
             f"{where}中有相关段落，但没有一句足够贴近这个问题。"
             if zh
@@ -77,8 +77,8 @@ def no_answer_message(
 def never_mentioned(question: str, terms: Sequence[str], scope: Sequence[str] = ()) -> str:
     """The question's terms that no form of which any passage (of the scope) holds, in the question's language."""
     if language(question) == "zh":
-        return f"{documents(scope, True)}中没有提到{_quoted(terms, '、')}。"
-    return f"{documents(scope, False)} never mention {_quoted(terms)}."
+        return f"{whose_documents(scope, True)}中没有提到{_quoted(terms, '、')}。"
+    return f"{whose_documents(scope, False)} never mention {_quoted(terms)}."
 
 
 def what_is_missing(question: str, knowledge: Knowledge, web_on: bool, scope: Sequence[str]) -> str:
@@ -122,7 +122,7 @@ def _quoted(terms: Sequence[str], separator: str = ", ") -> str:
 def near_miss_note(terms: TermCheck, searched_again: Sequence[str] = (), scope: Sequence[str] = ()) -> str:
     """``searched_again``: the missing terms that a passage was then found for (``retriever.anchor``); ``scope``:
     where the question was asked."""
-    where = documents(scope, False, capital=False) if scope else "the documents"
+    where = whose_documents(scope, False, capital=False) if scope else "the documents"
     if terms.decisive:
         return f"{where} never mention {_quoted(terms.unknown)}: a near miss, so the action is Incorrect"
     if terms.unknown:

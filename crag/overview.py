@@ -121,7 +121,7 @@ def documents_asked(question: str, languages: Mapping[str, str]) -> list[str]:
     return files
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Overview:
     """What one document is: its title, the sentences that say so (as strips to quote and cite), its outline."""
 
@@ -164,7 +164,15 @@ def overview(file: str, chunks: Sequence[Chunk], record: FileResult | None) -> O
     pages = record.pages if record else max(chunks[-1].pages, default=0)
     quoted = {s.chunk_id for s in said}
     shown = tuple(c for c in dict.fromkeys(opening) if c.id in quoted)
-    return Overview(file, title, pages, said, bookmarks or _headings(chunks, title), bool(bookmarks), shown)
+    return Overview(
+        file=file,
+        title=title,
+        pages=pages,
+        said=said,
+        outline=bookmarks or _headings(chunks, title),
+        from_bookmarks=bool(bookmarks),
+        opening=shown,
+    )
 
 
 _CONTENTS = re.compile(r"^(?:table of )?contents$|^index$|^目\s*录$|^索\s*引$", re.IGNORECASE)
@@ -224,7 +232,17 @@ def _said(opening: Sequence[Chunk], title: str) -> tuple[Strip, ...]:
         or scored[:1]
     )
     return tuple(
-        Strip(sentence, 1.0, True, "local", file=c.file, pages=c.pages, order=(i, j), chunk_id=c.id, section=c.section)
+        Strip(
+            text=sentence,
+            score=1.0,
+            kept=True,
+            kind="local",
+            file=c.file,
+            pages=c.pages,
+            order=(i, j),
+            chunk_id=c.id,
+            section=c.section,
+        )
         for _, i, j, sentence, c in best
     )
 

@@ -24,12 +24,12 @@ from pydantic import BaseModel
 from pydantic_ai import Agent
 from pydantic_ai.models import Model
 from pydantic_ai.settings import ModelSettings
-from pydantic_ai.usage import RequestUsage
+from pydantic_ai.usage import RequestUsage, RunUsage
 
 from crag import prompts
 from crag.analysis import Analysis
 from crag.config import Settings
-from crag.evaluator import Evaluator, LLMEvaluator, SimilarityEvaluator, Usage
+from crag.evaluator import Evaluator, LLMEvaluator, SimilarityEvaluator
 from crag.followups import (
     History,
     conversation_query,
@@ -74,7 +74,7 @@ web_query_agent = Agent(output_type=prompts.WebQuery, instructions=prompts.WEB_Q
 Out = TypeVar("Out", bound=BaseModel)  # a structured step's output
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Pipeline:
     """Everything a question needs, built once and reused for every question."""
 
@@ -96,7 +96,15 @@ class Pipeline:
         retriever.embedder.load()  # at start too: the packaged model loads on first use otherwise
         scorer = SimilarityEvaluator(retriever.embedder, retriever.term_stats)
         evaluators = {"similarity": scorer, "llm": LLMEvaluator(model, scorer, timeout=settings.request_timeout)}
-        return cls(settings, model, backend, retriever, scorer, evaluators, build_searcher(settings))
+        return cls(
+            settings=settings,
+            model=model,
+            backend=backend,
+            retriever=retriever,
+            scorer=scorer,
+            evaluators=evaluators,
+            searcher=build_searcher(settings),
+        )
 
     def options(self, **overrides: Unpack[Overrides]) -> Options:
         """The settings' options with this question's overrides; a None override keeps the settings' value."""
@@ -137,7 +145,7 @@ class Pipeline:
             choice = "similarity" if self.backend.name == "embedded" else "llm"
         return self.evaluators[choice]
 
-    def _structured(self, agent: Agent[Any, Out], prompt: str, usage: Usage, notes: list[str]) -> Out | None:
+    def _structured(self, agent: Agent[Any, Out], prompt: str, usage: RunUsage, notes: list[str]) -> Out | None:
         """One schema-constrained call; None when the model fails twice, times out, or takes no structured output."""
         try:
             result = run_structured(agent, prompt, self.model, self.settings.request_timeout)
@@ -145,13 +153,13 @@ class Pipeline:
             log.warning("the %s step failed and was skipped: %r", agent.name, exc)
             notes.append(f"{agent.name} step failed ({type(exc).__name__}); skipped")
             return None
-        usage.add(result.usage)
+        usage.incr(result.usage)
         output: Out = result.output  # the agent's output_type: run_structured asks for it
         return output
 
     # ---- the steps of Algorithm 1
 
-    def condense(self, question: str, history: History, usage: Usage) -> Condensed:
+    def condense(self, question: str, history: History, usage: RunUsage) -> Condensed:
         if not history or stands_alone(question):  # two unrelated questions in a row are two questions
             return Condensed(question, (question,))
         with_history = conversation_query(question, history)
@@ -202,7 +210,7 @@ class Pipeline:
         hits: Sequence[ScoredChunk],
         evaluator: Evaluator,
         upper: float,
-        usage: Usage,
+        usage: RunUsage,
     ) -> Evaluation:
         """Grades in [-1, 1] of ``question`` (as searched), capped for a near miss of the question as ``asked``: a
         specific term that no passage of the first search mentions (below ``upper``), or that the scope's documents
@@ -228,7 +236,7 @@ class Pipeline:
         """The strips of the passages that came closest, when the action is Incorrect and the web gave nothing."""
         return refine_closest(question, local_strips(graded), self.scorer, _ANSWERING.closest_kept)
 
-    def doc_query(self, question: str, graded: Sequence[ScoredChunk], usage: Usage, notes: list[str]) -> str:
+    def doc_query(self, question: str, graded: Sequence[ScoredChunk], usage: RunUsage, notes: list[str]) -> str:
         """The question in the words of the documents ("stems point upward" → "stem direction \\stemUp"), by the model;
         "" when it fails or says the same. The passages graded best give the language to write in (where the answer
         is likeliest) and their headings some of the documents' words."""
@@ -240,7 +248,7 @@ class Pipeline:
         query = " ".join(out.query.split()) if out is not None else ""
         return query if content_words(query) and set(content_words(query)) != set(content_words(question)) else ""
 
-    def search_web(self, question: str, suggested: str, usage: Usage, notes: list[str]) -> WebKnowledge:
+    def search_web(self, question: str, suggested: str, usage: RunUsage, notes: list[str]) -> WebKnowledge:
         """Rewrite (no model call on the embedded backend, nor when the grader wrote the query), search, refine."""
         query = suggested
         if not query and self.backend.name != "embedded":
@@ -260,7 +268,7 @@ class Pipeline:
             return WebKnowledge(query, results, f"the web pages could not be scored ({type(exc).__name__})")
         return WebKnowledge(query, results, "", tuple(strips))
 
-    def generate(self, question: str, sources: Sequence[Source], usage: Usage) -> Iterator[str]:
+    def generate(self, question: str, sources: Sequence[Source], usage: RunUsage) -> Iterator[str]:
         """The chat model's answer, streamed. Raises whatever the model raises. Closing this generator (or
         a failure) ends the model's stream before it returns: nothing is left running on the event loop."""
         counted = RequestUsage()  # the embedded model's exact counts; other models report theirs
@@ -272,4 +280,4 @@ class Pipeline:
         ) as result:
             yield from result.stream_text(delta=True, debounce_by=None)
             exact = replace(result.usage, input_tokens=counted.input_tokens, output_tokens=counted.output_tokens)
-            usage.add(exact if counted.has_values() else result.usage)
+            usage.incr(exact if counted.has_values() else result.usage)

@@ -141,14 +141,14 @@ def local_strips(chunks: Sequence[ScoredChunk]) -> list[Strip]:
             best[key] = max(best.get(key, hit.score), hit.score)
     return [
         Strip(
-            text,
-            top
+            text=text,
+            score=top
             if hit.anchor
             else max(
                 hit.score, best.get((hit.chunk.file, hit.chunk.section), hit.score) - TUNING.refinement.section_gap
             ),
-            False,
-            "local",
+            kept=False,
+            kind="local",
             file=hit.chunk.file,
             pages=hit.chunk.pages,
             order=(i, j),
@@ -162,7 +162,7 @@ def local_strips(chunks: Sequence[ScoredChunk]) -> list[Strip]:
 
 def web_strips(results: Sequence[WebResult]) -> list[Strip]:
     return [
-        Strip(text, 0.0, False, "web", url=r.url, title=r.title, order=(i, j), section=r.title)
+        Strip(text=text, score=0.0, kept=False, kind="web", url=r.url, title=r.title, order=(i, j), section=r.title)
         for i, r in enumerate(results)
         for j, text in enumerate(decompose(r.text or r.snippet, "web"))
     ]
@@ -269,9 +269,9 @@ def number_sources(
             chunk = chunks.get(first.chunk_id)
             sources.append(
                 Source(
-                    n,
-                    "local",
-                    text,
+                    n=n,
+                    kind="local",
+                    text=text,
                     file=first.file,
                     pages=first.pages,
                     chunk_ids=(chunk.id,) if chunk else (),
@@ -280,7 +280,7 @@ def number_sources(
                 )
             )
         else:
-            sources.append(Source(n, "web", text, url=first.url, title=first.title))
+            sources.append(Source(n=n, kind="web", text=text, url=first.url, title=first.title))
     return sources
 
 

@@ -46,7 +46,7 @@ class WebKnowledge:
     strips: tuple[Strip, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Knowledge:
     """What the steps before generation found: the question answered, its grades, the action, the strips."""
 
@@ -67,7 +67,7 @@ def decide_action(scores: Sequence[float], upper: float, lower: float) -> Action
     return Action.INCORRECT
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options:
     """Per-question knobs. They are arguments of ``stream``: changing one never rebuilds the pipeline."""
 
@@ -83,7 +83,13 @@ class Options:
     @classmethod
     def from_settings(cls, s: Settings) -> Options:
         return cls(
-            s.top_k, s.upper_threshold, s.lower_threshold, s.web_search, s.evaluator, s.retrieval_mode, s.answer_mode
+            top_k=s.top_k,
+            upper_threshold=s.upper_threshold,
+            lower_threshold=s.lower_threshold,
+            web=s.web_search,
+            evaluator=s.evaluator,
+            retrieval_mode=s.retrieval_mode,
+            answer_mode=s.answer_mode,
         )
 
 

@@ -15,10 +15,12 @@ from dataclasses import replace
 from functools import cached_property
 from typing import Protocol
 
+from pydantic_ai.usage import RunUsage
+
 from crag import evidence, overview
 from crag.analysis import Analysis
 from crag.asks import asks, compared
-from crag.evaluator import Evaluator, Usage
+from crag.evaluator import Evaluator
 from crag.followups import (
     READ_ON,
     History,
@@ -53,7 +55,7 @@ class Steps(Protocol):
     def evaluator(self, choice: str) -> Evaluator: ...
     def documents(self, question: str, scope: Scope, history: History = ()) -> list[Overview]: ...
     def analyse(self, asked: str, scope: Scope) -> Analysis: ...
-    def condense(self, question: str, history: History, usage: Usage) -> Condensed: ...
+    def condense(self, question: str, history: History, usage: RunUsage) -> Condensed: ...
     def retrieve(
         self, queries: Sequence[str], k: int, mode: Mode, asked: Analysis, scope: Scope = EVERYTHING
     ) -> list[ScoredChunk]: ...
@@ -64,13 +66,13 @@ class Steps(Protocol):
         hits: Sequence[ScoredChunk],
         evaluator: Evaluator,
         upper: float,
-        usage: Usage,
+        usage: RunUsage,
     ) -> Evaluation: ...
     def refine(self, question: str, graded: Sequence[ScoredChunk], lower: float) -> list[Strip]: ...
     def closest(self, question: str, graded: Sequence[ScoredChunk]) -> list[Strip]: ...
-    def doc_query(self, question: str, graded: Sequence[ScoredChunk], usage: Usage, notes: list[str]) -> str: ...
-    def search_web(self, question: str, suggested: str, usage: Usage, notes: list[str]) -> WebKnowledge: ...
-    def generate(self, question: str, sources: Sequence[Source], usage: Usage) -> Iterator[str]: ...
+    def doc_query(self, question: str, graded: Sequence[ScoredChunk], usage: RunUsage, notes: list[str]) -> str: ...
+    def search_web(self, question: str, suggested: str, usage: RunUsage, notes: list[str]) -> WebKnowledge: ...
+    def generate(self, question: str, sources: Sequence[Source], usage: RunUsage) -> Iterator[str]: ...
 
 
 # The CRAG run's one log, as the API has "crag.api": a failure the answer survives keeps its cause there.
@@ -96,7 +98,13 @@ def joined_asks(question: str, found: Sequence[Knowledge], every: bool = False) 
     terms = TermCheck(joined("terms"), joined("missing"), joined("unknown"), decisive=all(c.decisive for c in checks))
     graded = tuple(g for k in found for g in k.evaluation.graded)
     web = next((k.web for k in found if k.web.query or k.web.error), WebKnowledge())
-    return Knowledge(question, Evaluation(graded, terms), action, tuple(s for k in found for s in k.strips), web)
+    return Knowledge(
+        question=question,
+        evaluation=Evaluation(graded, terms),
+        action=action,
+        strips=tuple(s for k in found for s in k.strips),
+        web=web,
+    )
 
 
 class AnswerStream:
@@ -114,7 +122,7 @@ class AnswerStream:
         self.options = options
         self.answer: Answer | None = None
         self.parts: list[str] = []
-        self.usage = Usage()
+        self.usage = RunUsage()
         self.timings: dict[str, float] = {}
         self.notes: list[str] = []
         self.grounding = Grounding()  # what holding a written answer to its sources cut and cited
@@ -284,9 +292,21 @@ class AnswerStream:
         shown = TUNING.overview.said_each if len(documents) > 1 else None  # several: a paragraph each, its best
         strips = tuple(s for d in documents for s in d.said[:shown])
         quoted = {s.chunk_id for s in strips}
-        graded = tuple(ScoredChunk(c, 1.0, Method.DOCUMENT) for d in documents for c in d.opening if c.id in quoted)
+        graded = tuple(
+            ScoredChunk(chunk=c, score=1.0, method=Method.DOCUMENT)
+            for d in documents
+            for c in d.opening
+            if c.id in quoted
+        )
         evaluation = Evaluation(graded, TermCheck())
-        return Knowledge(self.question, evaluation, Action.CORRECT, strips, WebKnowledge(), tuple(documents))
+        return Knowledge(
+            question=self.question,
+            evaluation=evaluation,
+            action=Action.CORRECT,
+            strips=strips,
+            web=WebKnowledge(),
+            documents=tuple(documents),
+        )
 
     def _search(self) -> Knowledge:
         """Algorithm 1 up to generation: condense, retrieve, evaluate, decide, correct, refine, search the web."""
@@ -330,7 +350,7 @@ class AnswerStream:
                 strips = p.closest(question, evaluation.graded) + strips
         if dropped := sum(1 for s in strips if s.drop is Drop.INJECTION):
             self.notes.append(f"{dropped} strip(s) looked like prompt injection and were dropped (see their reasons)")
-        return Knowledge(question, evaluation, action, tuple(strips), web)
+        return Knowledge(question=question, evaluation=evaluation, action=action, strips=tuple(strips), web=web)
 
     def _decide_action(self, evaluation: Evaluation) -> Action:
         o = self.options
@@ -501,4 +521,13 @@ class AnswerStream:
             input_tokens=self.usage.input_tokens,
             output_tokens=self.usage.output_tokens,
         )
-        return Answer(text, p.backend.name, p.backend.model, tuple(sources), trace, not error, error, kind)
+        return Answer(
+            text=text,
+            backend=p.backend.name,
+            model=p.backend.model,
+            sources=tuple(sources),
+            trace=trace,
+            complete=not error,
+            error=error,
+            kind=kind,
+        )

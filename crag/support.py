@@ -122,7 +122,7 @@ _PROSE_FENCE = re.compile(r"```(?:text|plaintext|plain|markdown|md)[ \t]*\n")  #
 _STOPS = ".!?。！？；:："
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Grounding:
     """What grounding did to a written answer: each count is of sentences (a code block counts as one)."""
 

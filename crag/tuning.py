@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Evidence:
     """Which strips an evidence answer quotes, and how much of them (``crag.evidence``)."""
 
@@ -130,7 +130,7 @@ class Support:
     """A sentence of fewer content words and no claim only frames the answer ("Here is how:"). Hand-set."""
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Terms:
     """Which words of a question are specific terms, and when a text writes one in another form (``crag.terms``).
     Frequencies are on wordfreq's Zipf scale of everyday language (3: once per million words)."""
@@ -199,7 +199,7 @@ class Answering:
     """When nothing answers, the closest passages shown, said to be such. Hand-set."""
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Tuning:
     """Every group of chosen numbers."""
 

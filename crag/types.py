@@ -19,7 +19,7 @@ from crag.tuning import TUNING
 BLOCK_TYPES = ("text", "title", "table", "equation", "list", "caption", "footnote", "header", "footer", "image", "code")
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Block:
     """One layout block of a page, in reading order."""
 
@@ -31,7 +31,7 @@ class Block:
     level: int = 0  # heading level of a title (1 is the top), 0 for other blocks
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class ParsedPDF:
     """A parser's output for one file."""
 
@@ -43,7 +43,7 @@ class ParsedPDF:
     ocr_pages: int = 0  # pages read with OCR (scans), their text recognised from the page's image
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Chunk:
     """A retrievable piece of a document, with everything needed to cite and highlight it."""
 
@@ -87,7 +87,7 @@ def method_of(graded: str) -> tuple[Method | None, str]:
     return (Method(name), detail) if name in Method.__members__.values() else (None, "")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ScoredChunk:
     """A chunk with a score: a retrieval score, or the evaluator's relevance in [-1, 1]."""
 
@@ -138,7 +138,7 @@ class Drop(StrEnum):
     NOT_AMONG_BEST = "not_among_best"  # others scored better
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Strip:
     """A few sentences of knowledge, scored and kept or dropped by refinement."""
 
@@ -165,7 +165,7 @@ class Strip:
         return f"{self.section}\n{self.text}" if self.section else self.text
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Source:
     """A numbered source the answer may cite as [n]."""
 
@@ -206,7 +206,7 @@ class TermCheck:
         return upper - 0.01 if self.missing else math.inf
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Trace:
     """How an answer was made, for the expander in the UI and for ``ask --json``."""
 
@@ -261,7 +261,7 @@ def cited(text: str) -> set[int]:
     return {int(n) for group in CITATION.findall(text) for n in re.split(r"[,，]", group)}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Answer:
     """One answer, its numbered sources and how it was made."""
 
@@ -297,7 +297,7 @@ class Answer:
 PARSE_SHARE = 0.8  # of a file's slot on a progress bar; embedding takes the rest
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Progress:
     """Where a build is, for progress bars: stage, file i/N, page j/M (chunk j/M while embedding).
     Stage "ocr" is parsing too: page j of M is being read with OCR. Stage "finished": file i is done, and
@@ -337,7 +337,7 @@ class Progress:
 OnProgress = Callable[[Progress], None]
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class FileResult:
     """What a build did with one file; the index's manifest is one of these per file."""
 

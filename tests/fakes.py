@@ -11,10 +11,11 @@ from functools import cached_property
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.usage import RunUsage
 
 from crag.analysis import Analysis
 from crag.config import Settings
-from crag.evaluator import Evaluator, Grade, Grading, SimilarityEvaluator, Usage
+from crag.evaluator import Evaluator, Grade, Grading, SimilarityEvaluator
 from crag.models import BackendInfo, Embedder, EmbedderUnavailable
 from crag.overview import Overview, overview
 from crag.pipeline import Pipeline
@@ -56,7 +57,7 @@ class FakeRetriever:
 
     def retrieve(self, question: str, k: int, mode: str = "hybrid", scope: Scope = EVERYTHING) -> list[ScoredChunk]:
         self.asked.append(question)
-        return [ScoredChunk(c, 1.0 / (i + 1)) for i, c in enumerate(self.held(scope)[:k])]
+        return [ScoredChunk(chunk=c, score=1.0 / (i + 1)) for i, c in enumerate(self.held(scope)[:k])]
 
     def held(self, scope: Scope = EVERYTHING) -> list[Chunk]:
         return [c for c in self.chunks if scope.holds(c.file)]
@@ -65,7 +66,7 @@ class FakeRetriever:
         """As the index checks a scope: against its files (here, the chunks' files)."""
         if scope:
             files = {c.file for c in self.chunks}
-            resolve(scope, [FileResult(f, "indexed", chunks=1) for f in sorted(files)])
+            resolve(scope, [FileResult(file=f, status="indexed", chunks=1) for f in sorted(files)])
 
     def term_stats(self, scope: Scope = EVERYTHING) -> FakeStats:
         return FakeStats([c.text for c in self.held(scope)])
@@ -84,7 +85,7 @@ class FakeRetriever:
         """Every chunk of the scope, those sharing most words with the query first."""
         words = set(lexical_tokens(query))
         ranked = sorted(self.held(scope), key=lambda c: -len(words & set(lexical_tokens(c.text))))
-        return [ScoredChunk(c, 0.0) for c in ranked[:n]]
+        return [ScoredChunk(chunk=c, score=0.0) for c in ranked[:n]]
 
 
 @dataclass
@@ -113,7 +114,7 @@ class FixedEvaluator(Evaluator):
     name: str = "fixed"
     graded: list[str] = field(default_factory=list)
 
-    def grade(self, question: str, texts: Sequence[str], usage: Usage | None = None) -> Grading:
+    def grade(self, question: str, texts: Sequence[str], usage: RunUsage | None = None) -> Grading:
         self.graded.append(question)
         method = Method.LLM if self.name == "llm" else Method.SIMILARITY  # a grader named "llm" stands for one
         return Grading([Grade(s, method) for s in self.scores[: len(texts)]])
@@ -178,12 +179,12 @@ def pipeline(
     scorer = SimilarityEvaluator(retriever.embedder, retriever.term_stats)
     grader = evaluator or FixedEvaluator(scores)
     return Pipeline(
-        settings,
-        model.model(),
-        BackendInfo(backend, "fake", "test"),
-        retriever,
-        scorer,
-        {"similarity": grader, "llm": grader},
-        searcher or FakeSearcher(),
+        settings=settings,
+        model=model.model(),
+        backend=BackendInfo(backend, "fake", "test"),
+        retriever=retriever,
+        scorer=scorer,
+        evaluators={"similarity": grader, "llm": grader},
+        searcher=searcher or FakeSearcher(),
         fetch=lambda results, top_n, timeout: list(results),  # never the network
     )

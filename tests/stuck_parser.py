@@ -38,11 +38,19 @@ class StuckParser(Parser):
             while True:
                 time.sleep(60)
         blocks = tuple(
-            Block("text", f"Page {n} of {path.stem} says that the widget needs {n} cores.", n, (72, 72, 500, 90), 0)
+            Block(
+                type="text",
+                text=f"Page {n} of {path.stem} says that the widget needs {n} cores.",
+                page=n,
+                bbox=(72, 72, 500, 90),
+                order=0,
+            )
             for n in pages
         )
-        return PagesRead(blocks, (), ("parsing",) * len(pages), 0, 0)
+        return PagesRead(blocks=blocks, warnings=(), stages=("parsing",) * len(pages), blank=0, page_count=0)
 
     def parsed(self, path: Path, parts: Sequence[PagesRead]) -> ParsedPDF:
         blocks = tuple(b for part in parts for b in part.blocks)
-        return ParsedPDF(blocks, sum(len(part.stages) for part in parts), self.name, self.version)
+        return ParsedPDF(
+            blocks=blocks, pages=sum(len(part.stages) for part in parts), parser=self.name, parser_version=self.version
+        )

@@ -136,6 +136,9 @@ class RebuildRetriever:
     def file_languages(self, scope=None) -> dict[str, str]:
         return {}  # as the retriever says of an index that needs a rebuild
 
+    def term_stats(self, scope=None) -> None:
+        return None  # the same
+
 
 def test_index_needing_a_rebuild_is_409(settings: Settings) -> None:
     fake = pipeline(settings, [], [])
@@ -153,6 +156,9 @@ class BrokenRetriever:
 
     def file_languages(self, scope=None) -> dict[str, str]:
         return {}
+
+    def term_stats(self, scope=None) -> None:
+        return None
 
 
 def test_unexpected_error_is_500_without_internals(settings: Settings) -> None:

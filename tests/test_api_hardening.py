@@ -16,13 +16,14 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from markdown_it import MarkdownIt
 from mcp import Client
+from pydantic_ai.usage import RunUsage
 
 from crag import cli
 from crag.api import create_app
 from crag.config import Settings, load_settings, redacted_url
-from crag.evaluator import Grade, Grading, Usage
+from crag.evaluator import Grade, Grading
 from crag.markdown import model_markdown, safe_stream
-from crag.mcp import Knowledge, create_server
+from crag.mcp import ToolBackend, create_server
 from crag.models import resolve_backend
 from crag.pipeline import Pipeline
 from crag.types import Method
@@ -211,7 +212,7 @@ def test_mcp_ask_shows_images_as_typed(settings: Settings) -> None:
     fake = pipeline(settings, [chunk(LINKED)], [0.9], ScriptedModel(answer=INJECTED))
 
     async def main() -> Any:
-        async with Client(create_server(Knowledge(settings, lambda: fake))) as client:
+        async with Client(create_server(ToolBackend(settings, lambda: fake))) as client:
             return await client.call_tool("ask", {"question": QUESTION})
 
     result = anyio.run(main)
@@ -266,7 +267,7 @@ class GatedGrader(FixedEvaluator):
         self.entered = threading.Event()
         self.release = threading.Event()
 
-    def grade(self, question: str, texts: Sequence[str], usage: Usage | None = None) -> Grading:
+    def grade(self, question: str, texts: Sequence[str], usage: RunUsage | None = None) -> Grading:
         self.entered.set()
         self.release.wait(10)
         return Grading([Grade(0.9, Method.SIMILARITY) for _ in texts])

@@ -20,10 +20,10 @@ from fastapi import FastAPI
 from pydantic import SecretStr
 
 from crag.api import create_app
-from crag.api.openai_compat import Asked, read_request, sources_markdown
+from crag.api.openai_compat import ChatQuestion, read_request, sources_markdown
 from crag.api.openai_schemas import ChatRequest
-from crag.api.schemas import MAX_TURNS
 from crag.config import Settings
+from crag.contract import MAX_TURNS
 from crag.pipeline import Pipeline
 from crag.types import Answer, Source, WebResult
 from tests.apiclient import DOC, QUESTION, hash_embedder
@@ -292,7 +292,7 @@ def test_backend_down_is_503_at_once(settings: Settings, closed_port_url: str) -
 # Reading a request; the sources list
 
 
-def chat(*messages: dict, **fields) -> Asked:
+def chat(*messages: dict, **fields) -> ChatQuestion:
     return read_request(ChatRequest.model_validate({"model": "crag-kb", "messages": list(messages)} | fields))
 
 
@@ -328,14 +328,16 @@ def test_history_keeps_text_drops_pictures_with_a_note_and_keeps_the_last_turns(
 
 def test_sources_list_is_markdown_that_cannot_be_broken_by_names() -> None:
     sources = (
-        Source(1, "local", "x", file="my_notes *draft*.pdf", pages=(3, 4)),
-        Source(2, "web", "y", url="https://example.org/a b", title="[Click] <here>"),
-        Source(3, "local", "z", file="unused.pdf", pages=(1,)),
+        Source(n=1, kind="local", text="x", file="my_notes *draft*.pdf", pages=(3, 4)),
+        Source(n=2, kind="web", text="y", url="https://example.org/a b", title="[Click] <here>"),
+        Source(n=3, kind="local", text="z", file="unused.pdf", pages=(1,)),
     )
-    answer = Answer("See [1] and [2].", "embedded", "m", sources)
+    answer = Answer(text="See [1] and [2].", backend="embedded", model="m", sources=sources)
     assert sources_markdown(answer) == (
         "\n\n**Sources**\n\n- [1] my\\_notes \\*draft\\*.pdf, pages 3–4\n"
         "- [2] [\\[Click\\] \\<here\\>](https://example.org/a%20b)"
     )
-    assert sources_markdown(Answer("No citation.", "embedded", "m", sources[2:])).endswith("- [3] unused.pdf, page 1")
-    assert sources_markdown(Answer("Nothing found.", "embedded", "m")) == ""
+    assert sources_markdown(Answer(text="No citation.", backend="embedded", model="m", sources=sources[2:])).endswith(
+        "- [3] unused.pdf, page 1"
+    )
+    assert sources_markdown(Answer(text="Nothing found.", backend="embedded", model="m")) == ""

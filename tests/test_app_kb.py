@@ -95,20 +95,24 @@ def fake_sync(calls: list):
     def sync(settings, embedder, *, rebuild=False, on_progress=None):
         calls.append({"rebuild": rebuild, "embedder": embedder.name})
         for p in [
-            Progress("scanning"),
-            Progress("parsing", "bad.pdf", 1, 2),
-            Progress("parsing", "good.pdf", 2, 2),
-            Progress("parsing", "good.pdf", 2, 2, 1, 3),
-            Progress("parsing", "good.pdf", 2, 2, 3, 3),
-            Progress("embedding", "good.pdf", 2, 2, 0, 4),
-            Progress("writing", file_count=2),
-            Progress("done"),
+            Progress(stage="scanning"),
+            Progress(stage="parsing", file="bad.pdf", file_index=1, file_count=2),
+            Progress(stage="parsing", file="good.pdf", file_index=2, file_count=2),
+            Progress(stage="parsing", file="good.pdf", file_index=2, file_count=2, page=1, page_count=3),
+            Progress(stage="parsing", file="good.pdf", file_index=2, file_count=2, page=3, page_count=3),
+            Progress(stage="embedding", file="good.pdf", file_index=2, file_count=2, page=0, page_count=4),
+            Progress(stage="writing", file_count=2),
+            Progress(stage="done"),
         ]:
             on_progress(p)
         return SyncReport(
             files=[
-                FileResult("bad.pdf", "failed", error="bad.pdf: not a PDF (no PDF header). Convert it to PDF first."),
-                FileResult("good.pdf", "indexed", pages=3, chunks=4, seconds=0.4),
+                FileResult(
+                    file="bad.pdf",
+                    status="failed",
+                    error="bad.pdf: not a PDF (no PDF header). Convert it to PDF first.",
+                ),
+                FileResult(file="good.pdf", status="indexed", pages=3, chunks=4, seconds=0.4),
             ],
             total_chunks=4,
             seconds=1.2,
@@ -462,11 +466,25 @@ def test_the_highlight_follows_the_chunks_that_were_used() -> None:
     other = fakes.chunk("Unrelated text on the same page.", n=1)
     other = type(other)(**{**other.__dict__, "bboxes": ((1, 0, 500, 100, 520),)})
     strips = (
-        Strip("The widget needs two cores. It also needs a fan.", 0.8, True, "local", "manual.pdf", (1,)),
-        Strip("Unrelated text on the same page.", -0.5, False, "local", "manual.pdf", (1,)),
+        Strip(
+            text="The widget needs two cores. It also needs a fan.",
+            score=0.8,
+            kept=True,
+            kind="local",
+            file="manual.pdf",
+            pages=(1,),
+        ),
+        Strip(
+            text="Unrelated text on the same page.", score=-0.5, kept=False, kind="local", file="manual.pdf", pages=(1,)
+        ),
     )
-    trace = Trace("q", "q", retrieved=(ScoredChunk(used, 0.9), ScoredChunk(other, 0.1)), strips=strips)
+    trace = Trace(
+        question="q",
+        standalone_question="q",
+        retrieved=(ScoredChunk(chunk=used, score=0.9), ScoredChunk(chunk=other, score=0.1)),
+        strips=strips,
+    )
     # The pipeline took the boxes of the last chunk on that page; the trace knows better.
-    source = Source(1, "local", strips[0].text, file="manual.pdf", pages=(1,), bboxes=other.bboxes)
+    source = Source(n=1, kind="local", text=strips[0].text, file="manual.pdf", pages=(1,), bboxes=other.bboxes)
     assert passage_boxes(source, trace) == used.bboxes
     assert passage_boxes(source, None) == other.bboxes

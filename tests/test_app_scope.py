@@ -22,16 +22,18 @@ CHUNKS = [
     fakes.chunk("植物的光合作用需要阳光和水。", file=COURSES, n=1),
     fakes.chunk("The manual says the widget needs a fan.", file=TOP, n=2),
 ]
-MANIFEST = [FileResult(f, "indexed", pages=3, chunks=1) for f in (ALPHA, COURSES, TOP)]
+MANIFEST = [FileResult(file=f, status="indexed", pages=3, chunks=1) for f in (ALPHA, COURSES, TOP)]
 
 
 @pytest.fixture
 def indexed(monkeypatch: pytest.MonkeyPatch, files: Path) -> Path:
     """A page whose index holds three documents: one in projects/alpha, one in courses, one at the top level."""
     use_pipeline(monkeypatch, [0.9, 0.9, 0.9], chunks=CHUNKS)
-    generation = Generation("gen-1", "2026-11-26T10:00:00", "hash", 8, {}, files=3, chunks=3)
+    generation = Generation(
+        id="gen-1", built_at="2026-11-26T10:00:00", embedder="hash", dimension=8, chunking={}, files=3, chunks=3
+    )
     monkeypatch.setattr(
-        ui.state, "knowledge_base", lambda settings, verify=True: ui.state.KnowledgeBase(generation, list(MANIFEST))
+        ui.state, "index_contents", lambda settings, verify=True: ui.state.IndexContents(generation, list(MANIFEST))
     )
     return files
 

@@ -281,14 +281,16 @@ def test_specific_terms_are_ticked_only_against_retrieved_passages() -> None:
     from ui.answer import key_terms
 
     terms = TermCheck(("CRAN", "bzip2"), missing=("bzip2",))
-    assert key_terms(Trace("q", "q", terms=terms)) == (
+    assert key_terms(Trace(question="q", standalone_question="q", terms=terms)) == (
         "Specific terms of the question: “CRAN”, “bzip2” (not in the retrieved passages)"
     )
-    hit = ScoredChunk(Chunk("c0", "CRAN is the archive.", "m.pdf", (1,)), 0.9)
-    assert "“CRAN” ✓" in key_terms(Trace("q", "q", retrieved=(hit,), terms=terms))
+    hit = ScoredChunk(chunk=Chunk(id="c0", text="CRAN is the archive.", file="m.pdf", pages=(1,)), score=0.9)
+    assert "“CRAN” ✓" in key_terms(Trace(question="q", standalone_question="q", retrieved=(hit,), terms=terms))
     # A passage searched for by the missing term: still missing from what the question found, and said so.
-    again = ScoredChunk(Chunk("c1", "bzip2 -k keeps the input.", "m.pdf", (2,)), 0.3, anchor="bzip2")
-    assert key_terms(Trace("q", "q", retrieved=(hit, again), terms=terms)).endswith(
+    again = ScoredChunk(
+        chunk=Chunk(id="c1", text="bzip2 -k keeps the input.", file="m.pdf", pages=(2,)), score=0.3, anchor="bzip2"
+    )
+    assert key_terms(Trace(question="q", standalone_question="q", retrieved=(hit, again), terms=terms)).endswith(
         "“bzip2” (not in the passages found for the question; searched for again)"
     )
 
@@ -364,14 +366,19 @@ def test_a_stop_is_told_by_its_kind_not_by_its_words() -> None:
     from crag.conversations import Message, Stop
     from ui.text import stop_of, user_stopped
 
-    assert stop_of(Message(1, "assistant", "", complete=False, error="Halted.", stop=Stop.USER)) is Stop.USER
-    reloaded = Message(1, "assistant", "", complete=False, error=user_stopped("q"), stop=Stop.INTERRUPTED)
+    assert (
+        stop_of(Message(id=1, role="assistant", content="", complete=False, error="Halted.", stop=Stop.USER))
+        is Stop.USER
+    )
+    reloaded = Message(
+        id=1, role="assistant", content="", complete=False, error=user_stopped("q"), stop=Stop.INTERRUPTED
+    )
     assert stop_of(reloaded) is Stop.INTERRUPTED
     # A message stored before messages kept their stop says it in the Stop button's words only.
     for said in (True, False):
-        old = Message(1, "assistant", "", complete=False, error=user_stopped("如何安装？", said=said))
+        old = Message(id=1, role="assistant", content="", complete=False, error=user_stopped("如何安装？", said=said))
         assert stop_of(old) is Stop.USER
-    assert stop_of(Message(1, "assistant", "", complete=False, error="The model failed.")) is None
+    assert stop_of(Message(id=1, role="assistant", content="", complete=False, error="The model failed.")) is None
 
 
 def test_chats_with_the_same_title_are_told_apart() -> None:
@@ -383,10 +390,10 @@ def test_chats_with_the_same_title_are_told_apart() -> None:
 
     at = datetime(2026, 11, 24, 9, 5).timestamp()
     chats = [
-        Conversation("a", "How do I run R in batch mode?", at, at),
-        Conversation("b", "Widget cores", at, at),
-        Conversation("c", "How do I run R in batch mode?", at, at + 3600),
-        Conversation("d", "How do I run R in batch mode?", at, at),
+        Conversation(id="a", title="How do I run R in batch mode?", created=at, updated=at),
+        Conversation(id="b", title="Widget cores", created=at, updated=at),
+        Conversation(id="c", title="How do I run R in batch mode?", created=at, updated=at + 3600),
+        Conversation(id="d", title="How do I run R in batch mode?", created=at, updated=at),
     ]
     assert chat_labels(chats) == [
         "How do I run R in batch mode? · 2026\\-11\\-24 09\\:05",
@@ -403,10 +410,12 @@ def test_each_retrieved_passage_is_labelled_with_its_number_in_the_answer() -> N
     from ui.answer import source_labels
 
     sources = (
-        Source(1, "local", "a", file="a.pdf", pages=(1,), chunk_ids=("c7",)),
-        Source(2, "local", "b", file="b.pdf", pages=(2,), chunk_ids=("c2",)),
+        Source(n=1, kind="local", text="a", file="a.pdf", pages=(1,), chunk_ids=("c7",)),
+        Source(n=2, kind="local", text="b", file="b.pdf", pages=(2,), chunk_ids=("c2",)),
     )
-    answer = Answer("From your documents:\n“a” [1]", "embedded", "", sources, kind=AnswerKind.EVIDENCE)
+    answer = Answer(
+        text="From your documents:\n“a” [1]", backend="embedded", model="", sources=sources, kind=AnswerKind.EVIDENCE
+    )
     assert source_labels(answer) == {"c7": "[1]", "c2": "[2] (not cited)"}
 
 

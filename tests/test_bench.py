@@ -21,10 +21,36 @@ def test_quick_bench_writes_results_report_and_plots(tmp_path: Path, real_models
         "zh.pdf": manual_pdf(tmp_path / "zh.pdf", topic="小部件", chinese=True),
     }
     questions = [
-        Question("en-1", "en", "en", "How much memory does the widget need?", "widget.pdf", (1,), True),
-        Question("zh-1", "zh", "zh", "小部件需要多少内存？", "zh.pdf", (1,), True),
-        Question("x-1", "en", "cross", "How much memory does the 小部件 need?", "zh.pdf", (1,), True),
-        Question("oos-1", "en", "en", "Who won the 1998 football world cup?", None, (), False),
+        Question(
+            id="en-1",
+            lang="en",
+            kind="en",
+            question="How much memory does the widget need?",
+            file="widget.pdf",
+            pages=(1,),
+            in_kb=True,
+        ),
+        Question(
+            id="zh-1", lang="zh", kind="zh", question="小部件需要多少内存？", file="zh.pdf", pages=(1,), in_kb=True
+        ),
+        Question(
+            id="x-1",
+            lang="en",
+            kind="cross",
+            question="How much memory does the 小部件 need?",
+            file="zh.pdf",
+            pages=(1,),
+            in_kb=True,
+        ),
+        Question(
+            id="oos-1",
+            lang="en",
+            kind="en",
+            question="Who won the 1998 football world cup?",
+            file=None,
+            pages=(),
+            in_kb=False,
+        ),
     ]
     out = tmp_path / "results"
     results = run(out, quick=True, pdfs=pdfs, questions=questions)
@@ -60,9 +86,9 @@ def test_retrieval_scores_per_split() -> None:
     from crag.bench.retrieval import by_kind
 
     questions = [
-        Question("en-1", "en", "en", "?", "a.pdf", (1,), True, split="dev"),
-        Question("en-2", "en", "en", "?", "a.pdf", (1,), True, split="test"),
-        Question("x-1", "zh", "cross", "?", "a.pdf", (1,), True, split="test"),
+        Question(id="en-1", lang="en", kind="en", question="?", file="a.pdf", pages=(1,), in_kb=True, split="dev"),
+        Question(id="en-2", lang="en", kind="en", question="?", file="a.pdf", pages=(1,), in_kb=True, split="test"),
+        Question(id="x-1", lang="zh", kind="cross", question="?", file="a.pdf", pages=(1,), in_kb=True, split="test"),
     ]
     scores = by_kind(questions, [1, None, 2])
     assert scores["en"] == {"n": 2, "hit@5": 0.5, "mrr@10": 0.5}

@@ -39,7 +39,9 @@ def _two_cores(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _plan(tmp_path: Path, **files: int) -> list[Planned]:
     return [
-        Planned(manual_pdf(tmp_path / f"{name}.pdf", topic=name, pages=pages), f"{name}.pdf", f"{n}" * 64)
+        Planned(
+            path=manual_pdf(tmp_path / f"{name}.pdf", topic=name, pages=pages), name=f"{name}.pdf", hash=f"{n}" * 64
+        )
         for n, (name, pages) in enumerate(files.items())
     ]
 

@@ -62,7 +62,7 @@ def test_the_model_loads_on_first_use_and_threads_follow_the_build() -> None:
 
 def _chunks(settings: Settings, parser: PyMuPDFParser, pdf: Path) -> list[tuple]:
     added: list = []
-    plan = [Planned(pdf, pdf.name, "f" * 64)]
+    plan = [Planned(path=pdf, name=pdf.name, hash="f" * 64)]
     built = index_files(plan, parser, HashEmbedder(), lambda c, v: added.extend(c), settings, lambda p: None)
     assert [r.status for r in built.results] == ["indexed"]
     return [(c.text, c.section, c.pages, c.bboxes) for c in added]
@@ -85,7 +85,7 @@ def test_a_file_a_worker_cannot_read_fails_alone(tmp_path: Path, settings: Setti
     good = manual_pdf(tmp_path / "good.pdf", pages=30)
     bad = tmp_path / "bad.pdf"
     bad.write_bytes(b"%PDF-1.7\n" + b"\0" * 100)
-    plan = [Planned(bad, "bad.pdf", "a" * 64), Planned(good, "good.pdf", "b" * 64)]
+    plan = [Planned(path=bad, name="bad.pdf", hash="a" * 64), Planned(path=good, name="good.pdf", hash="b" * 64)]
     built = index_files(plan, PyMuPDFParser(), HashEmbedder(), lambda c, v: None, settings, lambda p: None)
     assert [(r.file, r.status) for r in built.results] == [("bad.pdf", "failed"), ("good.pdf", "indexed")]
     assert "corrupt or truncated PDF" in built.results[0].error
@@ -99,7 +99,9 @@ def test_files_parse_in_this_process_when_the_worker_dies(tmp_path: Path, settin
         yield  # a generator, as ParseAhead.parts is
 
     monkeypatch.setattr(ParseAhead, "parts", broken)
-    plan = [Planned(manual_pdf(tmp_path / f"{n}.pdf", pages=15), f"{n}.pdf", str(n) * 64) for n in (1, 2)]
+    plan = [
+        Planned(path=manual_pdf(tmp_path / f"{n}.pdf", pages=15), name=f"{n}.pdf", hash=str(n) * 64) for n in (1, 2)
+    ]
     built = index_files(plan, PyMuPDFParser(), HashEmbedder(), lambda c, v: None, settings, lambda p: None)
     assert [(r.file, r.status, r.pages) for r in built.results] == [("1.pdf", "indexed", 15), ("2.pdf", "indexed", 15)]
 
@@ -157,7 +159,7 @@ def test_the_build_embeds_on_one_thread_while_workers_read(tmp_path: Path, setti
     monkeypatch.setattr(ParseAhead, "busy", lambda self: len(embedder.seen) < 2)
     embedder = ThreadsSeen()
     pdf = manual_pdf(tmp_path / "manual.pdf", pages=60)
-    plan = [Planned(pdf, pdf.name, "f" * 64)]
+    plan = [Planned(path=pdf, name=pdf.name, hash="f" * 64)]
     monkeypatch.setattr("crag.ingest.build.EMBED_BATCH", 4)
     built = index_files(plan, PyMuPDFParser(), embedder, lambda c, v: None, settings, lambda p: None)
     assert [r.status for r in built.results] == ["indexed"]

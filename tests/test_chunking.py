@@ -16,11 +16,13 @@ def words(text: str) -> int:
 
 
 def parsed(*blocks: Block) -> ParsedPDF:
-    return ParsedPDF(tuple(blocks), max(b.page for b in blocks), "test", "1")
+    return ParsedPDF(blocks=tuple(blocks), pages=max(b.page for b in blocks), parser="test", parser_version="1")
 
 
 def block(type_: str, text: str, page: int = 1, order: int = 0, level: int = 0) -> Block:
-    return Block(type_, text, page, (10.0, 10.0 * order, 100.0, 10.0 * order + 9), order, level)
+    return Block(
+        type=type_, text=text, page=page, bbox=(10.0, 10.0 * order, 100.0, 10.0 * order + 9), order=order, level=level
+    )
 
 
 def sentence(n: int, size: int = 10) -> str:

@@ -24,12 +24,21 @@ def answer(text: str = "“The widget needs two cores.” [1]", complete: bool =
         question="How many cores?",
         standalone_question="How many cores?",
         action=Action.CORRECT,
-        retrieved=(ScoredChunk(c, 0.9, Method.SIMILARITY),),
+        retrieved=(ScoredChunk(chunk=c, score=0.9, method=Method.SIMILARITY),),
         thresholds=(-0.8, 0.55),
         terms=TermCheck(("widget",)),
     )
-    source = Source(1, "local", c.text, file="manual.pdf", pages=(1,), chunk_ids=(c.id,), bboxes=c.bboxes)
-    return Answer(text, "embedded", "SmolLM2", (source,), trace, complete, "", AnswerKind.EVIDENCE)
+    source = Source(n=1, kind="local", text=c.text, file="manual.pdf", pages=(1,), chunk_ids=(c.id,), bboxes=c.bboxes)
+    return Answer(
+        text=text,
+        backend="embedded",
+        model="SmolLM2",
+        sources=(source,),
+        trace=trace,
+        complete=complete,
+        error="",
+        kind=AnswerKind.EVIDENCE,
+    )
 
 
 def test_a_conversation_and_its_answers_survive_a_restart(tmp_path: Path) -> None:

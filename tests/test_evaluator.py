@@ -245,8 +245,10 @@ def test_what_a_written_answer_states_and_nothing_given_says_is_flagged(
 
 
 GROUNDING_SOURCES = [
-    Source(1, "local", "Use write.csv(df, file) to save a data frame. The console line limit is 4095 bytes."),
-    Source(2, "local", "LaTeX 中插入表格使用 tabular 环境。表格的列用 & 分隔。"),
+    Source(
+        n=1, kind="local", text="Use write.csv(df, file) to save a data frame. The console line limit is 4095 bytes."
+    ),
+    Source(n=2, kind="local", text="LaTeX 中插入表格使用 tabular 环境。表格的列用 & 分隔。"),
 ]
 
 

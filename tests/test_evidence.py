@@ -69,7 +69,14 @@ def test_an_evidence_answer_asked_in_a_scope_names_it(settings) -> None:
 def test_the_quoted_sources_are_numbered_first(settings) -> None:
     """A passage kept by refinement but not quoted comes before the quoted one in the context: the answer still
     cites [1], not [2], and the other is numbered after it."""
-    other = Chunk("c9", "The gadget ships in a blue box with a manual.", "other.pdf", (4,), "Box", ((4, 0, 0, 9, 9),))
+    other = Chunk(
+        id="c9",
+        text="The gadget ships in a blue box with a manual.",
+        file="other.pdf",
+        pages=(4,),
+        section="Box",
+        bboxes=((4, 0, 0, 9, 9),),
+    )
     p = pipeline(settings, [other, chunk(DOC)], [0.2, 0.95], backend="embedded")
     answer = p.ask("How many processor cores does the widget need?")
     kept = {s.file for s in answer.trace.strips if s.kept}
@@ -166,11 +173,15 @@ def test_no_quotable_sentence_means_no_answer_not_an_empty_one(settings) -> None
     assert answer.kind is AnswerKind.NO_ANSWER and answer.text
 
 
-SOURCE = Source(1, "local", "", file="m.pdf", pages=(1,), chunk_ids=("c0",))  # the source of strip()'s default chunk
+SOURCE = Source(
+    n=1, kind="local", text="", file="m.pdf", pages=(1,), chunk_ids=("c0",)
+)  # the source of strip()'s default chunk
 
 
 def strip(text: str, score: float, order: tuple[int, int], chunk_id: str = "c0") -> Strip:
-    return Strip(text, score, True, "local", file="m.pdf", pages=(1,), order=order, chunk_id=chunk_id)
+    return Strip(
+        text=text, score=score, kept=True, kind="local", file="m.pdf", pages=(1,), order=order, chunk_id=chunk_id
+    )
 
 
 def test_quotes_follow_document_order_and_neighbours_read_as_one() -> None:
@@ -211,7 +222,7 @@ def test_a_sentence_that_two_chunks_share_is_quoted_once() -> None:
     """Neighbouring chunks overlap: the same sentence comes from both, and was quoted twice, as [1] and [2]."""
     sources = [
         SOURCE,
-        Source(2, "local", "", file="m.pdf", pages=(2,), chunk_ids=("c1",)),
+        Source(n=2, kind="local", text="", file="m.pdf", pages=(2,), chunk_ids=("c1",)),
     ]
     shared = "Then execute: cp login-local /bin/login to move your program into place."
     strips = [
@@ -231,7 +242,7 @@ def test_the_first_half_of_a_sentence_that_the_next_chunk_holds_whole_is_not_quo
     own above the whole sentence, whichever of the two scored higher."""
     sources = [
         SOURCE,
-        Source(2, "local", "", file="m.pdf", pages=(1,), chunk_ids=("c1",)),
+        Source(n=2, kind="local", text="", file="m.pdf", pages=(1,), chunk_ids=("c1",)),
     ]
     cut = "If you have made R as a shared library you can install it in your system's library directory by"
     whole = f"{cut} make prefix=/path/to/here install-libR where prefix is optional."
@@ -413,7 +424,7 @@ def test_strips_trimmed_at_their_joint_are_not_quoted_as_one() -> None:
     a quote holds only text that runs on in the document."""
     first = "Check that tex runs: tex --version. If it says command not found, add bin to PATH. Copyright © 2020 TUG."
     second = "Then process a basic LaTeX file: latex sample2e.tex."
-    source = Source(1, "local", f"{first} {second}", file="m.pdf", pages=(1,), chunk_ids=("c0",))
+    source = Source(n=1, kind="local", text=f"{first} {second}", file="m.pdf", pages=(1,), chunk_ids=("c0",))
     strips = [strip(first, 0.9, (0, 0)), strip(second, 0.85, (0, 1))]
     quotes = [
         f["quote"]
@@ -530,7 +541,7 @@ def test_a_quoted_table_is_a_table_with_its_header_row(settings) -> None:
     zh = "下表列出常用命令：\n\n|命令|作用|\n|---|---|\n" + "".join(
         f"|cmd{i}|作用说明第{i}条很长的文字|\n" for i in range(30)
     )
-    strips = [replace(s, kept=True) for s in local_strips([ScoredChunk(chunk(zh), 0.9)])]
+    strips = [replace(s, kept=True) for s in local_strips([ScoredChunk(chunk=chunk(zh), score=0.9)])]
     assert len(strips) > 2 and all("| 命令 | 作用 |\n| --- | --- |" in s.text for s in strips)
     assert strips[0].text.startswith("下表列出常用命令：\n\n| 命令 | 作用 |")
 

@@ -18,10 +18,14 @@ def test_an_answer_exports_as_markdown_with_its_sources() -> None:
     assert "SmolLM2" not in text, "the embedded model wrote none of it"
     quotes = answer_markdown("How many cores?", answer("From your documents:\n“Two cores.” [1]\n“Or three.” [1]"))
     assert "From your documents:\n\n“Two cores.” [1]\n\n“Or three.” [1]\n" in quotes, "a paragraph each"
-    uncited = answer_markdown("How many cores?", Answer("Two.", "ollama", "qwen3", answer().sources))
+    uncited = answer_markdown(
+        "How many cores?", Answer(text="Two.", backend="ollama", model="qwen3", sources=answer().sources)
+    )
     assert "### Given to the model, not cited" in uncited
-    trace = Trace("How many cores?", "How many cores?", unsupported=("TURBO_MODE",))
-    invented = answer_markdown("How many cores?", Answer("Two cores [1].", "ollama", "qwen3", (), trace))
+    trace = Trace(question="How many cores?", standalone_question="How many cores?", unsupported=("TURBO_MODE",))
+    invented = answer_markdown(
+        "How many cores?", Answer(text="Two cores [1].", backend="ollama", model="qwen3", sources=(), trace=trace)
+    )
     assert "Two cores [1].\n\n> The model's answer named “TURBO_MODE”, which no source given to it mentions" in invented
 
 
@@ -29,7 +33,7 @@ def test_a_source_exports_with_the_page_number_its_document_prints() -> None:
     printed = {"manual.pdf": "33"}
     text = answer_markdown("How many cores?", answer(), printed=lambda s: printed.get(s.file, ""))
     assert "[1] manual.pdf, page 1 (printed 33): “The widget needs two cores.”" in text
-    web = Source(2, "web", "Two cores.", url="https://example.com/faq", title="Widget FAQ")
+    web = Source(n=2, kind="web", text="Two cores.", url="https://example.com/faq", title="Widget FAQ")
     both = replace(answer("“Two cores.” [1] “Two.” [2]"), sources=(*answer().sources, web))
     assert "[2] Widget FAQ <https://example.com/faq>: “Two cores.”" in answer_markdown("q", both, printed=lambda s: "")
 
@@ -52,12 +56,14 @@ def test_a_follow_up_exports_with_the_question_it_followed() -> None:
 def test_a_conversation_exports_as_one_file_with_every_answer_and_its_sources() -> None:
     stopped = "You stopped this answer: the text above is what it said before. Ask again for the whole answer."
     messages = [
-        Message(1, "user", "How many cores?"),
-        Message(2, "assistant", answer().text, answer()),
-        Message(3, "user", "And on Windows?"),
-        Message(4, "assistant", "", follow_up("And on Windows?", "And on Windows? How many cores?")),
-        Message(5, "user", "Explain everything."),
-        Message(6, "assistant", "It is", None, complete=False, error=stopped),
+        Message(id=1, role="user", content="How many cores?"),
+        Message(id=2, role="assistant", content=answer().text, answer=answer()),
+        Message(id=3, role="user", content="And on Windows?"),
+        Message(
+            id=4, role="assistant", content="", answer=follow_up("And on Windows?", "And on Windows? How many cores?")
+        ),
+        Message(id=5, role="user", content="Explain everything."),
+        Message(id=6, role="assistant", content="It is", answer=None, complete=False, error=stopped),
     ]
     text = conversation_markdown("Widget cores", messages, printed=lambda s: "ix")
     assert text.startswith("# Widget cores\n\n## How many cores?\n")

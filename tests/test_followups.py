@@ -7,9 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pytest
+from pydantic_ai.usage import RunUsage
 
 from crag.config import load_settings
-from crag.evaluator import Evaluator, Grade, Grading, Usage
+from crag.evaluator import Evaluator, Grade, Grading
 from crag.followups import conversation_query, stands_alone
 from crag.types import Action, Method, ScoredChunk
 from tests.fakes import ScriptedModel, chunk, pipeline
@@ -85,7 +86,7 @@ class KeyedEvaluator(Evaluator):
     word: str
     name: str = "keyed"
 
-    def grade(self, question: str, texts: Sequence[str], usage: Usage | None = None) -> Grading:
+    def grade(self, question: str, texts: Sequence[str], usage: RunUsage | None = None) -> Grading:
         return Grading([Grade(0.9 if self.word in question else -0.95, Method.SIMILARITY) for _ in texts])
 
 
@@ -115,7 +116,7 @@ class FollowUpEvaluator(Evaluator):
 
     name: str = "follow-up"
 
-    def grade(self, question: str, texts: Sequence[str], usage: Usage | None = None) -> Grading:
+    def grade(self, question: str, texts: Sequence[str], usage: RunUsage | None = None) -> Grading:
         def one(text: str) -> float:
             if "Windows" in text and "batch" in text:
                 return 0.95 if "batch" in question else 0.4
@@ -216,7 +217,7 @@ class TwoReadingsEvaluator(Evaluator):
 
     name: str = "two-readings"
 
-    def grade(self, question: str, texts: Sequence[str], usage: Usage | None = None) -> Grading:
+    def grade(self, question: str, texts: Sequence[str], usage: RunUsage | None = None) -> Grading:
         def one(text: str) -> float:
             if "remove" in text:
                 return 0.3 if "安装" in question else 0.8
@@ -243,7 +244,7 @@ class PassageEvaluator(Evaluator):
     grades: dict[str, float]
     name: str = "by passage"
 
-    def grade(self, question: str, texts: Sequence[str], usage: Usage | None = None) -> Grading:
+    def grade(self, question: str, texts: Sequence[str], usage: RunUsage | None = None) -> Grading:
         return Grading([Grade(next(g for w, g in self.grades.items() if w in t), Method.SIMILARITY) for t in texts])
 
 
@@ -257,11 +258,11 @@ def test_a_name_found_only_with_the_words_of_the_question_before_does_not_vouch_
     p = pipeline(settings, [on_r, backups], [0.0, 0.0], evaluator=evaluator, backend="embedded")
     question = "那 R 里怎么删除所有的对象？"
     p.retriever.retrieve = lambda q, k, mode="hybrid", scope=None: (
-        [ScoredChunk(backups, 1.0)]
+        [ScoredChunk(chunk=backups, score=1.0)]
         if q == question
         else [
-            ScoredChunk(on_r, 1.0),
-            ScoredChunk(backups, 0.5),
+            ScoredChunk(chunk=on_r, score=1.0),
+            ScoredChunk(chunk=backups, score=0.5),
         ]
     )
     answer = p.ask(question, history=[("user", "How do I run R in batch mode?"), ("assistant", "“R CMD BATCH” [1]")])

@@ -14,7 +14,7 @@ from pydantic import SecretStr
 
 from crag.config import Settings
 from crag.errors import BackendUnavailable
-from crag.mcp import Knowledge, create_server
+from crag.mcp import ToolBackend, create_server
 from crag.pipeline import Pipeline
 from crag.types import WebResult
 from tests.apiclient import DOC, QUESTION, make_client
@@ -28,7 +28,7 @@ def talk(source: Callable[[], Pipeline], settings: Settings, session: Callable[[
     """Run ``session`` with a client connected in-process to the MCP server over ``source``'s pipeline."""
 
     async def main() -> Any:
-        async with Client(create_server(Knowledge(settings, source))) as client:
+        async with Client(create_server(ToolBackend(settings, source))) as client:
             return await session(client)
 
     return anyio.run(main)

@@ -35,7 +35,7 @@ OUTPUT = Path(__file__).resolve().parent.parent / "test-output"
 
 
 def layer(chars: int = 0, junk: int = 0, letters: int = 0, image_share: float = 0.0, graphics: bool = True):
-    return TextLayer(chars, junk, letters, image_share, graphics)
+    return TextLayer(chars=chars, junk=junk, letters=letters, image_share=image_share, graphics=graphics)
 
 
 @pytest.mark.parametrize(
@@ -158,10 +158,14 @@ def test_progress_shows_ocr_pages(monkeypatch: pytest.MonkeyPatch, capsys: pytes
     from crag.ingest import SyncReport
     from ui.text import progress_text
 
-    p = Progress("ocr", "scan.pdf", 1, 2, 3, 12)
+    p = Progress(stage="ocr", file="scan.pdf", file_index=1, file_count=2, page=3, page_count=12)
     assert progress_text(p) == "Reading **scan\\.pdf** · file 1/2 · OCR page 3/12"
-    assert Progress("ocr", "a.pdf", 1, 1, 1, 4).fraction == 0.0  # page 1 is starting, none is done
-    assert Progress("ocr", "a.pdf", 1, 1, 3, 4).fraction == pytest.approx(0.4)
+    assert (
+        Progress(stage="ocr", file="a.pdf", file_index=1, file_count=1, page=1, page_count=4).fraction == 0.0
+    )  # page 1 is starting, none is done
+    assert Progress(
+        stage="ocr", file="a.pdf", file_index=1, file_count=1, page=3, page_count=4
+    ).fraction == pytest.approx(0.4)
 
     def fake_sync(settings, embedder, rebuild=False, on_progress=None):
         on_progress(p)

@@ -8,9 +8,10 @@ from dataclasses import replace
 
 import pytest
 from pydantic_ai.models.function import FunctionModel
+from pydantic_ai.usage import RunUsage
 
 from crag.config import load_settings
-from crag.evaluator import Grade, Grading, Usage
+from crag.evaluator import Grade, Grading
 from crag.evidence import quoted_lines, split_quotes
 from crag.models.loops import own_event_loop
 from crag.scope import EVERYTHING
@@ -480,7 +481,7 @@ def test_an_answer_on_its_own_loop_is_not_blocked_by_one_still_streaming_on_the_
         asyncio.set_event_loop(shared)  # this thread is the next run of the same session
         p = pipeline(settings, [chunk(DOC)], [0.9], ScriptedModel(answer="It needs two processor cores [1]."))
         with pytest.raises(RuntimeError, match="already running"):
-            list(p.generate("How many cores?", [], Usage()))
+            list(p.generate("How many cores?", [], RunUsage()))
         with own_event_loop():
             answer = p.ask("How many cores does the widget need?")
         assert answer.complete and own(answer) == "It needs two processor cores [1]."

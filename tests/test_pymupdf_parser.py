@@ -276,7 +276,9 @@ def test_the_page_numbers_a_manual_prints_are_read_from_its_page_labels(tmp_path
 
 def _evidence(parsed, question: str) -> str:
     """The evidence answer a question gets from every chunk of a parsed file, all graded relevant."""
-    graded = [ScoredChunk(c, 0.9) for c in chunk_blocks(parsed, "code.pdf", "0" * 16, lambda t: len(t.split()))]
+    graded = [
+        ScoredChunk(chunk=c, score=0.9) for c in chunk_blocks(parsed, "code.pdf", "0" * 16, lambda t: len(t.split()))
+    ]
     strips = [replace(s, kept=True) for s in local_strips(graded)]
     chosen = select(strips, question)
     return evidence_answer(chosen, number_sources(strips, graded, chosen), language(question), Action.CORRECT)

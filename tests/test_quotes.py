@@ -11,11 +11,11 @@ from crag.types import Action, Answer, AnswerKind, Source, Strip, cited
 CODE = "> x <- c(1, 2)\n> x[2]\n[1] 2"
 TABLE = "|Option|Meaning|\n|---|---|\n|-d|decompress|\n|-k|keep the input files|"
 STRIP = f"To pick the second element, index it:\n\n{CODE}\n\nThe options are these.\n\n{TABLE}"
-SOURCE = Source(1, "local", STRIP, file="m.pdf", pages=(1,), chunk_ids=("c0",))
+SOURCE = Source(n=1, kind="local", text=STRIP, file="m.pdf", pages=(1,), chunk_ids=("c0",))
 
 
 def answer_text() -> str:
-    strip = Strip(STRIP, 0.9, True, "local", file="m.pdf", pages=(1,), chunk_id="c0")
+    strip = Strip(text=STRIP, score=0.9, kept=True, kind="local", file="m.pdf", pages=(1,), chunk_id="c0")
     return evidence_answer(select([strip], "How do I pick the second element?"), [SOURCE], "en", Action.CORRECT)
 
 
@@ -43,7 +43,7 @@ def test_the_answer_the_sources_panel_and_the_export_show_the_same_blocks() -> N
     assert "```\n> x <- c(1, 2)\n> x[ 2]\n[ 1] 2\n```\n\n\\[1\\]" in markdown
     assert "| Option | Meaning |\n| --- | --- |\n| \\-d | decompress |" in markdown
     assert "> “To pick the second element, index it\\:” \\[1\\]" in markdown
-    answer = Answer(text, "embedded", "m", sources=(SOURCE,), kind=AnswerKind.EVIDENCE)
+    answer = Answer(text=text, backend="embedded", model="m", sources=(SOURCE,), kind=AnswerKind.EVIDENCE)
     assert shown_quotes(SOURCE, answer) == quoted_blocks(text)
     exported = answer_markdown("How do I pick the second element?", answer)
     assert "```\n> x <- c(1, 2)\n> x[ 2]\n[ 1] 2\n```\n[1]" in exported

@@ -228,7 +228,10 @@ def test_scope_paths_are_normalised_and_stay_inside_the_files_folder() -> None:
 
 
 def test_a_scope_whose_documents_all_failed_says_so() -> None:
-    manifest = [FileResult("ok.pdf", "indexed", chunks=3), FileResult("bad/broken.pdf", "failed", error="damaged")]
+    manifest = [
+        FileResult(file="ok.pdf", status="indexed", chunks=3),
+        FileResult(file="bad/broken.pdf", status="failed", error="damaged"),
+    ]
     assert [(b.name, b.files, b.other) for b in knowledge_bases(manifest)] == [(TOP_LEVEL, 1, 0), ("bad", 0, 1)]
     with pytest.raises(EmptyScope, match="no passage of the documents in `bad`"):
         resolve(Scope.of(["bad"]), manifest)

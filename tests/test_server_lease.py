@@ -37,7 +37,7 @@ def store(tmp_path: Path, url: str, lease: float = 2.0) -> ServerStore:
 def commit_one(s: ServerStore, text: str) -> str:
     writer = s.writer("test-embedder", 3, {})
     writer.add([Chunk(id=text, text=text, file="f.pdf", pages=(1,))], [[1.0, 0.0, 0.0]])
-    return writer.commit([FileResult("f.pdf", "indexed", chunks=1)]).id
+    return writer.commit([FileResult(file="f.pdf", status="indexed", chunks=1)]).id
 
 
 def test_racing_builds_get_one_lease(tmp_path: Path, server: str) -> None:
@@ -90,7 +90,7 @@ def test_a_dead_builds_lease_expires_and_it_can_no_longer_switch(tmp_path: Path,
         try:
             with alive.build_lock():
                 with pytest.raises(BuildInProgress, match="lost its lease"):
-                    writer.commit([FileResult("f.pdf", "indexed", chunks=1)])
+                    writer.commit([FileResult(file="f.pdf", status="indexed", chunks=1)])
                 assert alive.collect_garbage() == [writer.id], "the dead build's generation is an orphan"
             break
         except BuildInProgress:

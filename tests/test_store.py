@@ -52,7 +52,12 @@ def test_lexical_tokens_cover_english_and_chinese() -> None:
 
 def test_fuse_rewards_agreement() -> None:
     a, b, c = (Chunk(id=i, text=i, file="f", pages=(1,)) for i in "abc")
-    fused = fuse([[ScoredChunk(a, 0.9), ScoredChunk(b, 0.8)], [ScoredChunk(b, 5.0), ScoredChunk(c, 4.0)]])
+    fused = fuse(
+        [
+            [ScoredChunk(chunk=a, score=0.9), ScoredChunk(chunk=b, score=0.8)],
+            [ScoredChunk(chunk=b, score=5.0), ScoredChunk(chunk=c, score=4.0)],
+        ]
+    )
     assert [h.chunk.id for h in fused] == ["b", "a", "c"]
 
 
@@ -204,8 +209,8 @@ def test_the_dense_legs_best_passage_is_never_outvoted() -> None:
     BM25, which shares no word with it, ranks passages that repeat a name of the question. Fused by votes alone, the
     passages both legs rank middling fill the top k and the answer is lost; each full leg's best is always kept."""
     answer, *named = [chunk(f"passage {i}", n=i) for i in range(7)]
-    dense = [ScoredChunk(c, 0.6) for c in [answer, *named]]  # the answer first, then the named ones
-    lexical = [ScoredChunk(c, 3.0) for c in reversed(named)]  # BM25 never finds the answer
+    dense = [ScoredChunk(chunk=c, score=0.6) for c in [answer, *named]]  # the answer first, then the named ones
+    lexical = [ScoredChunk(chunk=c, score=3.0) for c in reversed(named)]  # BM25 never finds the answer
     top = fuse_top([dense, lexical], [1.0, 1.0], 3)
     assert answer.id in [h.chunk.id for h in top] and len(top) == 3
     assert lexical[0].chunk.id in [h.chunk.id for h in top]

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 
 import pytest
+from pydantic_ai.usage import RunUsage
 
 from crag.config import load_settings
-from crag.evaluator import LLMEvaluator, SimilarityEvaluator, Usage
+from crag.evaluator import LLMEvaluator, SimilarityEvaluator
 from crag.models import BackendInfo, build_chat_model
 from crag.types import Method
 from tests.fakes import HashEmbedder, chunk, pipeline
@@ -221,6 +222,6 @@ def test_a_follow_up_is_condensed_in_the_mode_found(serve, tmp_path, real_models
         BackendInfo("openai", "stub", "test"),
     )
     history = [("user", "How many cores does the widget need?"), ("assistant", "Two [1].")]
-    condensed = p.condense("And memory?", history, Usage())
+    condensed = p.condense("And memory?", history, RunUsage())
     assert condensed.question == "How much memory does the widget need?" and not condensed.notes
     assert [mode for mode, _ in server.requests] == ["json_schema", "json_object", "tool"]

@@ -145,7 +145,9 @@ def test_an_old_manifest_without_sizes_is_read(kb: Settings) -> None:
     path = kb.chroma_dir / "generations" / store.active().id / "manifest.json"
     entries = json.loads(path.read_text())
     path.write_text(json.dumps([{k: v for k, v in e.items() if k not in ("size", "mtime_ns")} for e in entries]))
-    assert FileResult.from_json({"file": "a.pdf", "status": "indexed", "someday": 1}) == FileResult("a.pdf", "indexed")
+    assert FileResult.from_json({"file": "a.pdf", "status": "indexed", "someday": 1}) == FileResult(
+        file="a.pdf", status="indexed"
+    )
     assert set(statuses(sync(kb, embedder)).values()) == {"unchanged"}
 
 

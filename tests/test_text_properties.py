@@ -51,7 +51,7 @@ def squeezed(text: str) -> str:
 
 
 def strip_of(text: str, n: int = 0) -> Strip:
-    return Strip(text, 0.5, True, "local", file="m.pdf", pages=(1,), order=(0, n), chunk_id="c0")
+    return Strip(text=text, score=0.5, kept=True, kind="local", file="m.pdf", pages=(1,), order=(0, n), chunk_id="c0")
 
 
 @SETTINGS
@@ -91,7 +91,7 @@ def test_an_evidence_answer_is_made_from_any_strips(parts: list[str], question: 
     strips = [strip_of(text, n) for n, text in enumerate(parts)]
     chosen = select(strips, question)
     assert len(chosen) <= TUNING.evidence.max_strips
-    source = Source(1, "local", " ".join(parts), file="m.pdf", pages=(1,), chunk_ids=("c0",))
+    source = Source(n=1, kind="local", text=" ".join(parts), file="m.pdf", pages=(1,), chunk_ids=("c0",))
     assert isinstance(evidence_answer(chosen, [source], "zh", Action.CORRECT), str)
 
 
@@ -145,7 +145,10 @@ def test_the_support_check_and_follow_up_rules_return(answer: str, given_texts: 
 def test_grounding_lets_the_same_text_through_however_the_stream_is_cut(
     answer: str, cuts: list[int], question: str
 ) -> None:
-    sources = [Source(1, "local", ISSUE_ZH, file="m.pdf"), Source(2, "local", ISSUE_EN, file="n.pdf")]
+    sources = [
+        Source(n=1, kind="local", text=ISSUE_ZH, file="m.pdf"),
+        Source(n=2, kind="local", text=ISSUE_EN, file="n.pdf"),
+    ]
     given = [question, ISSUE_ZH, ISSUE_EN]
     whole = Grounder(sources, given, question)
     expected = whole.feed(answer) + whole.close()

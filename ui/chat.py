@@ -146,10 +146,10 @@ def ask(
     with st.chat_message("assistant"):
         reply = store.add(chat, "assistant", "", complete=False)
         with own_event_loop():  # the session's loop may be held by the answer a new question stopped
-            Turn(store, chat, reply, question).answer(settings, loading, options, history, asked_before)
+            LiveAnswer(store, chat, reply, question).answer(settings, loading, options, history, asked_before)
 
 
-class Turn:
+class LiveAnswer:
     """One answer being made, in its chat message: the stages, the streamed text, a Stop button under them while it
     runs, then what sits under the answer. Saved as it goes; an answer that does not end is saved as stopped."""
 

@@ -45,7 +45,7 @@ def run(settings: Settings, options: dict[str, Any]) -> None:
     if state.reopen_if_rebuilt(settings, loading.pipeline):  # a full rebuild moved the index to another embedder
         loading = state.models(settings)
     # The index is opened (and checked) by the pipeline's loading: the first page lists it without opening it.
-    kb = state.knowledge_base(settings, verify=loading.pipeline is not None)
+    kb = state.index_contents(settings, verify=loading.pipeline is not None)
     with st.sidebar:
         top = st.container()  # a running build's progress: above the chats, where it is seen without scrolling
         store, chat, relist = conversations.render(settings)
@@ -69,7 +69,7 @@ def run(settings: Settings, options: dict[str, Any]) -> None:
         watch()  # the build's status, watched only now that any answer of this run is done (or failed)
 
 
-def empty_state(settings: Settings, kb: state.KnowledgeBase, web: bool) -> None:
+def empty_state(settings: Settings, kb: state.IndexContents, web: bool) -> None:
     with st.container(border=True):
         if state.builds(settings).running is not None:  # no "waiting" files and no build button meanwhile
             st.markdown("#### :material/hourglass_top: Your knowledge base is being built")

@@ -29,7 +29,7 @@ EVALUATORS = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Setting:
     """One answer setting: its widget's key, its name in the URL, its default, and how the URL writes it."""
 
@@ -69,18 +69,24 @@ def _on_off(text: str, base: Settings) -> bool:
     return text == "on"
 
 
-TOP_K = Setting("set_top_k", "top_k", lambda b: b.top_k, _top_k, str)
+TOP_K = Setting(key="set_top_k", param="top_k", default=lambda b: b.top_k, read=_top_k, write=str)
 THRESHOLDS = Setting(
-    "set_thresholds",
-    "thresholds",
-    lambda b: (b.lower_threshold, b.upper_threshold),
-    _thresholds,
-    lambda v: f"{v[0]:g},{v[1]:g}",
+    key="set_thresholds",
+    param="thresholds",
+    default=lambda b: (b.lower_threshold, b.upper_threshold),
+    read=_thresholds,
+    write=lambda v: f"{v[0]:g},{v[1]:g}",
 )
 WEB_LABEL = "Search the web when the documents fall short"
-WEB = Setting("set_web", "web", lambda b: b.web_search, _on_off, lambda v: "on" if v else "off")
-ANSWER_MODE = Setting("set_answer", "answer", lambda b: b.answer_mode, _choice(ANSWER_MODES), str)
-EVALUATOR = Setting("set_evaluator", "evaluator", lambda b: b.evaluator, _choice(EVALUATORS), str)
+WEB = Setting(
+    key="set_web", param="web", default=lambda b: b.web_search, read=_on_off, write=lambda v: "on" if v else "off"
+)
+ANSWER_MODE = Setting(
+    key="set_answer", param="answer", default=lambda b: b.answer_mode, read=_choice(ANSWER_MODES), write=str
+)
+EVALUATOR = Setting(
+    key="set_evaluator", param="evaluator", default=lambda b: b.evaluator, read=_choice(EVALUATORS), write=str
+)
 SETTINGS = (TOP_K, THRESHOLDS, WEB, ANSWER_MODE, EVALUATOR)
 
 

@@ -25,7 +25,7 @@ REFRESH_LOADING = 0.5  # seconds between two looks at the models' loading
 
 
 def render(
-    settings: Settings, loading: state.Loading, kb: state.KnowledgeBase, top: DeltaGenerator
+    settings: Settings, loading: state.Loading, kb: state.IndexContents, top: DeltaGenerator
 ) -> Callable[[], None]:
     """The sidebar below the chats; a running build's progress goes in ``top``, above them. Returns what to call once
     the page is drawn (``builds.rebuild``)."""
@@ -44,7 +44,7 @@ def render(
 
 
 def knowledge_base(
-    settings: Settings, pipeline: crag.pipeline.Pipeline | None, kb: state.KnowledgeBase, top: DeltaGenerator
+    settings: Settings, pipeline: crag.pipeline.Pipeline | None, kb: state.IndexContents, top: DeltaGenerator
 ) -> Callable[[], None]:
     st.subheader("Knowledge base", anchor=False)
     if kb.error:

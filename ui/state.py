@@ -269,7 +269,7 @@ def forget_health() -> None:
 
 
 @dataclass
-class KnowledgeBase:
+class IndexContents:
     generation: Generation | None = None
     files: list[FileResult] = field(default_factory=list)  # the manifest, plus files not indexed yet ("new")
     error: str = ""  # the index cannot be read
@@ -292,10 +292,10 @@ class KnowledgeBase:
         return sorted({f.parser for f in self.files if f.parser})
 
 
-def knowledge_base(settings: Settings, verify: bool = True) -> KnowledgeBase:
+def index_contents(settings: Settings, verify: bool = True) -> IndexContents:
     """What the index holds, per file, and which files of the folder it does not hold yet. ``verify``: open the
     index to check it (Chroma and BM25), which the first page leaves to the pipeline's loading."""
-    kb = KnowledgeBase()
+    kb = IndexContents()
     try:
         store = crag.store.open_store(settings)
         kb.generation = store.active()
@@ -315,6 +315,6 @@ def knowledge_base(settings: Settings, verify: bool = True) -> KnowledgeBase:
         replace(m, status="missing") if m.file not in on_disk and m.status != "removed" else m for m in manifest
     ]
     known = {m.file for m in manifest}
-    kb.files += [FileResult(name, "new") for name in sorted(on_disk - known)]
+    kb.files += [FileResult(file=name, status="new") for name in sorted(on_disk - known)]
     kb.files.sort(key=lambda f: f.file.lower())
     return kb

@@ -218,7 +218,7 @@ def gist(text: str) -> str:
 # CRAG actions and stages
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ActionStyle:
     action: Action
     label: str
@@ -243,25 +243,27 @@ class ActionStyle:
 
 ACTIONS = {
     Action.CORRECT: ActionStyle(
-        Action.CORRECT,
-        "Correct",
-        "green",
-        ":material/check_circle:",
-        "The answer uses your documents, refined to the sentences that matter.",
+        action=Action.CORRECT,
+        label="Correct",
+        color="green",
+        icon=":material/check_circle:",
+        effect="The answer uses your documents, refined to the sentences that matter.",
     ),
     Action.AMBIGUOUS: ActionStyle(
-        Action.AMBIGUOUS,
-        "Ambiguous",
-        "orange",
-        ":material/help:",
-        "The documents were not convincing: the answer uses what matched best in them, and the web when search is on.",
+        action=Action.AMBIGUOUS,
+        label="Ambiguous",
+        color="orange",
+        icon=":material/help:",
+        effect="The documents were not convincing: the answer uses what matched best in them, and the web when search "
+        "is on.",
     ),
     Action.INCORRECT: ActionStyle(
-        Action.INCORRECT,
-        "Incorrect",
-        "red",
-        ":material/cancel:",
-        "The retrieved passages did not match, so none is used: only a web search can answer, when web search is on.",
+        action=Action.INCORRECT,
+        label="Incorrect",
+        color="red",
+        icon=":material/cancel:",
+        effect="The retrieved passages did not match, so none is used: only a web search can answer, when web search "
+        "is on.",
     ),
 }
 

@@ -20,7 +20,7 @@ from crag.api.openai_compat import openai_router
 from crag.api.service import EmbedderFactory, PipelineFactory, Service, for_client
 from crag.config import Settings, load_settings
 from crag.errors import BackendUnavailable, CragError
-from crag.mcp import Knowledge, create_server, http_app
+from crag.mcp import ToolBackend, create_server, http_app
 from crag.pipeline import Pipeline
 from crag.retriever import index_embedder
 
@@ -91,7 +91,7 @@ def mcp_app(service: Service) -> Starlette:
         finally:
             held.release()
 
-    knowledge = Knowledge(service.settings, pipeline, for_client, slot)
+    knowledge = ToolBackend(service.settings, pipeline, for_client, slot)
     return http_app(create_server(knowledge), service.settings.api_max_body_kb * 1024)
 
 

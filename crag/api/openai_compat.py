@@ -41,9 +41,8 @@ from crag.api.openai_schemas import (
     ModelList,
     OpenAIError,
 )
-from crag.api.schemas import MAX_TURN, MAX_TURNS
 from crag.api.service import Answering, Service
-from crag.contract import AnswerOut, citations
+from crag.contract import MAX_TURN, MAX_TURNS, AnswerOut, citations
 from crag.errors import CragError
 from crag.models import BackendInfo
 from crag.scope import TOP_LEVEL, KnowledgeBase, unknown_scope
@@ -59,8 +58,8 @@ _MARKDOWN = re.compile(r"([\\`*_\[\]<>])")
 _BOOKKEEPING = frozenset({"user", "metadata", "store", "service_tier", "parallel_tool_calls"})
 
 
-@dataclass(frozen=True)
-class Asked:
+@dataclass(frozen=True, kw_only=True)
+class ChatQuestion:
     """A chat request read as a question for the pipeline."""
 
     model: str
@@ -235,7 +234,7 @@ def _text(message: ChatMessage, param: str, strict: bool, notes: list[str]) -> s
     return "\n".join(texts)
 
 
-def read_request(req: ChatRequest, known: Known = list) -> Asked:
+def read_request(req: ChatRequest, known: Known = list) -> ChatQuestion:
     """The question, the history and the options of a chat request; a 4xx with the reason for what cannot be
     answered. Runs before any stream starts, so a bad request is an error status, not a broken stream. ``known``:
     the knowledge bases, asked only for a `crag-kb/<folder>` model."""
@@ -286,7 +285,15 @@ def read_request(req: ChatRequest, known: Known = list) -> Asked:
         shown = ", ".join(ignored[:10]) + (", ..." if len(ignored) > 10 else "")
         notes.append(f"ignored (the knowledge base answers with its own settings): {shown}")
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    return Asked(req.model, question, tuple(history), web, include_usage, tuple(dict.fromkeys(notes)), scope)
+    return ChatQuestion(
+        model=req.model,
+        question=question,
+        history=tuple(history),
+        web=web,
+        include_usage=include_usage,
+        notes=tuple(dict.fromkeys(notes)),
+        scope=scope,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -332,7 +339,7 @@ def usage(answer: Answer) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": written, "total_tokens": prompt + written}
 
 
-def cited(answer: Answer) -> list[dict[str, Any]]:
+def citation_dicts(answer: Answer) -> list[dict[str, Any]]:
     """The ``citations`` field: the sources the text cites, each with what the answer took from it."""
     return [c.model_dump() for c in citations(answer)]
 
@@ -341,7 +348,7 @@ def _why(answer: Answer) -> str:
     return answer.error or "The answer stopped early: ask again."
 
 
-def completion(answer: Answer, backend: BackendInfo, asked: Asked) -> Json:
+def completion(answer: Answer, backend: BackendInfo, asked: ChatQuestion) -> Json:
     crag = trace(answer, backend, asked.notes)
     if not answer.complete:
         return error_response(ROUTE, 502, _why(answer), code="answer_incomplete", crag=crag)
@@ -359,7 +366,7 @@ def completion(answer: Answer, backend: BackendInfo, asked: Asked) -> Json:
                         "role": "assistant",
                         "content": answer.text + sources_markdown(answer),
                         "refusal": None,
-                        "citations": cited(answer),
+                        "citations": citation_dicts(answer),
                     },
                     "logprobs": None,
                     "finish_reason": "stop",
@@ -371,7 +378,7 @@ def completion(answer: Answer, backend: BackendInfo, asked: Asked) -> Json:
     )
 
 
-async def _chunks(answering: Answering, asked: Asked) -> AsyncIterator[ServerSentEvent]:
+async def _chunks(answering: Answering, asked: ChatQuestion) -> AsyncIterator[ServerSentEvent]:
     """The answer as chat.completion.chunk events, from the answer's worker thread."""
     head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk", "created": int(time.time())}
     head |= {"model": asked.model, "system_fingerprint": None}
@@ -391,7 +398,7 @@ async def _chunks(answering: Answering, asked: Asked) -> AsyncIterator[ServerSen
         elif value.complete:
             if sources := sources_markdown(value):
                 yield chunk({"content": sources})
-            yield chunk({"citations": cited(value)}, "stop", crag=trace(value, answering.backend, asked.notes))
+            yield chunk({"citations": citation_dicts(value)}, "stop", crag=trace(value, answering.backend, asked.notes))
             if asked.include_usage:
                 yield sse({**head, "choices": [], "usage": usage(value)})
         else:

@@ -6,17 +6,12 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from crag.contract import MAX_TURN, MAX_TURNS, Turn
 from crag.errors import CragError
-from crag.text import MAX_QUESTION_CHARS, clean_question, strip_invisible
+from crag.text import MAX_QUESTION_CHARS, clean_question
 
-MAX_TURN = 20_000  # characters of one history turn (an earlier answer can be long; the pipeline cuts it)
-MAX_TURNS = 50
 MAX_SCOPE_PATHS = 100
 MAX_SCOPE_PATH = 1_000  # characters of one folder or file path
-
-
-def _clean(text: str) -> str:
-    return strip_invisible(text).strip()
 
 
 def _question(text: str) -> str:
@@ -25,13 +20,6 @@ def _question(text: str) -> str:
         return clean_question(text)
     except CragError as exc:
         raise ValueError(str(exc)) from None
-
-
-class Turn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    role: Literal["user", "assistant"]
-    content: Annotated[str, Field(max_length=MAX_TURN), AfterValidator(_clean)]
 
 
 class AskRequest(BaseModel):

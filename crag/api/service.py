@@ -333,4 +333,12 @@ def partial(question: str, text: str, backend: BackendInfo, exc: Exception, scop
         log.error("answer failed mid-stream", exc_info=exc)
         message = f"The answer stopped early ({type(exc).__name__}); see the server log, then ask again."
     trace = Trace(question=question, standalone_question=question, scope=scope)
-    return Answer(text.strip(), backend.name, backend.model, (), trace, complete=False, error=message)
+    return Answer(
+        text=text.strip(),
+        backend=backend.name,
+        model=backend.model,
+        sources=(),
+        trace=trace,
+        complete=False,
+        error=message,
+    )

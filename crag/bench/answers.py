@@ -404,7 +404,7 @@ def grade_spread(rows: Sequence[dict]) -> dict[str, Any]:
     return out
 
 
-def calibrate(rows: Sequence[dict]) -> dict[str, float]:
+def fit_thresholds(rows: Sequence[dict]) -> dict[str, float]:
     """Thresholds on a 0.05 grid, from the rows' scores. No out-of-scope question may be Correct (it would be
     answered from the wrong passages under a green badge); then the fewest wrong actions (an in-KB question
     called Incorrect, an out-of-scope one not called Incorrect); then the most in-KB Correct."""
@@ -501,7 +501,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = run_name(args, settings)
     results = {"split": "dev" if args.calibrate else args.split, "run": run, "summary": summary, "rows": rows}
     if args.calibrate:
-        results["calibrated"] = calibrate(rows)
+        results["calibrated"] = fit_thresholds(rows)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"answers-{results['split']}-{run}.json").write_text(
         json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8"

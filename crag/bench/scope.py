@@ -79,7 +79,7 @@ def scaled_index(cache: Path, size: int) -> Path:
         writer.add(chunks, [vectors[c.id.rsplit("-x", 1)[0]] for c in chunks])
         for c in chunks:
             counts[c.file] = counts.get(c.file, 0) + 1
-    writer.commit([FileResult(f, "indexed", chunks=k) for f, k in sorted(counts.items())])
+    writer.commit([FileResult(file=f, status="indexed", chunks=k) for f, k in sorted(counts.items())])
     return folder_path
 
 

@@ -19,7 +19,7 @@ class PageProgress(Protocol):
     def __call__(self, done: int, count: int, stage: str = "parsing", /) -> None: ...
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class PagesRead:
     """Some pages of a file: their blocks, warnings, how each page was read ("parsing" or "ocr"), how many had no
     text and how many OCR read; ``page_count`` is the whole file's."""

@@ -34,7 +34,7 @@ AddToIndex = Callable[[Sequence[Chunk], Sequence[Sequence[float]]], None]
 _T = TypeVar("_T")
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Planned:
     """A file the build parses, with what the manifest records of it."""
 
@@ -52,7 +52,7 @@ class Built:
     pages: int = 0  # pages parsed of the files indexed
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class BuildContext:
     """What every file of one build shares: its parser, embedder and index, where progress goes, and what is built."""
 
@@ -81,7 +81,7 @@ def index_files(
     report: OnProgress,
 ) -> Built:
     """Index the planned files through ``add``; every file gets a result, a failure never stops the others."""
-    ctx = BuildContext(parser, embedder, add, settings, report, len(plan))
+    ctx = BuildContext(parser=parser, embedder=embedder, add=add, settings=settings, report=report, count=len(plan))
     ahead = ParseAhead.start(parser, [item.path for item in plan], settings.parse_part_timeout)
     try:
         for index, item in enumerate(plan, start=1):
@@ -90,7 +90,15 @@ def index_files(
                 ahead = None
             if ahead is None:
                 _index_file(ctx, item, index, _InProcess(ctx, item, index))
-            report(Progress("finished", item.name, index, len(plan), result=ctx.built.results[-1]))
+            report(
+                Progress(
+                    stage="finished",
+                    file=item.name,
+                    file_index=index,
+                    file_count=len(plan),
+                    result=ctx.built.results[-1],
+                )
+            )
     finally:
         if ahead is not None:
             ahead.close()
@@ -107,7 +115,9 @@ def _chunker(item: Planned, ctx: BuildContext) -> Chunker:
 
 def _failure(item: Planned, parser: Parser, exc: Exception, seconds: float, pages: int = 0) -> FileResult:
     error = str(exc) if isinstance(exc, PDFError) else f"{item.name}: could not be parsed ({type(exc).__name__}: {exc})"
-    return _record(item, FileResult(item.name, "failed", pages, seconds=seconds, error=error), parser.version)
+    return _record(
+        item, FileResult(file=item.name, status="failed", pages=pages, seconds=seconds, error=error), parser.version
+    )
 
 
 def _record(item: Planned, result: FileResult, parser_version: str) -> FileResult:
@@ -117,11 +127,11 @@ def _record(item: Planned, result: FileResult, parser_version: str) -> FileResul
 def _indexed(item: Planned, parsed: ParsedPDF, chunks: int, seconds: float) -> FileResult:
     title, outline = read_outline(item.path)
     result = FileResult(
-        item.name,
-        "indexed",
-        parsed.pages,
-        chunks,
-        seconds,
+        file=item.name,
+        status="indexed",
+        pages=parsed.pages,
+        chunks=chunks,
+        seconds=seconds,
         warnings=parsed.warnings,
         ocr_pages=parsed.ocr_pages,
         title=title,
@@ -187,7 +197,16 @@ class _Parse:
         raise NotImplementedError
 
     def _say(self, stage: str, done: int, total: int) -> None:
-        self.ctx.report(Progress(stage, self.item.name, self.index, self.ctx.count, done, total))
+        self.ctx.report(
+            Progress(
+                stage=stage,
+                file=self.item.name,
+                file_index=self.index,
+                file_count=self.ctx.count,
+                page=done,
+                page_count=total,
+            )
+        )
 
 
 class _InProcess(_Parse):
@@ -220,7 +239,7 @@ class _FromWorkers(_Parse):
         super().__init__(ctx, item, index)
         self.ahead = ahead
         self.parts: list[PagesRead] = []
-        self._shown = Progress("parsing", item.name, index, ctx.count)
+        self._shown = Progress(stage="parsing", file=item.name, file_index=index, file_count=ctx.count)
 
     def __iter__(self) -> Iterator[tuple[Block, ...]]:
         start = time.perf_counter()
@@ -250,7 +269,14 @@ class _FromWorkers(_Parse):
             self._say("parsing", n, part.page_count)
 
     def _say(self, stage: str, done: int, total: int) -> None:
-        self._shown = Progress(stage, self.item.name, self.index, self.ctx.count, done, total)
+        self._shown = Progress(
+            stage=stage,
+            file=self.item.name,
+            file_index=self.index,
+            file_count=self.ctx.count,
+            page=done,
+            page_count=total,
+        )
         self.ctx.report(self._shown)
 
 
@@ -258,7 +284,7 @@ def _index_file(ctx: BuildContext, item: Planned, index: int, stream: _Parse) ->
     """One file from its parse's stream of parts: each part is chunked as it comes and, while workers read the next
     parts, its chunks embedded meanwhile. False, with nothing recorded, when the workers are gone."""
     start, built = time.perf_counter(), ctx.built
-    ctx.report(Progress("parsing", item.name, index, ctx.count))
+    ctx.report(Progress(stage="parsing", file=item.name, file_index=index, file_count=ctx.count))
     chunker, chunks = _chunker(item, ctx), []
     vectors: list[list[float]] = []
     try:
@@ -282,7 +308,16 @@ def _index_file(ctx: BuildContext, item: Planned, index: int, stream: _Parse) ->
         return True
 
     def say(at: int) -> None:
-        ctx.report(Progress("embedding", item.name, index, ctx.count, at, len(chunks)))
+        ctx.report(
+            Progress(
+                stage="embedding",
+                file=item.name,
+                file_index=index,
+                file_count=ctx.count,
+                page=at,
+                page_count=len(chunks),
+            )
+        )
 
     vectors += _embed(ctx, chunks, len(vectors), stream.ahead, say)
     ctx.timed("write", ctx.add, _labelled(chunks, parsed), vectors)

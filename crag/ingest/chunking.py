@@ -57,7 +57,7 @@ def is_navigation(text: str) -> bool:
     return bool(lines) and 2 * sum(bool(LEADER_LINE.search(ln)) for ln in lines) >= len(lines)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Unit:
     """A piece that is never split further: a sentence, a list item, a table with its caption."""
 
@@ -164,7 +164,7 @@ def _fit(unit: _Unit, limit: int, room: int | None, count: TokenCounter) -> list
         texts = [
             p for s in split_sentences(unit.text) for p in (_hard_split(s, limit, count) if count(s) > limit else [s])
         ]
-    return [_Unit(t, count(t), unit.blocks, unit.atomic, unit.whole) for t in texts]
+    return [_Unit(text=t, tokens=count(t), blocks=unit.blocks, atomic=unit.atomic, whole=unit.whole) for t in texts]
 
 
 class Chunker:
@@ -235,16 +235,22 @@ class Chunker:
                     group.append(kept[i + 1])
                     i += 1
                 text = "\n\n".join(b.text for b in group)
-                self._units.append(_Unit(text, self.count(text), tuple(group), atomic=True, whole=True))
+                self._units.append(
+                    _Unit(text=text, tokens=self.count(text), blocks=tuple(group), atomic=True, whole=True)
+                )
             elif self._units and (_goes_on(self._units[-1], block) or _code_goes_on(self._units[-1], block)):
                 last = self._units.pop()
                 assert isinstance(last, _Unit)  # only a _Unit goes on (_goes_on, _code_goes_on)
                 text = (_join_code if block.type == "code" else join_sentences)(last.text, block.text)
-                self._units.append(_Unit(text, self.count(text), (*last.blocks, block), whole=last.whole))
+                self._units.append(
+                    _Unit(text=text, tokens=self.count(text), blocks=(*last.blocks, block), whole=last.whole)
+                )
             else:
                 atomic = block.type in ATOMIC
                 whole = atomic or block.type in ("caption", "code")
-                self._units.append(_Unit(block.text, self.count(block.text), (block,), atomic, whole))
+                self._units.append(
+                    _Unit(text=block.text, tokens=self.count(block.text), blocks=(block,), atomic=atomic, whole=whole)
+                )
             i += 1
         self._blocks = kept[i:]
         if final:
@@ -341,7 +347,7 @@ class Chunker:
         if block is None or block.type == "title" or block.page > page + 1 or (block.page > page and ended):
             for note in self._notes:
                 text = note_text(note.text)
-                self._units.append(_Unit(text, self.count(text), (note,)))
+                self._units.append(_Unit(text=text, tokens=self.count(text), blocks=(note,)))
             self._notes = []
 
 

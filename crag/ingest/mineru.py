@@ -289,7 +289,12 @@ class MinerUParser(Parser):
                 f"({'; '.join(warnings) or 'blank or image-only pages'}). Check that the file shows text when opened."
             )
         return ParsedPDF(
-            tuple(blocks), len(wanted), parsed_by.name, parsed_by.version, tuple(warnings), self._ocr_pages
+            blocks=tuple(blocks),
+            pages=len(wanted),
+            parser=parsed_by.name,
+            parser_version=parsed_by.version,
+            warnings=tuple(warnings),
+            ocr_pages=self._ocr_pages,
         )
 
     def _rest(

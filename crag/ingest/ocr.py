@@ -63,7 +63,7 @@ class OcrUnavailable(CragError):
     """The OCR engine could not start. The message says how to install it or turn OCR off."""
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class TextLayer:
     """What a page's text layer holds, measured without layout analysis (cheap: no rendering)."""
 
@@ -292,7 +292,7 @@ class PageOCR:
         for para in paragraphs(lines):
             rect = (pymupdf.Rect(para.box) * to_points) & bounds
             if not rect.is_empty:
-                blocks.append(Block("text", para.text, number, tuple(rect), order=len(blocks)))
+                blocks.append(Block(type="text", text=para.text, page=number, bbox=tuple(rect), order=len(blocks)))
         if not blocks:
             return [], f"page {number}: OCR recognised no text; skipped"
         return blocks, ""

@@ -350,7 +350,14 @@ class PyMuPDFParser(Parser):
                 stages.append("parsing" if why is None else "ocr")
                 if on_page:
                     on_page(done, len(wanted))
-            return PagesRead(tuple(blocks), tuple(warnings), tuple(stages), blank, doc.page_count, ocr_pages)
+            return PagesRead(
+                blocks=tuple(blocks),
+                warnings=tuple(warnings),
+                stages=tuple(stages),
+                blank=blank,
+                page_count=doc.page_count,
+                ocr_pages=ocr_pages,
+            )
 
     def parsed(self, path: Path, parts: Sequence[PagesRead]) -> ParsedPDF:
         """A file's parts joined, in order; a ``PDFError`` when no page of them had text."""
@@ -360,7 +367,14 @@ class PyMuPDFParser(Parser):
             raise PDFError(self._nothing_read(path, list(warnings)))
         blocks = tuple(b for part in parts for b in part.blocks)
         ocr_pages = sum(part.ocr_pages for part in parts)
-        return ParsedPDF(blocks, parts[0].page_count if parts else 0, self.name, self.version, warnings, ocr_pages)
+        return ParsedPDF(
+            blocks=blocks,
+            pages=parts[0].page_count if parts else 0,
+            parser=self.name,
+            parser_version=self.version,
+            warnings=warnings,
+            ocr_pages=ocr_pages,
+        )
 
     def _layout_page(self, doc: pymupdf.Document, number: int, warnings: list[str]) -> list[Block] | None:
         """Layout blocks of one page from its text layer; None (and a warning) when it cannot be parsed."""

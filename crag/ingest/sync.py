@@ -36,7 +36,7 @@ class EmbedderMismatch(CragError):
     """An incremental build was given another embedder than the index's."""
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class SyncReport:
     files: list[FileResult] = field(default_factory=list)
     total_chunks: int = 0
@@ -129,7 +129,7 @@ def sync(
         notes = _clear_leftovers(store)
         if not rebuild:
             _same_embedder(store, embedder)
-        report(Progress("scanning"))
+        report(Progress(stage="scanning"))
         previous = _previous(store, embedder, chunking, rebuild)
         survey = _survey(settings, parser, previous)
         staging = _Staging(store, embedder, chunking, previous.reader if previous else None, survey.carried)
@@ -195,7 +195,7 @@ def _previous(store: Store, embedder: Embedder, chunking: dict, rebuild: bool) -
     return _Previous(reader, store.manifest())
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Survey:
     """The files folder against the generation that answers: what is parsed, carried over, skipped or gone."""
 
@@ -221,7 +221,9 @@ def _survey(settings: Settings, parser: Parser, previous: _Previous | None) -> _
     for path in _indexed_first(settings, old_by_file):
         name = _relative(path, settings)
         if path.suffix.lower() != ".pdf":
-            survey.results.append(FileResult(name, "skipped", error="not a PDF: only .pdf files are indexed"))
+            survey.results.append(
+                FileResult(file=name, status="skipped", error="not a PDF: only .pdf files are indexed")
+            )
             continue
         old = old_by_file.get(name)
         item = _hashed(path, name, old)
@@ -233,7 +235,7 @@ def _survey(settings: Settings, parser: Parser, previous: _Previous | None) -> _
             seen_hashes[item.hash] = name
             _carry_or_plan(item, old, parser, survey)
     current = {r.file for r in survey.results} | {c.file for c in survey.carried} | {p.name for p in survey.plan}
-    survey.removed = [FileResult(f, "removed") for f in old_by_file if f not in current]
+    survey.removed = [FileResult(file=f, status="removed") for f in old_by_file if f not in current]
     return survey
 
 
@@ -252,7 +254,7 @@ def _hashed(path: Path, name: str, old: FileResult | None) -> Planned | FileResu
         return _look(path, name, old)
     except OSError as exc:
         error = f"{name}: cannot be read ({exc.strerror}). Check the file's permissions, then rebuild."
-        return FileResult(name, "failed", error=error)
+        return FileResult(file=name, status="failed", error=error)
 
 
 def _look(path: Path, name: str, old: FileResult | None) -> Planned:
@@ -265,11 +267,11 @@ def _look(path: Path, name: str, old: FileResult | None) -> Planned:
     # A time this close to now may be shared with a change still to come (coarse file system clocks): not
     # recorded, so the next sync reads the file rather than trust it.
     settled = time.time_ns() - stat.st_mtime_ns > SETTLED_NS
-    return Planned(path, name, digest, stat.st_size, stat.st_mtime_ns if settled else 0)
+    return Planned(path=path, name=name, hash=digest, size=stat.st_size, mtime_ns=stat.st_mtime_ns if settled else 0)
 
 
 def _duplicate(item: Planned, original: str) -> FileResult:
-    dup = FileResult(item.name, "skipped", error=f"same content as {original}")
+    dup = FileResult(file=item.name, status="skipped", error=f"same content as {original}")
     return replace(dup, hash=item.hash, size=item.size, mtime_ns=item.mtime_ns)
 
 
@@ -315,7 +317,7 @@ class _Staging:
 
 def _commit(staging: _Staging, survey: _Survey, built: Built, report: OnProgress) -> Generation:
     """The new generation, begun now if no file began it, with its manifest: committed, it answers."""
-    report(Progress("writing", file_count=len(survey.plan)))
+    report(Progress(stage="writing", file_count=len(survey.plan)))
     mark = time.perf_counter()
     writer = staging.open()
     manifest = [r for r in sorted(_results(survey, built), key=lambda r: r.file) if r.status != "removed"]
@@ -338,7 +340,7 @@ def _unchanged(old: FileResult) -> FileResult:
 
 
 def _finish(results, generation, pps, started, report, stages=None, notes=()) -> SyncReport:
-    report(Progress("done"))
+    report(Progress(stage="done"))
     return SyncReport(
         notes=notes,
         files=sorted(results, key=lambda r: r.file),

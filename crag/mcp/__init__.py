@@ -9,7 +9,7 @@
 - ``outputs``: each tool's output model (``ask``'s is the answer contract, ``crag.contract``) and readable text.
 """
 
-from crag.mcp.knowledge import Knowledge
+from crag.mcp.knowledge import ToolBackend
 from crag.mcp.server import create_server, http_app, serve_stdio
 
-__all__ = ["Knowledge", "create_server", "http_app", "serve_stdio"]
+__all__ = ["ToolBackend", "create_server", "http_app", "serve_stdio"]

@@ -43,7 +43,7 @@ class Documents:
     files: tuple[FileResult, ...]
 
 
-class Knowledge:
+class ToolBackend:
     """The core behind the tools. ``pipeline`` gives the pipeline that answers (the API's, when mounted there);
     without it one is built on first use, and a failure to build it is not kept, so the next call retries.
     ``for_client`` is what a remote client may see of an answer (a model's own error stays in the log); ``admit``

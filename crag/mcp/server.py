@@ -8,7 +8,7 @@ traceback in the server's log.
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Literal
+from typing import Annotated
 
 import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
@@ -19,8 +19,9 @@ from pydantic import BaseModel, Field
 from starlette.applications import Starlette
 
 import crag
+from crag.contract import MAX_TURN, MAX_TURNS, Turn
 from crag.errors import CragError, said
-from crag.mcp.knowledge import HELD, Knowledge
+from crag.mcp.knowledge import HELD, ToolBackend
 from crag.mcp.outputs import (
     REMEDIES,
     AskOut,
@@ -42,8 +43,6 @@ INSTRUCTIONS = (
     "page of each; `list_documents` lists the documents. Each page's text is a resource, crag://files/<file>?page=N: "
     "read it to check a citation. Quote the sources' [n] when you pass an answer on, and pass its warnings on too."
 )
-MAX_TURN = 20_000  # characters of one earlier turn; the pipeline cuts what it uses
-MAX_TURNS = 50
 
 Question = Annotated[
     str,
@@ -54,7 +53,7 @@ Question = Annotated[
         "characters once control characters are removed.",
     ),
 ]
-Scope = Annotated[
+ScopeArgument = Annotated[
     list[str] | None,
     Field(
         description="Folders (knowledge bases) or files to search in, relative to the files folder: a folder holds its "
@@ -62,11 +61,6 @@ Scope = Annotated[
         "list_documents lists the folders."
     ),
 ]
-
-
-class Turn(BaseModel):
-    role: Literal["user", "assistant"]
-    content: str = Field(max_length=MAX_TURN)
 
 
 @contextmanager
@@ -85,7 +79,7 @@ def result(out: BaseModel, text: str) -> CallToolResult:
 class KnowledgeServer(MCPServer):
     """The SDK's server, listing each indexed document as a resource (the SDK lists only fixed ones)."""
 
-    def __init__(self, knowledge: Knowledge) -> None:
+    def __init__(self, knowledge: ToolBackend) -> None:
         super().__init__("crag", version=crag.__version__, instructions=INSTRUCTIONS, log_level="WARNING")
         self.knowledge = knowledge
 
@@ -107,14 +101,14 @@ class KnowledgeServer(MCPServer):
         ]
 
 
-def create_server(knowledge: Knowledge) -> MCPServer:
+def create_server(knowledge: ToolBackend) -> MCPServer:
     """The tools ``search``, ``ask`` and ``list_documents``, and each indexed document's pages as resources."""
     server = KnowledgeServer(knowledge)
     reading = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
     @server.tool(title="Search the documents", annotations=reading)
     def search(
-        question: Question, scope: Scope = None, k: Annotated[int | None, Field(ge=1, le=50)] = None
+        question: Question, scope: ScopeArgument = None, k: Annotated[int | None, Field(ge=1, le=50)] = None
     ) -> Annotated[CallToolResult, SearchOut]:
         """The passages of the user's documents that come closest to a question, each graded for relevance, with
         the CRAG action for the set (correct, ambiguous, incorrect) and the question's terms no passage mentions
@@ -126,7 +120,7 @@ def create_server(knowledge: Knowledge) -> MCPServer:
     @server.tool(title="Ask the documents", annotations=ToolAnnotations(read_only_hint=True, open_world_hint=True))
     def ask(
         question: Question,
-        scope: Scope = None,
+        scope: ScopeArgument = None,
         history: Annotated[list[Turn] | None, Field(max_length=MAX_TURNS)] = None,
     ) -> Annotated[CallToolResult, AskOut]:
         """The knowledge base's answer to a question, made with Corrective RAG: quoted from the documents or
@@ -139,7 +133,7 @@ def create_server(knowledge: Knowledge) -> MCPServer:
         return result(out, ask_text(out))
 
     @server.tool(title="List the documents", annotations=reading)
-    def list_documents(scope: Scope = None) -> Annotated[CallToolResult, DocumentsOut]:
+    def list_documents(scope: ScopeArgument = None) -> Annotated[CallToolResult, DocumentsOut]:
         """The documents of the knowledge base, by folder: each file's status (indexed, failed, skipped), pages,
         passages and, for a failure, the reason."""
         with user_errors():
@@ -170,7 +164,7 @@ def page_text(file: str, page: int, label: str, text: str) -> str:
     return f"## {file}, page {page}{printed}\n\n{text}"
 
 
-def serve_stdio(knowledge: Knowledge) -> None:
+def serve_stdio(knowledge: ToolBackend) -> None:
     """Serve over stdin and stdout until the client closes them (``python -m crag mcp``)."""
     create_server(knowledge).run("stdio")
 

@@ -102,7 +102,7 @@ def index_text(chunk: Chunk) -> str:
     return f"{chunk.section}\n{chunk.text}" if chunk.section else chunk.text
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Generation:
     """The generation that answers queries, and how it was built."""
 
@@ -143,7 +143,7 @@ def fuse(rankings: Sequence[Sequence[ScoredChunk]], weights: Sequence[float] | N
         for rank, hit in enumerate(ranking, start=1):
             scores[hit.chunk.id] = scores.get(hit.chunk.id, 0.0) + weight / (RRF_K + rank)
             chunks[hit.chunk.id] = hit.chunk
-    return [ScoredChunk(chunks[i], s) for i, s in sorted(scores.items(), key=lambda kv: -kv[1])]
+    return [ScoredChunk(chunk=chunks[i], score=s) for i, s in sorted(scores.items(), key=lambda kv: -kv[1])]
 
 
 def fuse_top(rankings: Sequence[Sequence[ScoredChunk]], weights: Sequence[float], k: int) -> list[ScoredChunk]:

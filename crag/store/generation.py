@@ -260,7 +260,7 @@ class IndexReader:
             if len(inside) >= wanted:
                 return inside[:wanted]
         if view is not None:
-            return [ScoredChunk(self.chunks[row], score) for row, score in view.dense(vector, n)]
+            return [ScoredChunk(chunk=self.chunks[row], score=score) for row, score in view.dense(vector, n)]
         return self._nearest(vector, n)
 
     def _nearest(self, vector: Sequence[float], n: int) -> list[ScoredChunk]:
@@ -271,7 +271,8 @@ class IndexReader:
             query_embeddings=[list(vector)], n_results=min(n, len(self.chunks)), include=["distances"]
         )
         return [
-            ScoredChunk(self.by_id[i], 1.0 - float(d)) for i, d in zip(got["ids"][0], got["distances"][0], strict=True)
+            ScoredChunk(chunk=self.by_id[i], score=1.0 - float(d))
+            for i, d in zip(got["ids"][0], got["distances"][0], strict=True)
         ]
 
     def lexical(self, query: str, n: int, scope: Scope = EVERYTHING) -> list[ScoredChunk]:
@@ -280,7 +281,8 @@ class IndexReader:
         view = self.scoped(scope)
         mask = view.mask if view else None
         return [
-            ScoredChunk(self.chunks[row], score) for row, score in self._bm25.retrieve(lexical_tokens(query), n, mask)
+            ScoredChunk(chunk=self.chunks[row], score=score)
+            for row, score in self._bm25.retrieve(lexical_tokens(query), n, mask)
         ]
 
     def search(

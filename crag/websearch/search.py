@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from ddgs import DDGS
 from ddgs.exceptions import DDGSException, RatelimitException, TimeoutException
+from tenacity import Retrying, before_sleep_log, retry_if_exception, wait_exponential
 
 from crag.errors import CragError
 from crag.text import has_han
@@ -48,6 +49,14 @@ class WebSearchUnavailable(CragError):
     def __reduce__(self) -> tuple[type[WebSearchUnavailable], tuple[str, str]]:
         # Exception pickling replays ``args`` (the full message) into ``reason``; keep the parts instead.
         return type(self), (self.reason, self.advice)
+
+
+class _Failure(Exception):
+    """One failed search: its short reason, whether it is worth another try, and what ddgs raised."""
+
+    def __init__(self, reason: str, retryable: bool, cause: BaseException) -> None:
+        super().__init__(reason)
+        self.reason, self.retryable, self.cause = reason, retryable, cause
 
 
 # ---------------------------------------------------------------------------------------------
@@ -152,27 +161,33 @@ class DDGSearcher(Searcher):
         query = " ".join(query.split())
         if not query or max_results < 1:
             return []
-        # A loop, not tenacity: the bound is on the time spent sleeping (not the clock, which also counts slow
-        # searches) and the final reason comes from the same _classify; tenacity took 12 more lines for that.
-        delay, waited = self.backoff, 0.0
-        for attempt in range(1, self.attempts + 1):
-            try:
-                raw = self._text(query, max_results)
-            except Exception as exc:  # noqa: BLE001 - ddgs and primp raise many types; each becomes one reason
-                failure = self._classify(exc)
-                if failure is None:  # ddgs's "No results found."
-                    return []
-                reason, retryable = failure
-                if not retryable or attempt == self.attempts or waited + delay > self.max_wait:
-                    logger.info("web search failed after %d attempt(s): %r", attempt, exc)
-                    raise WebSearchUnavailable(reason, self._advice(reason)) from None
-                logger.info("web search attempt %d: %s; retrying in %.1f s", attempt, reason, delay)
-                self._sleep(delay)
-                waited += delay
-                delay *= 2
-                continue
-            return _to_results(raw, max_results)
-        raise AssertionError("unreachable: the last attempt returns or raises")
+        # The bound is on the time spent sleeping (idle_for), not the clock, which also counts slow searches.
+        retrying = Retrying(
+            retry=retry_if_exception(lambda exc: isinstance(exc, _Failure) and exc.retryable),
+            wait=wait_exponential(multiplier=self.backoff),
+            stop=lambda state: (
+                state.attempt_number >= self.attempts or state.idle_for + state.upcoming_sleep > self.max_wait
+            ),
+            sleep=self._sleep,
+            before_sleep=before_sleep_log(logger, logging.INFO),
+            reraise=True,
+        )
+        try:
+            return retrying(self._attempt, query, max_results)
+        except _Failure as failure:
+            attempts = retrying.statistics["attempt_number"]
+            logger.info("web search failed after %d attempt(s): %r", attempts, failure.cause)
+            raise WebSearchUnavailable(failure.reason, self._advice(failure.reason)) from None
+
+    def _attempt(self, query: str, max_results: int) -> list[WebResult]:
+        try:
+            raw = self._text(query, max_results)
+        except Exception as exc:  # noqa: BLE001 - ddgs and primp raise many types; each becomes one reason
+            failure = self._classify(exc)
+            if failure is None:  # ddgs's "No results found."
+                return []
+            raise _Failure(*failure, exc) from None
+        return _to_results(raw, max_results)
 
     def _text(self, query: str, max_results: int) -> list[dict[str, Any]]:
         # A fresh DDGS per call: its engines keep per-request state, so sharing one across threads is unsafe.
