@@ -87,7 +87,7 @@ PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadsc
 test: $(VENV)/.installed-dev browser
 	$(BIN)/ruff check app.py ui crag tests scripts
 	$(BIN)/mypy
-	$(PYTEST)
+	$(PYTEST) --durations=15  # the slowest tests, listed for whoever makes the suite faster
 
 test-fast: $(VENV)/.installed-dev
 	$(BIN)/ruff check app.py ui crag tests scripts
