@@ -84,10 +84,14 @@ PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadsc
 
 # `make test` runs every test; `make test-fast` leaves out those marked slow (real models and servers end to end,
 # the browser), for a quick check while you work.
+# mypy runs beside the suite (one core for half a minute, while the suite starts its workers); either failing fails
+# the target. The suite lists its 15 slowest tests, for whoever makes it faster.
 test: $(VENV)/.installed-dev browser
 	$(BIN)/ruff check app.py ui crag tests scripts
-	$(BIN)/mypy
-	$(PYTEST) --durations=15  # the slowest tests, listed for whoever makes the suite faster
+	$(BIN)/mypy & typed=$$!; \
+	$(PYTEST) --durations=15; tested=$$?; \
+	wait $$typed; typed=$$?; \
+	[ $$tested -eq 0 ] && [ $$typed -eq 0 ]
 
 test-fast: $(VENV)/.installed-dev
 	$(BIN)/ruff check app.py ui crag tests scripts
