@@ -1,12 +1,11 @@
 """What a question asks, analysed once: its language, its specific terms (``crag.terms``: names, identifiers, rare
-words, and the forms a document may write them in), how much each of its words says in these documents, and the
-near-miss verdict: which terms the passages found never mention, which the documents never do, and whether that
-decides the action.
+words, and the forms a document may write them in), and the near-miss verdict: which terms the passages found never
+mention, which the documents never do, and whether that decides the action.
 
 The pipeline analyses the question as asked (without the files it names) once per answer, in the scope it was asked
 in, and hands the ``Analysis`` to retrieval (a missed term is searched again), to grading (a near miss caps the
-grades) and to the Correct badge's check (``unanswered``). The evaluator and refinement weigh words with
-``word_weights`` and ``coverage``, below.
+grades) and to the Correct badge's check (``unanswered``). How much each word of a question says in these documents
+(``word_weights``, ``coverage``, below) is what the verdict, the evaluator and refinement weigh words by.
 
 A missing term is evidence against the passages, not a veto. A specific term that no retrieved passage mentions caps
 their grades below the upper threshold: Ambiguous at most, so the web is asked too and the answer says the passages
@@ -65,10 +64,6 @@ class Analysis:
     @cached_property
     def terms(self) -> tuple[Term, ...]:
         return tuple(specific_terms(self.text))
-
-    @cached_property
-    def weights(self) -> dict[str, float]:
-        return word_weights(self.text, self.stats)
 
     def near_miss(self, texts: Sequence[str]) -> TermCheck:
         """Which of the question's specific terms the texts never mention in any form, which the whole index never
