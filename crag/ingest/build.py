@@ -189,6 +189,7 @@ class _Parse:
         self.ctx, self.item, self.index = ctx, item, index
         self.pages = 0
         self.seconds = 0.0
+        self._shown = Progress(stage="parsing", file=item.name, file_index=index, file_count=ctx.count)
 
     def __iter__(self) -> Iterator[tuple[Block, ...]]:
         raise NotImplementedError
@@ -197,16 +198,16 @@ class _Parse:
         raise NotImplementedError
 
     def _say(self, stage: str, done: int, total: int) -> None:
-        self.ctx.report(
-            Progress(
-                stage=stage,
-                file=self.item.name,
-                file_index=self.index,
-                file_count=self.ctx.count,
-                page=done,
-                page_count=total,
-            )
+        """A page on the bar; the last said is kept, to be said again while the next part is awaited."""
+        self._shown = Progress(
+            stage=stage,
+            file=self.item.name,
+            file_index=self.index,
+            file_count=self.ctx.count,
+            page=done,
+            page_count=total,
         )
+        self.ctx.report(self._shown)
 
 
 class _InProcess(_Parse):
@@ -239,7 +240,6 @@ class _FromWorkers(_Parse):
         super().__init__(ctx, item, index)
         self.ahead = ahead
         self.parts: list[PagesRead] = []
-        self._shown = Progress(stage="parsing", file=item.name, file_index=index, file_count=ctx.count)
 
     def __iter__(self) -> Iterator[tuple[Block, ...]]:
         start = time.perf_counter()
@@ -267,17 +267,6 @@ class _FromWorkers(_Parse):
             if stage == "ocr":
                 self._say("ocr", n, part.page_count)
             self._say("parsing", n, part.page_count)
-
-    def _say(self, stage: str, done: int, total: int) -> None:
-        self._shown = Progress(
-            stage=stage,
-            file=self.item.name,
-            file_index=self.index,
-            file_count=self.ctx.count,
-            page=done,
-            page_count=total,
-        )
-        self.ctx.report(self._shown)
 
 
 def _index_file(ctx: BuildContext, item: Planned, index: int, stream: _Parse) -> bool:
