@@ -105,6 +105,22 @@ class Analysis:
         support = max(coverage(rest_weights, text) for text in texts) * sum(rest_weights.values())
         return support < absent
 
+    @cached_property
+    def beyond_documents(self) -> bool:
+        """Whether the question names something rarer than everyday words that no document of the scope mentions in
+        any form: then no passage answers it, whatever words it is searched in (a near miss that decides the action,
+        ``near_miss``), and a model need not be asked for other words."""
+        vocabulary = self.stats.vocabulary if self.stats is not None else None
+        if vocabulary is None:
+            return False
+        other_names = aliases(self.text, self.terms, vocabulary)
+        return any(
+            term.strong
+            and general_frequency(term.text.lower()) < TUNING.terms.specific_zipf
+            and not any(mentions(form, vocabulary) for form in (term, *other_names.get(term.text, ())))
+            for term in self.terms
+        )
+
     def mentioned_by(self, term: str) -> Callable[[str], bool]:
         """Whether a text mentions ``term``, one of the question's specific terms, in any of its forms."""
         found = next(t for t in self.terms if t.text == term)

@@ -10,12 +10,15 @@ and "How do I install and remove packages?" stay whole.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from crag.followups import points_back
 from crag.lexicons import alternation, words
+from crag.prompts import Reading
 from crag.terms import specific_terms
 from crag.text import content_words, has_han
 from crag.tuning import TUNING
+from crag.types import Expansion
 
 # Where a second ask starts: after a question mark or a semicolon; or at "and" / "以及" / a comma when a question
 # word follows ("…, and how do I…", "…以及如何…", "…，怎么…").
@@ -130,3 +133,43 @@ def _without(question: str, name: str) -> str:
     whole = re.compile(rf"(?<!\w){re.escape(name)}(?!\w)")
     found = whole.search(question) or re.search(re.escape(name), question)
     return " ".join((question[: found.start()] + " " + question[found.end() :]).split()) if found else question
+
+
+# A small model may cut a question of one ask into the steps of its answer ("How do I make a figure?" into "How do I
+# open a figure environment?", "How do I add a caption?"): a split is taken only where the question joins two things.
+_JOINED = re.compile(
+    r"[?？;；,，、]\s*+(?=\S)|\s(?:and|also|plus|as well as)\s|以及|并且|另外|还有|同时|和|与", re.IGNORECASE
+)
+
+
+def model_asks(question: str, reading: Reading) -> tuple[Expansion, ...]:
+    """The asks a model read in a question, each with its words to search by. Its split is taken when the question
+    joins two things, each ask names a word of the question (asks in the user's words, not the model's sub-questions),
+    and no two are the same; otherwise the question is one ask, searched with all the words the model wrote."""
+    said = [
+        Expansion(
+            ask=" ".join(a.question.split()),
+            answer=" ".join(a.answer.split()),
+            keywords=tuple(dict.fromkeys(k for k in (" ".join(w.split()) for w in a.keywords) if k)),
+        )
+        for a in reading.asks
+        if a.question.strip() or a.answer.strip() or a.keywords
+    ]
+    own = set(content_words(question))
+    kinds = [frozenset(content_words(e.ask)) for e in said]
+    split = 1 < len(said) <= TUNING.asks.max_asks and _JOINED.search(question) is not None
+    if split and all(k & own for k in kinds) and len(set(kinds)) == len(kinds):
+        return tuple(said)
+    return (one_ask(question, said),)
+
+
+def one_ask(question: str, reading: Sequence[Expansion]) -> Expansion:
+    """A model's words for a question, as one ask: every answer and keyword it wrote, or why it wrote none."""
+    if len(reading) == 1 and reading[0].ask == question:
+        return reading[0]
+    return Expansion(
+        ask=question,
+        answer=" ".join(e.answer for e in reading if e.answer),
+        keywords=tuple(dict.fromkeys(k for e in reading for k in e.keywords)),
+        error=next((e.error for e in reading if e.error), ""),
+    )

@@ -185,6 +185,19 @@ class Settings(BaseSettings):
     upper_threshold: float = Field(0.55, ge=-1, le=1, description="A score at or above this makes the action Correct.")
     lower_threshold: float = Field(-0.8, ge=-1, le=1, description="All scores below this make the action Incorrect.")
     evaluator: Literal["auto", "llm", "similarity"] = Field("auto", description="Retrieval evaluator.")
+    model_search: bool = Field(
+        True,
+        description="With a model server: the model writes what the answer would say, in the documents' words, and "
+        "that is searched beside the question (on|off).",
+    )
+    model_search_timeout: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds the model may take to write its search words; past them the question's own search stands.",
+    )
+    grade_timeout: float = Field(
+        60.0, gt=0, description="Seconds the LLM grader may take; past them the passages are graded by similarity."
+    )
     web_search: bool = Field(True, description="Search the web when local knowledge falls short (on|off).")
 
     # HTTP API

@@ -20,7 +20,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic_ai import Agent
@@ -29,11 +29,12 @@ from pydantic_ai.usage import RunUsage
 
 from crag import prompts
 from crag.analysis import coverage, word_weights
+from crag.blocks import is_code
 from crag.models import Embedder, NoStructuredOutput, run_structured
 from crag.terms import TermStats
-from crag.text import cjk_share
+from crag.text import cjk_share, content_words, join_sentences, split_sentences, width
 from crag.tuning import TUNING
-from crag.types import Method
+from crag.types import Method, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ class Grade:
     score: float  # in [-1, 1]
     method: Method
     detail: str = ""  # see ScoredChunk.detail: the LLM's structured output mode, or why it fell back
+    verdict: Verdict | None = None  # the LLM grader's
+    answering: str = ""  # the sentence the LLM grader copied as the one that answers
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,32 @@ class Grading:
 
     grades: list[Grade]
     web_query: str = ""
+
+
+def _pieces(text: str) -> list[str]:
+    """A passage's heading line, then its sentences, a code paragraph as one piece (marked by a leading blank)."""
+    heading, _, body = text.partition("\n") if "\n" in text else ("", "", text)
+    pieces = [heading]
+    for paragraph in body.split("\n\n"):
+        if is_code(paragraph):
+            pieces.append("\n" + paragraph.strip("\n"))
+        else:
+            pieces += split_sentences(paragraph.replace("\n", " "))
+    return pieces
+
+
+def _joined(pieces: Sequence[str]) -> list[str]:
+    """Sentences of a passage's excerpt joined as prose, a code piece on lines of its own."""
+    lines: list[str] = []
+    prose = ""
+    for piece in pieces:
+        if piece.startswith("\n"):
+            lines += [prose] if prose else []
+            lines.append(piece.strip("\n"))
+            prose = ""
+        else:
+            prose = join_sentences(prose, piece)
+    return lines + ([prose] if prose else [])
 
 
 class Evaluator(ABC):
@@ -101,6 +130,27 @@ class SimilarityEvaluator(Evaluator):
     def grade(self, question: str, texts: Sequence[str], usage: RunUsage | None = None) -> Grading:
         return Grading([Grade(calibrate(r), Method.SIMILARITY) for r in self.raw(question, texts)])
 
+    def excerpts(self, question: str, texts: Sequence[str], chars: int) -> list[str]:
+        """Each text as its heading line and the sentences (or code) closest to the question, in their order, up to
+        about ``chars``: what a model reads fast. A text that short already is whole."""
+        pieces = [_pieces(text) if width(text) > chars else [] for text in texts]
+        scores = iter(self.raw(question, [p for ps in pieces for p in ps[1:]]))
+        out = []
+        for text, ps in zip(texts, pieces, strict=True):
+            if not ps:
+                out.append(text)
+                continue
+            ranked = sorted(((next(scores), i) for i in range(1, len(ps))), reverse=True)
+            kept: list[int] = []
+            used = width(ps[0])
+            for _, i in ranked:
+                if kept and used + width(ps[i]) > chars:
+                    continue
+                kept.append(i)
+                used += width(ps[i])
+            out.append("\n".join([ps[0], *_joined([ps[i] for i in sorted(kept)])]))
+        return out
+
     def off_topic(self, question: str, headings: Sequence[str]) -> list[float]:
         """How far each heading is from saying that the text under it is about the question's words, in [0, 1]: one
         less the weighted share of the words it holds, for the part of the question the embedder cannot read (all of a
@@ -117,16 +167,18 @@ class SimilarityEvaluator(Evaluator):
 # ---------------------------------------------------------------------------------------------
 # LLM
 
+_VERDICTS = TUNING.verdicts
+VERDICT_WORDS = tuple(v.value for v in Verdict)
+
 
 def grades_schema(k: int) -> type[BaseModel]:
-    """One required number per passage, by name: the grammar then guarantees exactly k scores.
-
-    No bounds on the numbers: llama.cpp's grammar cannot enforce them, so values are clamped after.
-    The web query rides along, so the action never needs a separate rewrite call.
-    """
-    fields: dict = {f"passage_{i}": (float, ...) for i in range(1, k + 1)}
-    fields["web_query"] = (str, Field("", max_length=80))
-    return create_model("Grades", __config__=ConfigDict(extra="ignore"), **fields)
+    """One required verdict per passage, by name, then the sentence that answers and where it is from: the grammar
+    then guarantees exactly k verdicts. A few words per passage: a small model on 2 cores writes about 15 a second."""
+    verdict = Literal["answers", "partly", "no"]
+    fields: dict = {f"passage_{i}": (verdict, ...) for i in range(1, k + 1)}
+    fields["quote"] = (str, Field("", max_length=300))
+    fields["quoted_from"] = (int, 0)
+    return create_model("Verdicts", __config__=ConfigDict(extra="ignore"), **fields)
 
 
 _graders: dict[int, Agent[Any, Any]] = {}
@@ -139,7 +191,28 @@ def grader_agent(k: int) -> Agent[Any, Any]:
     return _graders[k]
 
 
+def verdict_grade(verdict: Verdict, quoted: bool) -> float:
+    """A verdict as a grade: "answers" is Correct only with a sentence of the passage that answers to show for it."""
+    if verdict is Verdict.ANSWERS:
+        return _VERDICTS.answers if quoted else _VERDICTS.unquoted
+    return _VERDICTS.partly if verdict is Verdict.PARTLY else _VERDICTS.no
+
+
+def holds_quote(text: str, quote: str) -> bool:
+    """Whether ``text`` holds the sentence a model says it copied from it: most of the sentence's words, in any
+    order (a small model drops a word or a bracket as it copies)."""
+    words = content_words(quote)
+    if not words:
+        return False
+    held = set(content_words(text))
+    return sum(w in held for w in words) >= _VERDICTS.quote_words * len(words)
+
+
 class LLMEvaluator(Evaluator):
+    """The chat model reads the passages' excerpts closest to the question in one call, and says of each whether it
+    answers, partly does, or does not, with the sentence that answers. Its verdicts are trusted: what it says answers
+    may be Correct whatever words the question used."""
+
     name = "llm"
 
     def __init__(self, model: Model, fallback: SimilarityEvaluator, timeout: float = 60.0) -> None:
@@ -153,7 +226,7 @@ class LLMEvaluator(Evaluator):
         if not texts:
             return Grading([])
         usage = usage if usage is not None else RunUsage()
-        prompt = prompts.grader_prompt(question, texts)
+        prompt = prompts.grader_prompt(question, self.fallback.excerpts(question, texts, _VERDICTS.excerpt_chars))
         try:
             result = run_structured(grader_agent(len(texts)), prompt, self.model, self.timeout)
         except NoStructuredOutput as exc:  # found out once: later questions fall back without a request
@@ -164,17 +237,20 @@ class LLMEvaluator(Evaluator):
             log.warning("the LLM grader failed: %r", exc)
             return self._fallback(question, texts, f"grader failed: {type(exc).__name__}")
         usage.incr(result.usage)
-        values = [getattr(result.output, f"passage_{i}") for i in range(1, len(texts) + 1)]
-        backup: list[Grade] | None = None
-        grades = []
-        for i, value in enumerate(values):
-            if isinstance(value, float) and math.isfinite(value):
-                grades.append(Grade(max(-1.0, min(1.0, value)), Method.LLM, result.mode or ""))
-            else:
-                log.warning("the LLM grader gave no number for passage %d: similarity grades it", i + 1)
-                backup = backup or self.fallback.grade(question, texts).grades
-                grades.append(Grade(backup[i].score, Method.FALLBACK, "grader gave no number"))
-        return Grading(grades, result.output.web_query.strip())
+        return Grading(self._grades(result.output, texts, result.mode or ""))
+
+    def _grades(self, output: Any, texts: Sequence[str], mode: str) -> list[Grade]:
+        """The verdicts as grades. The quoted sentence is the answering one of the passage that holds it: the one the
+        model named, else the first it said answers."""
+        verdicts = [Verdict(getattr(output, f"passage_{i}")) for i in range(1, len(texts) + 1)]
+        quote = " ".join(str(output.quote).split())
+        holding = [i for i, text in enumerate(texts) if quote and holds_quote(text, quote)]
+        named = output.quoted_from - 1
+        answering = named if named in holding else next((i for i in holding if verdicts[i] is Verdict.ANSWERS), -1)
+        return [
+            Grade(verdict_grade(v, i == answering), Method.LLM, mode, v, quote if i == answering else "")
+            for i, v in enumerate(verdicts)
+        ]
 
     def _fallback(self, question: str, texts: Sequence[str], why: str) -> Grading:
         log.warning("the LLM grader fell back to similarity: %s", why)

@@ -16,6 +16,7 @@ reports the stages through ``on_step``, so the UI, the CLI and the API show the 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar, Unpack, cast
@@ -28,8 +29,9 @@ from pydantic_ai.usage import RequestUsage, RunUsage
 
 from crag import prompts
 from crag.analysis import Analysis
+from crag.asks import model_asks
 from crag.config import Settings
-from crag.evaluator import Evaluator, LLMEvaluator, SimilarityEvaluator
+from crag.evaluator import Evaluator, Grade, LLMEvaluator, SimilarityEvaluator
 from crag.followups import (
     History,
     conversation_query,
@@ -42,11 +44,11 @@ from crag.refine import local_strips, refine, refine_closest, web_strips
 from crag.retriever import Retriever, open_retriever
 from crag.scope import EVERYTHING, Scope
 from crag.steps import Condensed, Evaluation, Options, Overrides, WebKnowledge
-from crag.store import Mode, fuse, index_text
+from crag.store import Mode, fuse, fuse_top, index_text
 from crag.stream import AnswerStream, OnStep
 from crag.text import clean_question, content_words, language, warm_up
 from crag.tuning import TUNING
-from crag.types import Answer, AnswerKind, ScoredChunk, Source, Strip, WebResult
+from crag.types import Answer, AnswerKind, Expansion, Method, ScoredChunk, Source, Strip, TermCheck, Verdict, WebResult
 from crag.websearch import Searcher, WebSearchUnavailable, build_searcher, fetch_pages
 
 # Failures the pipeline survives become notes on the answer; the log keeps their cause for whoever runs the server.
@@ -66,10 +68,29 @@ answer_agent = Agent(instructions=prompts.ANSWER, name="answer")
 condense_agent = Agent(output_type=prompts.Standalone, instructions=prompts.CONDENSE, retries=1, name="condense")
 doc_query_agent = Agent(output_type=prompts.DocQuery, instructions=prompts.DOC_QUERY, retries=1, name="rewrite")
 web_query_agent = Agent(output_type=prompts.WebQuery, instructions=prompts.WEB_QUERY, retries=1, name="web_query")
+read_agent = Agent(output_type=prompts.Reading, instructions=prompts.READ, retries=1, name="read")
 
 
 # ---------------------------------------------------------------------------------------------
 # The pipeline
+
+_READ_TITLES = 8  # documents whose titles tell the model what the question is about: the scope's, or the closest
+
+
+def _ceiling(hit: ScoredChunk, grade: Grade, terms: TermCheck, asked: Analysis, upper: float) -> float:
+    """The highest grade a passage may have. A near miss caps it (``TermCheck.ceiling``), but a passage the model
+    read and quoted as answering may say in the documents' words what the question says in plain ones ("widescreen",
+    "aspectratio=169"): then only a name or identifier it never mentions caps it. A passage only the model's words
+    found is Ambiguous at most, unless the model, reading it against the question, says it answers."""
+    answered = grade.method is Method.LLM and grade.verdict is Verdict.ANSWERS and bool(grade.answering)
+    named = {t.text for t in asked.terms if t.strong}
+    cap = terms.ceiling(upper)
+    if answered and not terms.decisive and not named & set(terms.missing):
+        cap = math.inf
+    if hit.from_model and not answered:
+        cap = min(cap, upper - 0.01)
+    return cap
+
 
 Out = TypeVar("Out", bound=BaseModel)  # a structured step's output
 
@@ -95,7 +116,7 @@ class Pipeline:
         retriever = open_retriever(settings)
         retriever.embedder.load()  # at start too: the packaged model loads on first use otherwise
         scorer = SimilarityEvaluator(retriever.embedder, retriever.term_stats)
-        evaluators = {"similarity": scorer, "llm": LLMEvaluator(model, scorer, timeout=settings.request_timeout)}
+        evaluators = {"similarity": scorer, "llm": LLMEvaluator(model, scorer, timeout=settings.grade_timeout)}
         return cls(
             settings=settings,
             model=model,
@@ -176,6 +197,41 @@ class Pipeline:
             )
         return Condensed(question, (question, with_history), with_history, tuple(notes))
 
+    def read(self, question: str, scope: Scope, usage: RunUsage) -> tuple[Expansion, ...]:
+        """The model's reading of a question: its asks, each with a short answer as the documents would write it and
+        the keywords of the passage that answers (HyDE), searched beside the question's own words. () without a model
+        server, or with ``model_search`` off; one ask that says why, with no words, when the model fails or runs
+        past ``model_search_timeout``."""
+        if self.backend.name == "embedded" or not self.settings.model_search:
+            return ()
+        timeout = self.settings.model_search_timeout
+        language_of, titles = self._subject(question, scope)
+        prompt = prompts.read_prompt(question, language_of, titles)
+        try:
+            result = run_structured(read_agent, prompt, self.model, timeout)
+        except TimeoutError:
+            return (Expansion(ask=question, error=f"the model took longer than {timeout:g} s"),)
+        except Exception as exc:  # noqa: BLE001 - the question's own search still answers
+            log.warning("the model wrote no search words: %r", exc)
+            return (Expansion(ask=question, error=f"the model failed ({type(exc).__name__})"),)
+        usage.incr(result.usage)
+        return model_asks(question, result.output)
+
+    def _subject(self, question: str, scope: Scope) -> tuple[str, list[str]]:
+        """The language the answer is likeliest written in (the scope's, or that of the documents its closest
+        passages come from), and the titles of the documents it may be in: what the model writes in and about."""
+        languages = self.retriever.file_languages(scope)
+        files = list(languages)
+        if len(files) > _READ_TITLES or len(set(languages.values())) > 1:
+            near = list(dict.fromkeys(h.chunk.file for h in self.retriever.retrieve(question, 5, scope=scope)))
+            files = near[:_READ_TITLES] if len(files) > _READ_TITLES else files
+            spoken = [languages.get(f, "") for f in near[:3]]
+            language_of = max(set(spoken), key=spoken.count) if spoken else language(question)
+        else:
+            language_of = next(iter(languages.values()), language(question))
+        titles = [o.title for o in self.retriever.overviews(files) if o.title]
+        return language_of if language_of in prompts.LANGUAGE_NAMES else language(question), titles
+
     def documents(self, question: str, scope: Scope, history: History = ()) -> list[Overview]:
         """What each document a question about whole documents asks of is ("What is this document about?",
         "总结一下 R-intro.pdf"), those with a sentence that says so, at most ``MAX_DOCUMENTS``; [] for any other
@@ -194,14 +250,26 @@ class Pipeline:
         return Analysis(without_names(asked, self.retriever.file_languages(scope)), self.retriever.term_stats(scope))
 
     def retrieve(
-        self, queries: Sequence[str], k: int, mode: Mode, asked: Analysis, scope: Scope = EVERYTHING
+        self,
+        queries: Sequence[str],
+        k: int,
+        mode: Mode,
+        asked: Analysis,
+        scope: Scope = EVERYTHING,
+        expansion: Expansion | None = None,
     ) -> list[ScoredChunk]:
+        """The top ``k`` for the question's own words (and its conversation's), fused with those for the model's words
+        (``expansion``): each ranking's best is kept, and a passage only the model's words found says so."""
         rankings = [self.retriever.retrieve(q, k, mode, scope=scope) for q in dict.fromkeys(queries)]
-        if len(rankings) == 1:
-            return self.retriever.anchor(asked, rankings[0], scope=scope)
-        own = {h.chunk.id for h in rankings[0]}
-        fused = [replace(h, from_history=h.chunk.id not in own) for h in fuse(rankings)[:k]]
-        return self.retriever.anchor(asked, fused, scope=scope)
+        hits = rankings[0]
+        if len(rankings) > 1:
+            own = {h.chunk.id for h in rankings[0]}
+            hits = [replace(h, from_history=h.chunk.id not in own) for h in fuse(rankings)[:k]]
+        if expansion is not None and expansion.queries:
+            legs = [hits, *(self.retriever.retrieve(q, k, mode, scope=scope) for q in expansion.queries)]
+            plain = {h.chunk.id: h for h in hits}
+            hits = [plain.get(h.chunk.id) or replace(h, from_model=True) for h in fuse_top(legs, [1.0] * len(legs), k)]
+        return self.retriever.anchor(asked, hits, scope=scope)
 
     def evaluate(
         self,
@@ -220,10 +288,16 @@ class Pipeline:
         # names are mentioned ("R 里怎么删除…" after a question on R is not answered by a tlmgr page that never says R).
         found = [(t, h.from_history) for t, h in zip(texts, hits, strict=True) if not h.anchor]
         terms = asked.near_miss([t for t, from_history in found if not from_history] or [t for t, _ in found])
-        cap = terms.ceiling(upper)
         grades = evaluator.grade(question, texts, usage)
         graded = tuple(
-            replace(h, score=min(g.score, cap), method=g.method, detail=g.detail)
+            replace(
+                h,
+                score=min(g.score, _ceiling(h, g, terms, asked, upper)),
+                method=g.method,
+                detail=g.detail,
+                verdict=g.verdict,
+                answering=g.answering,
+            )
             for h, g in zip(hits, grades.grades, strict=True)
         )
         return Evaluation(graded, terms, grades.web_query)

@@ -19,7 +19,8 @@ from pydantic_ai.usage import RunUsage
 
 from crag import evidence, overview
 from crag.analysis import Analysis
-from crag.asks import asks, compared
+from crag.asks import asks, compared, one_ask
+from crag.config import Settings
 from crag.evaluator import Evaluator
 from crag.followups import (
     READ_ON,
@@ -38,7 +39,20 @@ from crag.steps import Condensed, Evaluation, Knowledge, Options, WebKnowledge, 
 from crag.store import Mode, index_text
 from crag.support import Grounder, Grounding, unsupported
 from crag.tuning import TUNING
-from crag.types import Action, Answer, AnswerKind, Drop, Method, ScoredChunk, Source, Strip, TermCheck, Trace, cited
+from crag.types import (
+    Action,
+    Answer,
+    AnswerKind,
+    Drop,
+    Expansion,
+    Method,
+    ScoredChunk,
+    Source,
+    Strip,
+    TermCheck,
+    Trace,
+    cited,
+)
 from crag.websearch import OFF_REASON
 
 OnStep = Callable[[str], None]
@@ -50,14 +64,22 @@ class Steps(Protocol):
 
     backend: BackendInfo
     retriever: Retriever
+    settings: Settings
 
     def answer_kind(self, mode: str | None = None) -> AnswerKind: ...
     def evaluator(self, choice: str) -> Evaluator: ...
     def documents(self, question: str, scope: Scope, history: History = ()) -> list[Overview]: ...
     def analyse(self, asked: str, scope: Scope) -> Analysis: ...
+    def read(self, question: str, scope: Scope, usage: RunUsage) -> tuple[Expansion, ...]: ...
     def condense(self, question: str, history: History, usage: RunUsage) -> Condensed: ...
     def retrieve(
-        self, queries: Sequence[str], k: int, mode: Mode, asked: Analysis, scope: Scope = EVERYTHING
+        self,
+        queries: Sequence[str],
+        k: int,
+        mode: Mode,
+        asked: Analysis,
+        scope: Scope = EVERYTHING,
+        expansion: Expansion | None = None,
     ) -> list[ScoredChunk]: ...
     def evaluate(
         self,
@@ -80,6 +102,8 @@ log = logging.getLogger("crag.pipeline")
 
 
 _Made = tuple[AnswerKind, str, list[Source]]  # what ``AnswerStream._write`` returns
+# The model's reading of a question, its asks each with the words to search by: () offline, None not read yet.
+ModelWords = tuple[Expansion, ...] | None
 
 
 def joined_asks(question: str, found: Sequence[Knowledge], every: bool = False) -> Knowledge:
@@ -127,6 +151,7 @@ class AnswerStream:
         self.notes: list[str] = []
         self.grounding = Grounding()  # what holding a written answer to its sources cut and cited
         self.written = ""  # the model's own text, as kept: a written answer without the quotes under it
+        self.expansions: list[Expansion] = []  # the model's words each ask was searched with
         self._condense_calls = 0  # model calls made to condense a follow-up: they come before the answer's
         self._before_answer = 0  # of a question of several asks: model calls before the first ask's answer
         self._comparison = False  # the asks are the sides of a comparison: each must be answered
@@ -194,12 +219,14 @@ class AnswerStream:
         self._start = time.perf_counter()
         documents = self.p.documents(self.question, self.options.scope, self.history)
         # The asks are asked without the conversation: only a question that stands alone is split.
-        several = self._several() if not documents and (not self.history or stands_alone(self.question)) else []
+        alone = not documents and (not self.history or stands_alone(self.question))
+        words = self._read(self.question) if alone else None
+        several = self._several(words) if alone else []
         if several:
             knowledge, kind, error, sources = yield from self._asks(several)
             before_answer = self._before_answer
         else:
-            knowledge = self._about(documents) if documents else self._search()
+            knowledge = self._about(documents) if documents else self._search(words)
             before_answer = self.usage.requests - self._condense_calls
             with self._stage("generating", "generate"):
                 kind, error, sources = yield from self._write(knowledge)
@@ -232,21 +259,38 @@ class AnswerStream:
             kind, error = yield from self._generate(knowledge, kind, chosen, sources)
         return kind, error, sources
 
-    def _several(self) -> list[tuple[str, str]]:
-        """The asks of a question of several, each as (its heading, what is searched and answered for it): the two
-        sides of a comparison, or the asks of one question ("…, and how do I…?"); [] for a question of one ask."""
+    def _read(self, question: str) -> tuple[Expansion, ...]:
+        """The model's reading of the question (``Pipeline.read``); () offline, and for a question about a name the
+        documents never mention (no words of the model's make them answer it)."""
+        model = self.p.backend.name != "embedded" and self.p.settings.model_search
+        model = model and not self._asked.beyond_documents
+        with self._stage("reading the question" if model else "", "read"):
+            return self.p.read(question, self.options.scope, self.usage) if model else ()
+
+    def _several(self, words: ModelWords) -> list[tuple[str, str, ModelWords]]:
+        """The asks of a question of several, each as (its heading, what is searched and answered for it, the model's
+        words for it): the two sides of a comparison, or the asks of one question ("…, and how do I…?"), as the model
+        read them (by rule without a model, or when it failed); [] for a question of one ask."""
         if sides := compared(self.question):
             self.notes.append("a comparison: each side was searched, graded and answered on its own")
             self._comparison = True
-            return sides
+            return [(side, ask, words) for side, ask in sides]
+        if words and not words[0].error:
+            if len(words) < 2:
+                return []
+            self.notes.append(
+                f"a question of {len(words)} asks, as the model read it: each was searched, graded and answered "
+                "on its own"
+            )
+            return [(e.ask, e.ask, (e,)) for e in words]
         several = asks(self.question)
         if len(several) < 2:
             return []
         self.notes.append(f"a question of {len(several)} asks: each was searched, graded and answered on its own")
-        return [(ask, ask) for ask in several]
+        return [(ask, ask, () if words is not None else None) for ask in several]
 
     def _asks(
-        self, several: Sequence[tuple[str, str]]
+        self, several: Sequence[tuple[str, str, ModelWords]]
     ) -> Generator[str, None, tuple[Knowledge, AnswerKind, str, list[Source]]]:
         """A question of several asks: each is searched, graded and answered on its own, under its own heading, its
         sources numbered after those of the asks before. One the documents do not answer says so."""
@@ -254,10 +298,11 @@ class AnswerStream:
         kinds: list[AnswerKind] = []
         sources: list[Source] = []
         invented: list[str] = []
-        for n, (heading, ask) in enumerate(several, start=1):
+        for n, (heading, ask, words) in enumerate(several, start=1):
             one = AnswerStream(self.p, ask, (), self.on_step, self.options)
             one.usage, one.timings, one._start = self.usage, self.timings, self._start
-            found.append(one._search())
+            found.append(one._search(words))
+            self.expansions += one.expansions
             if n == 1:
                 self._before_answer = self.usage.requests
             yield self._emit(("\n\n" if n > 1 else "") + f"**{n}. {heading}**\n\n")
@@ -308,15 +353,22 @@ class AnswerStream:
             documents=tuple(documents),
         )
 
-    def _search(self) -> Knowledge:
-        """Algorithm 1 up to generation: condense, retrieve, evaluate, decide, correct, refine, search the web."""
+    def _search(self, words: ModelWords = None) -> Knowledge:
+        """Algorithm 1 up to generation: condense, retrieve (with the model's words for the question, ``words``,
+        made here for a follow-up once it is understood), evaluate, decide, correct, refine, search the web."""
         p, o = self.p, self.options
+        before = self.usage.requests
         with self._stage("understanding the follow-up" if self.history else "", "condense"):
             condensed = p.condense(self.question, self.history, self.usage)
         self.notes += condensed.notes
-        self._condense_calls = self.usage.requests
+        self._condense_calls = self.usage.requests - before
+        if words is None:
+            words = self._read(condensed.question)
+        expansion = one_ask(condensed.question, words) if words else None
+        if expansion is not None:
+            self.expansions.append(expansion)
         with self._stage("retrieving", "retrieve"):
-            hits = p.retrieve(condensed.queries, o.top_k, o.retrieval_mode, self._asked, o.scope)
+            hits = p.retrieve(condensed.queries, o.top_k, o.retrieval_mode, self._asked, o.scope, expansion)
         if p.retriever.lexical_only:  # the index's embedder is missing: its dense half could not be searched
             self.notes.append(p.retriever.lexical_only)
         with self._stage("grading", "grade"):
@@ -325,8 +377,9 @@ class AnswerStream:
             action = self._decide_action(evaluation)
             question, evaluation, action = self._read_with_history(condensed, hits, evaluator, evaluation, action)
         # Not offline (no one waits for a model there), nor for what the documents never mention (a search in other
-        # words finds it no more).
-        if action is not Action.CORRECT and p.backend.name != "embedded" and not evaluation.terms.decisive:
+        # words finds it no more), nor when the model's words were searched already.
+        again = not (expansion and expansion.queries) and p.backend.name != "embedded"
+        if action is not Action.CORRECT and again and not evaluation.terms.decisive:
             with self._stage("rewriting the question", "rewrite"):
                 hits, evaluation, action = self._retrieve_again(question, hits, evaluation, action, evaluator)
         if evaluation.terms.missing:
@@ -337,12 +390,13 @@ class AnswerStream:
                 strips = p.refine(question, evaluation.graded, o.lower_threshold)
             strips, action = self._fall_back(strips, action)
         # A model's grade is trusted; a similarity grade (also the LLM grader's fallback) is checked.
-        if action is Action.CORRECT and not any(g.method is Method.LLM and not g.detail for g in evaluation.graded):
+        if action is Action.CORRECT and not any(g.method is Method.LLM for g in evaluation.graded):
             action = self._held_to_terms(strips)
         web = WebKnowledge(error=OFF_REASON) if action is not Action.CORRECT and not o.web else WebKnowledge()
         if action is not Action.CORRECT and o.web:
             with self._stage("searching the web", "web"):
-                web = p.search_web(question, evaluation.web_query, self.usage, self.notes)
+                suggested = evaluation.web_query or (" ".join(expansion.keywords) if expansion else "")
+                web = p.search_web(question, suggested, self.usage, self.notes)
         strips += web.strips
         if action is Action.INCORRECT and not any(s.kept for s in strips):
             # Never hide the closest evidence: the answer says what is missing, then what came closest.
@@ -515,6 +569,7 @@ class AnswerStream:
             remedy=remedy(knowledge) if kind is AnswerKind.NO_ANSWER else None,
             unsupported=stated,
             scope=o.scope.paths,
+            expansions=tuple(self.expansions),
             timings=dict(self.timings),
             llm_calls=self.usage.requests,
             llm_calls_before_answer=before_answer,

@@ -173,6 +173,26 @@ class NearMiss:
 
 
 @dataclass(frozen=True)
+class Verdicts:
+    """The LLM grader's verdicts as grades in [-1, 1] (``crag.evaluator``), read against the default thresholds
+    (upper 0.55, lower -0.8): a grade at or above the upper one makes the action Correct."""
+
+    answers: float = 0.9
+    """A passage the model says answers, and from which it copied a sentence that answers. Dev split."""
+    unquoted: float = 0.0
+    """A passage the model says answers without a sentence of it to show: it may, so Ambiguous. Dev split."""
+    partly: float = 0.0
+    """On the question's subject without stating the answer: Ambiguous. Dev split."""
+    no: float = -0.9
+    """Not about the question: Incorrect when no passage is more. Dev split."""
+    excerpt_chars: int = 480
+    """What the model reads of each passage: its sentences closest to the question, up to this many characters
+    (a 1.5B model reads five whole passages in minutes on 2 cores, five excerpts in seconds). Hand-set."""
+    quote_words: float = 0.8
+    """The share of a quoted sentence's words its passage must hold for the quote to be the passage's own. Hand-set."""
+
+
+@dataclass(frozen=True)
 class Grading:
     """The similarity grade of a passage (``crag.evaluator``): dense cosine and weighted word coverage mixed, then
     mapped to [-1, 1] with a logistic curve."""
@@ -206,6 +226,7 @@ class Tuning:
     terms: Terms = field(default_factory=Terms)
     near_miss: NearMiss = field(default_factory=NearMiss)
     grading: Grading = field(default_factory=Grading)
+    verdicts: Verdicts = field(default_factory=Verdicts)
     answering: Answering = field(default_factory=Answering)
     evidence: Evidence = field(default_factory=Evidence)
     refinement: Refinement = field(default_factory=Refinement)

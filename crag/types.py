@@ -68,6 +68,14 @@ class Method(StrEnum):
     DOCUMENT = "document"  # none: a whole document's opening, asked about as such (``crag.overview``)
 
 
+class Verdict(StrEnum):
+    """What the LLM grader says a passage does for the question."""
+
+    ANSWERS = "answers"
+    PARTLY = "partly"
+    NO = "no"
+
+
 def graded_by(method: Method | None, detail: str = "") -> str:
     """Who graded, in words: "llm", "llm (json_object)" (the structured output mode), "similarity", or
     "similarity (fallback: <why>)"; "" for a score no evaluator gave."""
@@ -100,6 +108,10 @@ class ScoredChunk:
     # Found only with the words of the question before (a follow-up), not by the question's. A stored chat's
     # JSON may name it "context": it loads the same.
     from_history: Annotated[bool, Field(validation_alias=AliasChoices("from_history", "context"))] = False
+    # Found only by the model's words for the question (its hypothetical answer, its keywords), not by the question's
+    from_model: bool = False
+    verdict: Verdict | None = None  # the LLM grader's: answers, partly, or not
+    answering: str = ""  # the sentence the LLM grader quoted as the one that answers
 
     @property
     def graded_by(self) -> str:
@@ -207,6 +219,32 @@ class TermCheck:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Expansion:
+    """The model's words for one ask, searched beside the question's own: a short answer as the documents would write
+    it, and the keywords the answering passage would hold (HyDE). Empty, with ``error``, when the model gave none."""
+
+    ask: str  # the ask as the model read it, standing alone
+    answer: str = ""
+    keywords: tuple[str, ...] = ()
+    error: str = ""  # why the question's own words were searched alone: the model failed or ran out of time
+
+    @property
+    def queries(self) -> tuple[str, ...]:
+        """What is searched: the hypothetical answer, and the keywords together."""
+        return tuple(q for q in (self.answer, " ".join(self.keywords)) if q.strip())
+
+
+@dataclass(frozen=True, kw_only=True)
+class Suggestion:
+    """A section of the documents whose title is close to a question not answered for sure: its title's words are
+    offered to ask again with."""
+
+    title: str
+    file: str
+    page: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class Trace:
     """How an answer was made, for the expander in the UI and for ``ask --json``."""
 
@@ -227,6 +265,7 @@ class Trace:
     unsupported: tuple[str, ...] = ()
     # Where the question was asked: folders and files relative to the files folder; empty for every document
     scope: tuple[str, ...] = ()
+    expansions: tuple[Expansion, ...] = ()  # the model's words each ask was searched with too
     timings: dict[str, float] = field(default_factory=dict)
     llm_calls: int = 0
     llm_calls_before_answer: int = 0
@@ -273,6 +312,8 @@ class Answer:
     complete: bool = True
     error: str = ""
     kind: AnswerKind = AnswerKind.GENERATED
+    # Sections whose titles are closest to a question not answered for sure, to ask again in the documents' words
+    suggestions: tuple[Suggestion, ...] = ()
 
     @property
     def action(self) -> Action | None:

@@ -22,6 +22,7 @@ from crag.store.common import (
     chunk_from_json,
     chunk_to_json,
     fuse,
+    fuse_top,
     index_text,
 )
 from crag.store.generation import GenerationWriter, IndexReader
@@ -62,6 +63,7 @@ __all__ = [
     "chunk_from_json",
     "chunk_to_json",
     "fuse",
+    "fuse_top",
     "index_text",
     "open_store",
     "read_manifest",
