@@ -44,6 +44,10 @@ class Grade:
     method: Method
     detail: str = ""  # see ScoredChunk.detail: the LLM's structured output mode, or why it fell back
 
+    @property
+    def trusted(self) -> bool:
+        return self.method.trusted
+
 
 @dataclass(frozen=True)
 class Grading:

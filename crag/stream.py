@@ -337,7 +337,7 @@ class AnswerStream:
                 strips = p.refine(question, evaluation.graded, o.lower_threshold)
             strips, action = self._fall_back(strips, action)
         # A model's grade is trusted; a similarity grade (also the LLM grader's fallback) is checked.
-        if action is Action.CORRECT and not any(g.method is Method.LLM and not g.detail for g in evaluation.graded):
+        if action is Action.CORRECT and not any(g.trusted for g in evaluation.graded):
             action = self._held_to_terms(strips)
         web = WebKnowledge(error=OFF_REASON) if action is not Action.CORRECT and not o.web else WebKnowledge()
         if action is not Action.CORRECT and o.web:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import pytest
 from pydantic_ai.models.function import FunctionModel
 from pydantic_ai.usage import RunUsage
 
 from crag.config import load_settings
-from crag.evaluator import Grade, Grading
+from crag.evaluator import Evaluator, Grade, Grading
 from crag.evidence import quoted_lines, split_quotes
 from crag.models.loops import own_event_loop
 from crag.scope import EVERYTHING
@@ -514,6 +515,39 @@ def test_a_passage_graded_relevant_that_does_not_hold_what_is_asked_is_only_the_
     assert answer.action is Action.AMBIGUOUS
     assert answer.text.startswith(("The closest passages in your documents", "文档中最接近的内容"))
     assert f"graded relevant, but {why}: shown as the closest passages (Ambiguous)" in answer.trace.notes
+
+
+@dataclass
+class GradedAs(Evaluator):
+    """Grades given in advance, as a grader of ``method`` with ``detail`` gives them."""
+
+    scores: list[float]
+    method: Method
+    detail: str = ""
+    name: str = "llm"
+
+    def grade(self, question: str, texts: Sequence[str], usage: RunUsage | None = None) -> Grading:
+        return Grading([Grade(s, self.method, self.detail) for s in self.scores[: len(texts)]])
+
+
+@pytest.mark.parametrize(
+    ("method", "detail", "action"),
+    [
+        (Method.LLM, "", Action.CORRECT),  # Ollama: asked in json_schema, no mode found out
+        (Method.LLM, "json_object", Action.CORRECT),  # an OpenAI-compatible server that needed json_object
+        (Method.LLM, "tool", Action.CORRECT),
+        (Method.FALLBACK, "grader timed out after 60 s", Action.AMBIGUOUS),  # similarity in the model's place
+        (Method.SIMILARITY, "", Action.AMBIGUOUS),
+    ],
+)
+def test_a_model_grade_is_trusted_in_any_output_mode_and_a_similarity_grade_is_not(settings, method, detail, action):
+    """Trust is the grade's method, never its detail: the page kept never names the Frobnicator, which holds a
+    similarity grade (and the LLM grader's fallback to it) below Correct, not the model's own grade."""
+    grader = GradedAs([0.95, -0.9], method, detail)
+    p = pipeline(settings, [chunk(DOC), FROBNICATOR], [], evaluator=grader, backend="ollama")
+    answer = p.ask("How many cores does the Frobnicator need?", web=False, answer_mode="evidence")
+    assert answer.action is action
+    assert {(g.method, g.detail) for g in answer.trace.retrieved} == {(method, detail)}
 
 
 def test_a_passage_that_holds_what_is_asked_or_that_a_model_graded_stays_correct(settings) -> None:
