@@ -111,6 +111,8 @@ class Pipeline:
         changes: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
         if "scope" in changes:  # folders and files, as a Scope or as paths
             changes["scope"] = Scope.of(changes["scope"])
+        if changes.get("use_model") is False:  # each step that would call the model, its way without one
+            changes |= {"evaluator": "similarity", "answer_mode": "evidence", "web": False}
         return replace(Options.from_settings(self.settings), **changes)
 
     def stream(
@@ -120,6 +122,8 @@ class Pipeline:
         over-long question, and ``UnknownScope`` for a scope the index does not hold. ``overrides`` are ``Options``
         fields for this question (``top_k=3``, ``web=False``, ``scope=["projects/alpha"]``...)."""
         options = self.options(**overrides)
+        if history and not options.use_model:
+            raise ValueError("a question asked without the chat model takes no conversation: the model condenses it")
         if options.scope:
             self.retriever.check_scope(options.scope)
         return AnswerStream(self, clean_question(question), history, on_step or (lambda stage: None), options)

@@ -324,9 +324,10 @@ class AnswerStream:
             evaluation = p.evaluate(condensed.question, self._asked, hits, evaluator, o.upper_threshold, self.usage)
             action = self._decide_action(evaluation)
             question, evaluation, action = self._read_with_history(condensed, hits, evaluator, evaluation, action)
-        # Not offline (no one waits for a model there), nor for what the documents never mention (a search in other
-        # words finds it no more).
-        if action is not Action.CORRECT and p.backend.name != "embedded" and not evaluation.terms.decisive:
+        # Not offline (no one waits for a model there), nor without the model, nor for what the documents never mention
+        # (a search in other words finds it no more).
+        rewrites = o.use_model and p.backend.name != "embedded"
+        if action is not Action.CORRECT and rewrites and not evaluation.terms.decisive:
             with self._stage("rewriting the question", "rewrite"):
                 hits, evaluation, action = self._retrieve_again(question, hits, evaluation, action, evaluator)
         if evaluation.terms.missing:

@@ -556,3 +556,17 @@ def test_a_passage_that_holds_what_is_asked_or_that_a_model_graded_stays_correct
     grader = FixedEvaluator([0.95, -0.9], name="llm")
     model = pipeline(settings, [chunk(DOC), FROBNICATOR], [], evaluator=grader, backend="ollama")
     assert model.ask("How many cores does the Frobnicator need?", web=False).action is Action.CORRECT
+
+
+def test_a_question_asked_without_the_model_calls_none_and_takes_no_conversation(settings) -> None:
+    """``use_model=False`` (MCP's search) on a model server: no grade, second search, web query or answer by the
+    model, and no web search asked for alongside; a conversation, which the model would condense, is refused."""
+    model, searcher = ScriptedModel(structured={"DocQuery": {"query": "widget memory size"}}), FakeSearcher()
+    p = pipeline(settings, [chunk(DOC)], [0.9], model, searcher, backend="openai")
+    p.evaluators["similarity"] = FixedEvaluator([-0.95])
+    answer = p.ask("How much memory does the widget need?", use_model=False, web=True, answer_mode="generated")
+    assert answer.action is Action.INCORRECT and answer.kind is AnswerKind.EVIDENCE
+    assert model.prompts == [] and searcher.queries == [] and answer.trace.llm_calls == 0
+    history = [("user", "How many cores does the widget need?"), ("assistant", "Two [1].")]
+    with pytest.raises(ValueError, match="takes no conversation"):
+        p.stream("And memory?", history, use_model=False)
