@@ -27,7 +27,7 @@ from crag.mcp import ToolBackend, create_server
 from crag.models import resolve_backend
 from crag.pipeline import Pipeline
 from crag.types import Method
-from tests.apiclient import DOC, LOCAL, QUESTION, hash_embedder, make_client, sse
+from tests.apiclient import DOC, LOCAL, QUESTION, hash_embedder, make_client, mcp_call, sse
 from tests.fakes import FakeSearcher, FixedEvaluator, ScriptedModel, chunk, pipeline
 
 ASK = {"question": QUESTION}
@@ -394,18 +394,3 @@ def test_an_mcp_search_takes_one_of_the_answers_made_at_once(settings: Settings)
     assert busy.status_code == 429 and "CRAG_API_MAX_ANSWERS" in busy.json()["error"]
     assert not searched[0]["isError"] and searched[0]["structuredContent"]["action"] == "correct"
     assert not after["isError"], "the search gave its place back"
-
-
-def mcp_call(client: TestClient, tool: str) -> dict[str, Any]:
-    """An MCP tool at /mcp, called with the question: its result."""
-    request = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "tools/call",
-        "params": {"name": tool, "arguments": {"question": QUESTION}},
-    }
-    headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"}
-    reply = client.post("/mcp", json=request, headers=headers)
-    assert reply.status_code == 200, reply.text
-    data = next(line for line in reply.text.splitlines() if line.startswith("data: "))
-    return json.loads(data[len("data: ") :])["result"]

@@ -45,7 +45,8 @@ class Documents:
 
 class ToolBackend:
     """The core behind the tools. ``pipeline`` gives the pipeline that answers (the API's, when mounted there);
-    without it one is built on first use, and a failure to build it is not kept, so the next call retries.
+    without it one is built on first use and kept until a rebuild made elsewhere moves the index to another embedder,
+    and a failure to build it is not kept, so the next call retries.
     ``for_client`` is what a remote client may see of an answer (a model's own error stays in the log); ``admit``
     holds one of the answers a server makes at once while ``search`` or ``ask`` runs: a search retrieves, grades and
     refines as an answer does."""
@@ -68,7 +69,8 @@ class ToolBackend:
         if self._source is not None:
             return self._source()
         with self._lock:
-            if self._pipeline is None:
+            if self._pipeline is None or self._pipeline.retriever.moved():
+                self._pipeline = None  # the old one is let go: if the new one fails, the next call tries again
                 self._pipeline = Pipeline.from_settings(self.settings)
             return self._pipeline
 
