@@ -47,6 +47,10 @@ class Grade:
     verdict: Verdict | None = None  # the LLM grader's
     answering: str = ""  # the sentence the LLM grader copied as the one that answers
 
+    @property
+    def trusted(self) -> bool:
+        return self.method.trusted
+
 
 @dataclass(frozen=True)
 class Grading:

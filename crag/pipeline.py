@@ -48,7 +48,7 @@ from crag.store import Mode, fuse, fuse_top, index_text
 from crag.stream import AnswerStream, OnStep
 from crag.text import clean_question, content_words, language, warm_up
 from crag.tuning import TUNING
-from crag.types import Answer, AnswerKind, Expansion, Method, ScoredChunk, Source, Strip, TermCheck, Verdict, WebResult
+from crag.types import Answer, AnswerKind, Expansion, ScoredChunk, Source, Strip, TermCheck, Verdict, WebResult
 from crag.websearch import Searcher, WebSearchUnavailable, build_searcher, fetch_pages
 
 # Failures the pipeline survives become notes on the answer; the log keeps their cause for whoever runs the server.
@@ -82,7 +82,7 @@ def _ceiling(hit: ScoredChunk, grade: Grade, terms: TermCheck, asked: Analysis, 
     read and quoted as answering may say in the documents' words what the question says in plain ones ("widescreen",
     "aspectratio=169"): then only a name or identifier it never mentions caps it. A passage only the model's words
     found is Ambiguous at most, unless the model, reading it against the question, says it answers."""
-    answered = grade.method is Method.LLM and grade.verdict is Verdict.ANSWERS and bool(grade.answering)
+    answered = grade.trusted and grade.verdict is Verdict.ANSWERS and bool(grade.answering)
     named = {t.text for t in asked.terms if t.strong}
     cap = terms.ceiling(upper)
     if answered and not terms.decisive and not named & set(terms.missing):
@@ -132,6 +132,8 @@ class Pipeline:
         changes: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
         if "scope" in changes:  # folders and files, as a Scope or as paths
             changes["scope"] = Scope.of(changes["scope"])
+        if changes.get("use_model") is False:  # each step that would call the model, its way without one
+            changes |= {"evaluator": "similarity", "answer_mode": "evidence", "web": False}
         return replace(Options.from_settings(self.settings), **changes)
 
     def stream(
@@ -141,6 +143,8 @@ class Pipeline:
         over-long question, and ``UnknownScope`` for a scope the index does not hold. ``overrides`` are ``Options``
         fields for this question (``top_k=3``, ``web=False``, ``scope=["projects/alpha"]``...)."""
         options = self.options(**overrides)
+        if history and not options.use_model:
+            raise ValueError("a question asked without the chat model takes no conversation: the model condenses it")
         if options.scope:
             self.retriever.check_scope(options.scope)
         return AnswerStream(self, clean_question(question), history, on_step or (lambda stage: None), options)

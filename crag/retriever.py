@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from crag.analysis import Analysis
 from crag.config import Settings
-from crag.errors import Remedy
+from crag.errors import CragError, Remedy
 from crag.models import (
     Embedder,
     EmbedderUnavailable,
@@ -70,6 +70,19 @@ class Retriever:
                 reader.check_embedder(self.embedder.name)
             self._reader = reader
         return self._reader
+
+    def moved(self) -> bool:
+        """Whether the index now answers with another embedder than this retriever's: a full rebuild made elsewhere
+        (the app, ``crag index --rebuild``, another server) chose another. Its questions would only raise
+        ``RebuildNeeded``: whoever holds the pipeline opens it anew, with that embedder. An index whose own embedder
+        is missing has not moved (its lexical half answers meanwhile), nor has one that cannot be read (its questions
+        say so)."""
+        try:
+            active = self.store.active(max_age=POINTER_MAX_AGE)
+        except CragError:
+            return False
+        known = (self.embedder.name, self.missing.embedder if self.missing else None)
+        return active is not None and active.embedder not in known
 
     def check_scope(self, scope: Scope) -> None:
         """Raise ``UnknownScope`` (listing the knowledge bases) unless the index holds passages in ``scope``."""

@@ -79,6 +79,10 @@ class Options:
     retrieval_mode: Mode
     answer_mode: str  # auto | evidence | generated
     scope: Scope = EVERYTHING  # where the question is asked: folders or files under the files folder
+    # Whether the chat model may be called (MCP's search: no). Without it the similarity evaluator grades, the evidence
+    # is quoted, the web is not searched and no second search runs in the model's words; ``Pipeline.options`` sets
+    # the rest to match, and such a question takes no conversation (a follow-up is condensed by the model).
+    use_model: bool = True
 
     @classmethod
     def from_settings(cls, s: Settings) -> Options:
@@ -105,3 +109,4 @@ class Overrides(TypedDict, total=False):
     retrieval_mode: Mode | None
     answer_mode: str | None
     scope: Scope | Iterable[str] | None
+    use_model: bool | None

@@ -262,7 +262,7 @@ class AnswerStream:
     def _read(self, question: str) -> tuple[Expansion, ...]:
         """The model's reading of the question (``Pipeline.read``); () offline, and for a question about a name the
         documents never mention (no words of the model's make them answer it)."""
-        model = self.p.backend.name != "embedded" and self.p.settings.model_search
+        model = self.options.use_model and self.p.backend.name != "embedded" and self.p.settings.model_search
         model = model and not self._asked.beyond_documents
         with self._stage("reading the question" if model else "", "read"):
             return self.p.read(question, self.options.scope, self.usage) if model else ()
@@ -376,9 +376,9 @@ class AnswerStream:
             evaluation = p.evaluate(condensed.question, self._asked, hits, evaluator, o.upper_threshold, self.usage)
             action = self._decide_action(evaluation)
             question, evaluation, action = self._read_with_history(condensed, hits, evaluator, evaluation, action)
-        # Not offline (no one waits for a model there), nor for what the documents never mention (a search in other
-        # words finds it no more), nor when the model's words were searched already.
-        again = not (expansion and expansion.queries) and p.backend.name != "embedded"
+        # Not offline (no one waits for a model there), nor without the model, nor for what the documents never mention
+        # (a search in other words finds it no more), nor when the model's words were searched already.
+        again = o.use_model and p.backend.name != "embedded" and not (expansion and expansion.queries)
         if action is not Action.CORRECT and again and not evaluation.terms.decisive:
             with self._stage("rewriting the question", "rewrite"):
                 hits, evaluation, action = self._retrieve_again(question, hits, evaluation, action, evaluator)
@@ -390,7 +390,7 @@ class AnswerStream:
                 strips = p.refine(question, evaluation.graded, o.lower_threshold)
             strips, action = self._fall_back(strips, action)
         # A model's grade is trusted; a similarity grade (also the LLM grader's fallback) is checked.
-        if action is Action.CORRECT and not any(g.method is Method.LLM for g in evaluation.graded):
+        if action is Action.CORRECT and not any(g.trusted for g in evaluation.graded):
             action = self._held_to_terms(strips)
         web = WebKnowledge(error=OFF_REASON) if action is not Action.CORRECT and not o.web else WebKnowledge()
         if action is not Action.CORRECT and o.web:

@@ -67,6 +67,13 @@ class Method(StrEnum):
     FALLBACK = "fallback"  # the similarity scorer, in place of an LLM grader that gave no grade
     DOCUMENT = "document"  # none: a whole document's opening, asked about as such (``crag.overview``)
 
+    @property
+    def trusted(self) -> bool:
+        """Whether a grade of this kind says that a passage answers, not only that it is on the question's topic: the
+        chat model's, in whatever structured output mode its server needed. A similarity grade, also in place of a
+        model's that failed, is held to the question's terms before it makes the action Correct."""
+        return self is Method.LLM
+
 
 class Verdict(StrEnum):
     """What the LLM grader says a passage does for the question."""
@@ -102,7 +109,8 @@ class ScoredChunk:
     chunk: Chunk
     score: float
     method: Method | None = None  # who graded it; None for a retrieval score
-    # With Method.LLM the structured output mode it was asked in, when found out; with FALLBACK why the LLM gave none
+    # With Method.LLM the structured output mode it was asked in, when found out; with FALLBACK why the LLM gave none.
+    # Words to show: whether the grade is trusted is its method's (``trusted``), whatever they say.
     detail: str = ""
     anchor: str = ""  # the question's term it was searched for, when the first search missed that term
     # Found only with the words of the question before (a follow-up), not by the question's. A stored chat's
@@ -116,6 +124,11 @@ class ScoredChunk:
     @property
     def graded_by(self) -> str:
         return graded_by(self.method, self.detail)
+
+    @property
+    def trusted(self) -> bool:
+        """Whether its grade says it answers (``Method.trusted``); a retrieval score says nothing of the kind."""
+        return self.method is not None and self.method.trusted
 
 
 class Action(StrEnum):

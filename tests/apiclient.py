@@ -65,3 +65,18 @@ def wait_for_job(client: TestClient | httpx.Client, job: str, timeout: float = 6
             return status
         time.sleep(0.05)
     raise AssertionError(f"build {job} still running after {timeout} s")
+
+
+def mcp_call(client: TestClient, tool: str) -> dict:
+    """An MCP tool at /mcp, called with the question: its result."""
+    request = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": {"question": QUESTION}},
+    }
+    headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"}
+    reply = client.post("/mcp", json=request, headers=headers)
+    assert reply.status_code == 200, reply.text
+    data = next(line for line in reply.text.splitlines() if line.startswith("data: "))
+    return json.loads(data[len("data: ") :])["result"]

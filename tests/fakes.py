@@ -62,6 +62,10 @@ class FakeRetriever:
     def held(self, scope: Scope = EVERYTHING) -> list[Chunk]:
         return [c for c in self.chunks if scope.holds(c.file)]
 
+    def moved(self) -> bool:
+        """A fake's index never moves to another embedder."""
+        return False
+
     def check_scope(self, scope: Scope) -> None:
         """As the index checks a scope: against its files (here, the chunks' files)."""
         if scope:

@@ -27,7 +27,7 @@ from crag.mcp import ToolBackend, create_server
 from crag.models import resolve_backend
 from crag.pipeline import Pipeline
 from crag.types import Method
-from tests.apiclient import DOC, LOCAL, QUESTION, hash_embedder, make_client, sse
+from tests.apiclient import DOC, LOCAL, QUESTION, hash_embedder, make_client, mcp_call, sse
 from tests.fakes import FakeSearcher, FixedEvaluator, ScriptedModel, chunk, pipeline
 
 ASK = {"question": QUESTION}
@@ -359,7 +359,8 @@ def test_answers_past_the_cap_are_told_when_to_retry(settings: Settings) -> None
         try:
             busy = client.post("/ask", json=ASK)
             busy_v1 = client.post("/v1/chat/completions", json={**CHAT, "stream": True})
-            busy_mcp = mcp_ask(client)
+            busy_mcp = mcp_call(client, "ask")
+            busy_search = mcp_call(client, "search")
         finally:
             grader.release.set()
             running.join(30)
@@ -369,21 +370,27 @@ def test_answers_past_the_cap_are_told_when_to_retry(settings: Settings) -> None
     assert "CRAG_API_MAX_ANSWERS" in busy.json()["error"] and "ask again" in busy.json()["error"]
     assert busy_v1.status_code == 429 and busy_v1.json()["error"]["code"] == "too_many_answers"
     assert busy_v1.headers["x-should-retry"] == "true"  # the openai SDK waits Retry-After and tries again
-    assert "CRAG_API_MAX_ANSWERS" in busy_mcp
+    assert "CRAG_API_MAX_ANSWERS" in busy_mcp["content"][0]["text"] and busy_mcp["isError"]
+    assert "CRAG_API_MAX_ANSWERS" in busy_search["content"][0]["text"] and busy_search["isError"]
 
 
-def mcp_ask(client: TestClient) -> str:
-    """The MCP ask tool at /mcp, called while the cap is reached: its error message."""
-    request = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "tools/call",
-        "params": {"name": "ask", "arguments": {"question": QUESTION}},
-    }
-    headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"}
-    reply = client.post("/mcp", json=request, headers=headers)
-    assert reply.status_code == 200, reply.text
-    data = next(line for line in reply.text.splitlines() if line.startswith("data: "))
-    result = json.loads(data[len("data: ") :])["result"]
-    assert result["isError"]
-    return result["content"][0]["text"]
+def test_an_mcp_search_takes_one_of_the_answers_made_at_once(settings: Settings) -> None:
+    """A search grades and refines as an answer does: while one runs, an answer past the cap is refused, and its
+    place is free again once it ends."""
+    capped = settings.model_copy(update={"api_max_answers": 1})
+    grader = GatedGrader()
+    app = app_over(capped, pipeline(capped, [chunk(DOC)], [0.9], evaluator=grader))
+    with TestClient(app, base_url=LOCAL) as client:
+        searched: list[dict] = []
+        running = threading.Thread(target=lambda: searched.append(mcp_call(client, "search")))
+        running.start()
+        assert grader.entered.wait(30)
+        try:
+            busy = client.post("/ask", json=ASK)
+        finally:
+            grader.release.set()
+            running.join(30)
+        after = mcp_call(client, "search")
+    assert busy.status_code == 429 and "CRAG_API_MAX_ANSWERS" in busy.json()["error"]
+    assert not searched[0]["isError"] and searched[0]["structuredContent"]["action"] == "correct"
+    assert not after["isError"], "the search gave its place back"

@@ -302,5 +302,6 @@ def test_a_trace_stored_with_its_grades_method_in_words_loads_as_the_kind(
     loaded = store.messages(conversation.id)[0].answer
     assert (loaded.trace.retrieved[0].method, loaded.trace.retrieved[0].detail) == (method, detail)
     assert loaded.trace.retrieved[0].graded_by == words, "shown as it was"
+    assert loaded.trace.retrieved[0].trusted is (method is Method.LLM), "the model's grade, in any output mode"
     store.update(message, loaded.text, loaded)
     assert store.messages(conversation.id)[0].answer == loaded, "saved again, it loads the same"

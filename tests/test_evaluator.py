@@ -105,6 +105,7 @@ def test_llm_grader_grades_all_chunks_in_one_request() -> None:
         "How many cores?", TEXTS
     )
     assert [(g.score, g.method) for g in grading.grades] == [(0.8, "llm"), (-0.7, "llm")]
+    assert all(g.trusted for g in grading.grades), "the model's grades say whether a passage answers"
     assert grading.web_query == "widget cores"
     assert len(calls) == 1
     assert set(calls[0]["properties"]) == {"passage_1", "passage_2", "web_query"}
@@ -129,6 +130,7 @@ def test_llm_grader_junk_twice_falls_back_to_similarity() -> None:
     grading = grader('{"passage_1": "high"}', calls).grade("How many cores does the widget need?", TEXTS)
     assert len(calls) == 2
     assert all(g.method is Method.FALLBACK and g.detail.startswith("grader failed") for g in grading.grades)
+    assert not any(g.trusted for g in grading.grades), "similarity's grades in the model's place: on the topic only"
     fallback = SimilarityEvaluator(HashEmbedder()).grade("How many cores does the widget need?", TEXTS)
     assert [g.score for g in grading.grades] == [g.score for g in fallback.grades]
 

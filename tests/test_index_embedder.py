@@ -25,12 +25,13 @@ from crag.cli import main
 from crag.config import Settings, load_settings
 from crag.ingest import sync
 from crag.ingest.sync import EmbedderMismatch
+from crag.mcp import ToolBackend
 from crag.models import EmbedderUnavailable, LocalEmbedder, USEEmbedder, local_embedder, minilm_embedder
 from crag.pipeline import Pipeline
 from crag.retriever import index_embedder
 from crag.store import open_store
 from crag.text import lexical_tokens
-from tests.apiclient import LOCAL, wait_for_job
+from tests.apiclient import LOCAL, mcp_call, wait_for_job
 from tests.apptest import app, texts
 from tests.helpers import hold_closed, http_server
 from tests.pdfs import manual_pdf
@@ -103,6 +104,7 @@ def test_questions_are_answered_from_the_lexical_index_with_a_note(built: Settin
     pipeline = Pipeline.from_settings(built)
     assert pipeline.retriever.embedder.name == USEEmbedder.name, "the built-in embedder scores text meanwhile"
 
+    assert not pipeline.retriever.moved(), "a missing embedder is no move: the lexical half answers meanwhile"
     answer = pipeline.ask(QUESTION)
     assert answer.sources and "eight hundred megabytes" in answer.text, "found by its words"
     note = next(n for n in answer.trace.notes if "bge-m3" in n)
@@ -120,6 +122,7 @@ def test_questions_are_answered_from_the_lexical_index_with_a_note(built: Settin
     assert open_store(built).active().embedder == USEEmbedder.name
     again = pipeline.ask(QUESTION)
     assert again.sources and not [n for n in again.trace.notes if "bge-m3" in n]
+    assert not pipeline.retriever.moved(), "rebuilt with the embedder it scores with"
 
 
 def test_the_cli_and_the_api_say_which_embedder_the_index_needs(
@@ -220,6 +223,32 @@ def test_a_minilm_index_answers_as_built_and_only_a_full_rebuild_moves_it(minilm
     again = Pipeline.from_settings(minilm)
     assert again.retriever.embedder.name == USEEmbedder.name and again.retriever.upgrade == ""
     assert "eight hundred megabytes" in again.ask(QUESTION).text
+
+
+def test_a_rebuild_made_elsewhere_with_another_embedder_is_followed_by_the_api_and_mcp(minilm: Settings) -> None:
+    """`crag serve` and `crag mcp` keep their pipeline between questions. A full rebuild made elsewhere (the app,
+    `crag index --rebuild`) moves the index from MiniLM to the multilingual embedder: the next question opens the
+    new generation with it, instead of asking for yet another rebuild."""
+    stdio = ToolBackend(minilm)  # what `crag mcp` serves, with a pipeline of its own
+    assert "eight hundred megabytes" in stdio.search(QUESTION, None, None).text
+    with TestClient(create_app(minilm), base_url=LOCAL) as client:
+        assert client.post("/ask", json={"question": QUESTION}).status_code == 200
+        assert client.get("/health").json()["embedder"] == LocalEmbedder.name
+        assert not stdio.pipeline().retriever.moved()
+
+        sync(minilm, index_embedder(minilm, rebuild=True), rebuild=True)  # neither server built it
+        generation = open_store(minilm).active()
+        assert generation.embedder == USEEmbedder.name
+
+        for _ in range(2):  # followed, and kept: no reload per question
+            asked = client.post("/ask", json={"question": QUESTION})
+            assert asked.status_code == 200 and "eight hundred megabytes" in asked.json()["answer"], asked.text
+        assert client.get("/health").json()["embedder"] == USEEmbedder.name
+        searched = mcp_call(client, "search")
+        assert not searched["isError"] and "eight hundred megabytes" in searched["content"][0]["text"]
+    found = stdio.search(QUESTION, None, None)
+    assert "eight hundred megabytes" in found.text and stdio.pipeline().retriever.embedder.name == USEEmbedder.name
+    assert stdio.pipeline().retriever.current().generation.id == generation.id
 
 
 def test_the_cli_and_the_api_offer_the_full_rebuild_once(

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import pytest
 from mcp import Client
 from pydantic import SecretStr
 
@@ -18,7 +19,7 @@ from crag.mcp import ToolBackend, create_server
 from crag.pipeline import Pipeline
 from crag.types import WebResult
 from tests.apiclient import DOC, QUESTION, make_client
-from tests.fakes import FakeSearcher, ScriptedModel, chunk, pipeline
+from tests.fakes import FakeSearcher, FixedEvaluator, ScriptedModel, chunk, pipeline
 from tests.test_api import TOKEN
 
 OTHER = "The gadget weighs three kilograms and runs on batteries."
@@ -66,6 +67,20 @@ def test_search_grades_the_passages_without_a_model(settings: Settings) -> None:
     assert first["uri"] == "crag://files/manual.pdf?page=3" and out["action"] in ("correct", "ambiguous")
     text = result.content[0].text
     assert "[1] manual.pdf, page 3 — Intro — grade" in text and DOC in text
+
+
+@pytest.mark.parametrize("backend", ["ollama", "openai"])
+@pytest.mark.parametrize(("grade", "action"), [(0.9, "correct"), (0.0, "ambiguous"), (-0.95, "incorrect")])
+def test_search_calls_no_model_whatever_the_action(settings: Settings, backend: str, grade: float, action: str) -> None:
+    """On a model server, an Ambiguous or Incorrect answer searches again in the model's words: a search does not,
+    nor does it grade, write or search the web with the model."""
+    model = ScriptedModel(structured={"DocQuery": {"query": "widget memory size"}, "WebQuery": {"query": "widget"}})
+    fake = pipeline(settings, [chunk(DOC)], [0.9], model, backend=backend)
+    fake.evaluators["similarity"] = FixedEvaluator([grade])  # the similarity grade, whatever the text
+    result = call(fake, settings, "search", question=QUESTION)
+    assert not result.is_error and result.structured_content["action"] == action
+    assert model.prompts == [], "no model call"
+    assert fake.retriever.asked == [QUESTION], "searched once, in the question's words"
 
 
 def test_search_names_the_near_miss_terms(settings: Settings) -> None:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import pytest
 from pydantic_ai.models.function import FunctionModel
 from pydantic_ai.usage import RunUsage
 
 from crag.config import load_settings
-from crag.evaluator import Grade, Grading
+from crag.evaluator import Evaluator, Grade, Grading
 from crag.evidence import quoted_lines, split_quotes
 from crag.models.loops import own_event_loop
 from crag.scope import EVERYTHING
@@ -516,9 +517,56 @@ def test_a_passage_graded_relevant_that_does_not_hold_what_is_asked_is_only_the_
     assert f"graded relevant, but {why}: shown as the closest passages (Ambiguous)" in answer.trace.notes
 
 
+@dataclass
+class GradedAs(Evaluator):
+    """Grades given in advance, as a grader of ``method`` with ``detail`` gives them."""
+
+    scores: list[float]
+    method: Method
+    detail: str = ""
+    name: str = "llm"
+
+    def grade(self, question: str, texts: Sequence[str], usage: RunUsage | None = None) -> Grading:
+        return Grading([Grade(s, self.method, self.detail) for s in self.scores[: len(texts)]])
+
+
+@pytest.mark.parametrize(
+    ("method", "detail", "action"),
+    [
+        (Method.LLM, "", Action.CORRECT),  # Ollama: asked in json_schema, no mode found out
+        (Method.LLM, "json_object", Action.CORRECT),  # an OpenAI-compatible server that needed json_object
+        (Method.LLM, "tool", Action.CORRECT),
+        (Method.FALLBACK, "grader timed out after 60 s", Action.AMBIGUOUS),  # similarity in the model's place
+        (Method.SIMILARITY, "", Action.AMBIGUOUS),
+    ],
+)
+def test_a_model_grade_is_trusted_in_any_output_mode_and_a_similarity_grade_is_not(settings, method, detail, action):
+    """Trust is the grade's method, never its detail: the page kept never names the Frobnicator, which holds a
+    similarity grade (and the LLM grader's fallback to it) below Correct, not the model's own grade."""
+    grader = GradedAs([0.95, -0.9], method, detail)
+    p = pipeline(settings, [chunk(DOC), FROBNICATOR], [], evaluator=grader, backend="ollama")
+    answer = p.ask("How many cores does the Frobnicator need?", web=False, answer_mode="evidence")
+    assert answer.action is action
+    assert {(g.method, g.detail) for g in answer.trace.retrieved} == {(method, detail)}
+
+
 def test_a_passage_that_holds_what_is_asked_or_that_a_model_graded_stays_correct(settings) -> None:
     held = pipeline(settings, [chunk(DOC)], [0.95], backend="embedded").ask("How much memory does it need?", web=False)
     assert held.action is Action.CORRECT and held.text.startswith("From your documents:")
     grader = FixedEvaluator([0.95, -0.9], name="llm")
     model = pipeline(settings, [chunk(DOC), FROBNICATOR], [], evaluator=grader, backend="ollama")
     assert model.ask("How many cores does the Frobnicator need?", web=False).action is Action.CORRECT
+
+
+def test_a_question_asked_without_the_model_calls_none_and_takes_no_conversation(settings) -> None:
+    """``use_model=False`` (MCP's search) on a model server: no grade, second search, web query or answer by the
+    model, and no web search asked for alongside; a conversation, which the model would condense, is refused."""
+    model, searcher = ScriptedModel(structured={"DocQuery": {"query": "widget memory size"}}), FakeSearcher()
+    p = pipeline(settings, [chunk(DOC)], [0.9], model, searcher, backend="openai")
+    p.evaluators["similarity"] = FixedEvaluator([-0.95])
+    answer = p.ask("How much memory does the widget need?", use_model=False, web=True, answer_mode="generated")
+    assert answer.action is Action.INCORRECT and answer.kind is AnswerKind.EVIDENCE
+    assert model.prompts == [] and searcher.queries == [] and answer.trace.llm_calls == 0
+    history = [("user", "How many cores does the widget need?"), ("assistant", "Two [1].")]
+    with pytest.raises(ValueError, match="takes no conversation"):
+        p.stream("And memory?", history, use_model=False)

@@ -18,7 +18,7 @@ from pydantic_ai.usage import RunUsage
 from crag.config import load_settings
 from crag.evaluator import LLMEvaluator, SimilarityEvaluator
 from crag.models import BackendInfo, build_chat_model
-from crag.types import Method
+from crag.types import Action, Method
 from tests.fakes import HashEmbedder, chunk, pipeline
 from tests.helpers import http_server
 
@@ -225,3 +225,32 @@ def test_a_follow_up_is_condensed_in_the_mode_found(serve, tmp_path, real_models
     condensed = p.condense("And memory?", history, RunUsage())
     assert condensed.question == "How much memory does the widget need?" and not condensed.notes
     assert [mode for mode, _ in server.requests] == ["json_schema", "json_object", "tool"]
+
+
+FROBNICATOR = chunk("The Frobnicator ships with its own power supply.", file="frob.pdf", n=1)
+
+
+@pytest.mark.parametrize("mode", ["json_schema", "json_object", "tool"])
+def test_one_grade_is_one_action_on_ollama_and_on_an_openai_compatible_server(serve, tmp_path, real_models, mode):
+    """The same LLM grade (0.8 for the widget's page) is trusted whatever output mode the server needed: Correct on
+    Ollama and on an OpenAI-compatible server (vLLM, LM Studio, llama.cpp) alike, though the kept page never names the
+    Frobnicator (a similarity grade would be held to that term, and the action be Ambiguous)."""
+    servers = {"ollama": serve({"json_schema"}), "openai": serve({mode})}  # Ollama's /v1 takes json_schema
+    actions = {}
+    for backend, server in servers.items():
+        settings = load_settings(
+            chroma_dir=tmp_path / "db",
+            llm_backend=backend,
+            ollama_url=server.url,
+            openai_base_url=f"{server.url}/v1",
+            chat_model="stub",
+        )
+        p = pipeline(settings, [chunk("The widget needs two processor cores."), FROBNICATOR], [], backend=backend)
+        p.model = build_chat_model(settings, BackendInfo(backend, "stub", "test"))
+        p.evaluators["llm"] = LLMEvaluator(p.model, p.scorer)
+        answer = p.ask("How many cores does the Frobnicator need?", web=False, answer_mode="evidence")
+        assert answer.trace is not None and {g.method for g in answer.trace.retrieved} == {Method.LLM}
+        assert all(g.trusted for g in answer.trace.retrieved), "the model's grades, in whatever mode"
+        actions[backend] = (answer.action, {g.detail for g in answer.trace.retrieved})
+    # Ollama is asked in json_schema and reports no mode; the other server's mode is found out, and named.
+    assert actions == {"ollama": (Action.CORRECT, {""}), "openai": (Action.CORRECT, {mode})}

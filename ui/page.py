@@ -42,7 +42,7 @@ def main() -> None:
 
 def run(settings: Settings, options: dict[str, Any]) -> None:
     loading = state.models(settings)
-    if state.reopen_if_rebuilt(settings, loading.pipeline):  # a full rebuild moved the index to another embedder
+    if state.reopen_if_rebuilt(loading.pipeline):  # a full rebuild moved the index to another embedder
         loading = state.models(settings)
     # The index is opened (and checked) by the pipeline's loading: the first page lists it without opening it.
     kb = state.index_contents(settings, verify=loading.pipeline is not None)

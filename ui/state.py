@@ -208,17 +208,9 @@ def forget_pipeline() -> None:
     _loaded.clear()
 
 
-def reopen_if_rebuilt(settings: Settings, pipeline: crag.pipeline.Pipeline | None) -> bool:
-    """A full rebuild may move the index to another embedder: then the pipeline opens it anew. An index whose own
-    embedder is missing is not such a move: the pipeline answers from its lexical half meanwhile."""
-    try:
-        active = crag.store.open_store(settings).active()
-    except CragError:
-        return False
-    if pipeline is None or active is None:
-        return False
-    missing = pipeline.retriever.missing
-    if active.embedder in (pipeline.retriever.embedder.name, missing.embedder if missing else None):
+def reopen_if_rebuilt(pipeline: crag.pipeline.Pipeline | None) -> bool:
+    """A full rebuild may move the index to another embedder (``Retriever.moved``): then the pipeline opens it anew."""
+    if pipeline is None or not pipeline.retriever.moved():
         return False
     forget_pipeline()
     return True

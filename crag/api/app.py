@@ -71,8 +71,8 @@ def create_app(
 
 
 def mcp_app(service: Service) -> Starlette:
-    """The MCP server over the service's pipeline, as Streamable HTTP at /mcp. Its answers count against the cap
-    of answers at once like those of /ask and /v1."""
+    """The MCP server over the service's pipeline, as Streamable HTTP at /mcp. Its searches and answers count
+    against the cap of answers at once like those of /ask and /v1."""
 
     def pipeline() -> Pipeline:
         try:

@@ -178,9 +178,11 @@ class Service:
         self.builds = Builds(settings, self._embedder_for, self._after_build)
 
     def pipeline(self) -> Pipeline:
-        """Built on first use (it loads models) and reused. A failure is not kept: the next request retries."""
+        """Built on first use (it loads models) and reused, until a rebuild made elsewhere moves the index to another
+        embedder: then built anew, with that one. A failure is not kept: the next request retries."""
         with self._pipeline_lock:
-            if self._pipeline is None:
+            if self._pipeline is None or self._pipeline.retriever.moved():
+                self._pipeline = None  # the old one is let go: if the new one fails, the next request tries again
                 try:
                     self._pipeline = self.pipeline_factory(self.settings)
                 except RebuildNeeded:
@@ -191,7 +193,7 @@ class Service:
 
     def _embedder_for(self, rebuild: bool) -> Embedder:
         loaded = self._pipeline
-        if loaded is not None and not rebuild:
+        if loaded is not None and not rebuild and not loaded.retriever.moved():
             return loaded.retriever.embedder
         return self.embedder_factory(self.settings, rebuild)
 

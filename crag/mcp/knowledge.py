@@ -45,9 +45,11 @@ class Documents:
 
 class ToolBackend:
     """The core behind the tools. ``pipeline`` gives the pipeline that answers (the API's, when mounted there);
-    without it one is built on first use, and a failure to build it is not kept, so the next call retries.
+    without it one is built on first use and kept until a rebuild made elsewhere moves the index to another embedder,
+    and a failure to build it is not kept, so the next call retries.
     ``for_client`` is what a remote client may see of an answer (a model's own error stays in the log); ``admit``
-    holds one of the answers a server makes at once while ``ask`` runs."""
+    holds one of the answers a server makes at once while ``search`` or ``ask`` runs: a search retrieves, grades and
+    refines as an answer does."""
 
     def __init__(
         self,
@@ -67,15 +69,16 @@ class ToolBackend:
         if self._source is not None:
             return self._source()
         with self._lock:
-            if self._pipeline is None:
+            if self._pipeline is None or self._pipeline.retriever.moved():
+                self._pipeline = None  # the old one is let go: if the new one fails, the next call tries again
                 self._pipeline = Pipeline.from_settings(self.settings)
             return self._pipeline
 
     def search(self, question: str, scope: Sequence[str] | None, k: int | None) -> Answer:
-        """The graded evidence, with no model call: the similarity evaluator grades, the answer quotes, no web."""
-        return self._answer(
-            question, (), scope=scope or (), top_k=k, evaluator="similarity", answer_mode="evidence", web=False
-        )
+        """The graded evidence, with no model call on any action: the similarity evaluator grades, the answer quotes,
+        no second search in the model's words, no web."""
+        with self._admit():
+            return self._answer(question, (), scope=scope or (), top_k=k, use_model=False)
 
     def ask(self, question: str, scope: Sequence[str] | None, history: History) -> Answer:
         """The CRAG answer, made as the app makes it, its text with images and links shown as typed: a client may
