@@ -206,10 +206,11 @@ class Pipeline:
         the keywords of the passage that answers (HyDE), searched beside the question's own words. () without a model
         server, or with ``model_search`` off; one ask that says why, with no words, when the model fails or runs
         past ``model_search_timeout``."""
-        if self.backend.name == "embedded" or not self.settings.model_search:
+        languages = self.retriever.file_languages(scope)
+        if not self.reads(languages):
             return ()
         timeout = self.settings.model_search_timeout
-        language_of, titles = self._subject(question, scope)
+        language_of, titles = self._subject(question, scope, languages)
         prompt = prompts.read_prompt(question, language_of, titles)
         try:
             result = run_structured(read_agent, prompt, self.model, timeout)
@@ -221,10 +222,15 @@ class Pipeline:
         usage.incr(result.usage)
         return model_asks(question, result.output)
 
-    def _subject(self, question: str, scope: Scope) -> tuple[str, list[str]]:
+    def reads(self, languages: dict[str, str]) -> bool:
+        """Whether the model is asked to read a question asked of these files (each with its language): not offline,
+        nor with model search off, nor when there is nothing to search (an index empty or needing a rebuild)."""
+        return self.backend.name != "embedded" and self.settings.model_search and bool(languages)
+
+    def _subject(self, question: str, scope: Scope, languages: dict[str, str]) -> tuple[str, list[str]]:
         """The language the answer is likeliest written in (the scope's, or that of the documents its closest
-        passages come from), and the titles of the documents it may be in: what the model writes in and about."""
-        languages = self.retriever.file_languages(scope)
+        passages come from), and the titles of the documents it may be in (``languages``: the scope's files, each
+        with its language): what the model writes in and about."""
         files = list(languages)
         if len(files) > _READ_TITLES or len(set(languages.values())) > 1:
             near = list(dict.fromkeys(h.chunk.file for h in self.retriever.retrieve(question, 5, scope=scope)))

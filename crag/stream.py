@@ -20,7 +20,6 @@ from pydantic_ai.usage import RunUsage
 from crag import evidence, overview
 from crag.analysis import Analysis
 from crag.asks import asks, compared, one_ask
-from crag.config import Settings
 from crag.evaluator import Evaluator
 from crag.followups import (
     READ_ON,
@@ -64,12 +63,12 @@ class Steps(Protocol):
 
     backend: BackendInfo
     retriever: Retriever
-    settings: Settings
 
     def answer_kind(self, mode: str | None = None) -> AnswerKind: ...
     def evaluator(self, choice: str) -> Evaluator: ...
     def documents(self, question: str, scope: Scope, history: History = ()) -> list[Overview]: ...
     def analyse(self, asked: str, scope: Scope) -> Analysis: ...
+    def reads(self, languages: dict[str, str]) -> bool: ...
     def read(self, question: str, scope: Scope, usage: RunUsage) -> tuple[Expansion, ...]: ...
     def condense(self, question: str, history: History, usage: RunUsage) -> Condensed: ...
     def retrieve(
@@ -262,8 +261,8 @@ class AnswerStream:
     def _read(self, question: str) -> tuple[Expansion, ...]:
         """The model's reading of the question (``Pipeline.read``); () offline, and for a question about a name the
         documents never mention (no words of the model's make them answer it)."""
-        model = self.options.use_model and self.p.backend.name != "embedded" and self.p.settings.model_search
-        model = model and not self._asked.beyond_documents
+        languages = self.p.retriever.file_languages(self.options.scope)
+        model = self.options.use_model and self.p.reads(languages) and not self._asked.beyond_documents
         with self._stage("reading the question" if model else "", "read"):
             return self.p.read(question, self.options.scope, self.usage) if model else ()
 
@@ -376,9 +375,9 @@ class AnswerStream:
             evaluation = p.evaluate(condensed.question, self._asked, hits, evaluator, o.upper_threshold, self.usage)
             action = self._decide_action(evaluation)
             question, evaluation, action = self._read_with_history(condensed, hits, evaluator, evaluation, action)
-        # Not offline (no one waits for a model there), nor without the model, nor for what the documents never mention
-        # (a search in other words finds it no more), nor when the model's words were searched already.
-        again = o.use_model and p.backend.name != "embedded" and not (expansion and expansion.queries)
+        # Only where the model was not asked for its words at first (model search off): not offline (no one waits for a
+        # model there), nor without the model, nor for what the documents never mention (other words find it no more).
+        again = o.use_model and p.backend.name != "embedded" and expansion is None
         if action is not Action.CORRECT and again and not evaluation.terms.decisive:
             with self._stage("rewriting the question", "rewrite"):
                 hits, evaluation, action = self._retrieve_again(question, hits, evaluation, action, evaluator)

@@ -187,7 +187,7 @@ def test_sse_stream_sends_stages_tokens_then_the_answer(settings: Settings) -> N
         events = sse(r.iter_lines())
     kinds = [kind for kind, _ in events]
     stages = [data["stage"] for kind, data in events if kind == "stage"]
-    assert stages == ["retrieving", "grading", "refining", "generating"]
+    assert stages == ["reading the question", "retrieving", "grading", "refining", "generating"]
     first_token = kinds.index("token")
     assert set(kinds[:first_token]) == {"stage"} and kinds[-1] == "done" and kinds.count("done") == 1
     tokens = "".join(data["text"] for kind, data in events if kind == "token")

@@ -110,7 +110,7 @@ def test_streamed_answer_comes_in_several_chunks_then_sources_and_the_trace(sett
     assert len(texts) >= 4 and "".join(texts).replace(" \n", "\n") == plain
     assert texts[-1] == "\n\n**Sources**\n\n- [1] manual.pdf, page 1"
     stages = [c.model_extra["crag"]["stage"] for c in with_choices[:-1] if c.model_extra.get("crag")]
-    assert stages == ["retrieving", "grading", "refining", "generating"]
+    assert stages == ["reading the question", "retrieving", "grading", "refining", "generating"]
     last = with_choices[-1]
     assert last.choices[0].finish_reason == "stop" and last.model_extra["crag"]["action"] == "correct"
     assert [c.choices[0].finish_reason for c in with_choices[:-1]] == [None] * (len(with_choices) - 1)

@@ -75,7 +75,7 @@ def test_a_stopped_answer_releases_the_model_for_the_next_question(settings, rea
 
 def test_a_generated_answer_reports_the_tokens_llama_cpp_counted(settings, real_models) -> None:
     """Not PydanticAI's estimate for a streamed function model: 50 tokens in, whatever the prompt."""
-    settings = settings.model_copy(update={"max_answer_tokens": 24})
+    settings = settings.model_copy(update={"max_answer_tokens": 24, "model_search": False})
     chat = embedded_chat(settings)
     p = replace(pipeline(settings, [chunk(DOC)], [0.9]), model=llama_cpp_model(chat, chat.name))
     before = (chat.prompt_tokens, chat.completion_tokens)

@@ -18,6 +18,7 @@ from pydantic_ai.usage import RunUsage
 from crag.config import load_settings
 from crag.evaluator import LLMEvaluator, SimilarityEvaluator
 from crag.models import BackendInfo, build_chat_model
+from crag.tuning import TUNING
 from crag.types import Action, Method
 from tests.fakes import HashEmbedder, chunk, pipeline
 from tests.helpers import http_server
@@ -49,7 +50,7 @@ class Server:
         """What a model would fill in: the grader's fields, or a standalone question."""
         text = json.dumps(body)
         if "passage_1" in text:
-            return {"passage_1": 0.8, "passage_2": -0.6, "web_query": "widget cores"}
+            return {"passage_1": "answers", "passage_2": "no", "quote": PASSAGES[0], "quoted_from": 1}
         return {"question": "How much memory does the widget need?"}
 
     def reply(self, body: dict) -> tuple[int, dict]:
@@ -161,12 +162,12 @@ def test_json_object_with_the_schema_where_json_schema_is_refused(serve, real_mo
 
     first = evaluator.grade("How many cores does the widget need?", PASSAGES)
     assert [(g.score, g.method, g.detail) for g in first.grades] == [
-        (0.8, "llm", "json_object"),
-        (-0.6, "llm", "json_object"),
+        (TUNING.verdicts.answers, "llm", "json_object"),
+        (TUNING.verdicts.no, "llm", "json_object"),
     ]
     assert [mode for mode, _ in server.requests] == ["json_schema", "json_object"]
     schema = server.requests[1][1]["response_format"]["schema"]
-    assert {"passage_1", "passage_2", "web_query"} <= set(schema["properties"]), "the schema rides with json_object"
+    assert {"passage_1", "passage_2", "quote"} <= set(schema["properties"]), "the schema rides with json_object"
 
     evaluator.grade("And memory?", PASSAGES)
     assert [mode for mode, _ in server.requests[2:]] == ["json_object"], "found out once, remembered"
@@ -184,7 +185,7 @@ def test_the_first_mode_the_server_accepts_grades(serve, real_models, mode: str)
     server = serve({mode})
     grades = grader(server).grade("How many cores does the widget need?", PASSAGES).grades
     assert [(g.method, g.detail) for g in grades] == [(Method.LLM, mode)] * 2
-    assert [g.score for g in grades] == [0.8, -0.6]
+    assert [g.score for g in grades] == [TUNING.verdicts.answers, TUNING.verdicts.no]
 
 
 def test_a_server_that_accepts_none_falls_back_once(serve, real_models) -> None:
@@ -232,7 +233,7 @@ FROBNICATOR = chunk("The Frobnicator ships with its own power supply.", file="fr
 
 @pytest.mark.parametrize("mode", ["json_schema", "json_object", "tool"])
 def test_one_grade_is_one_action_on_ollama_and_on_an_openai_compatible_server(serve, tmp_path, real_models, mode):
-    """The same LLM grade (0.8 for the widget's page) is trusted whatever output mode the server needed: Correct on
+    """The same LLM grade (answers, for the widget's page) is trusted whatever output mode the server needed: Correct on
     Ollama and on an OpenAI-compatible server (vLLM, LM Studio, llama.cpp) alike, though the kept page never names the
     Frobnicator (a similarity grade would be held to that term, and the action be Ambiguous)."""
     servers = {"ollama": serve({"json_schema"}), "openai": serve({mode})}  # Ollama's /v1 takes json_schema

@@ -36,9 +36,18 @@ class Qwen3:
         schema = (body.get("response_format") or {}).get("json_schema", {}).get("schema", {})
         properties = set(schema.get("properties", {}))
         if "passage_1" in properties:
-            return json.dumps({"passage_1": 0.9, "web_query": "widget cores"})
+            return json.dumps(
+                {"passage_1": "answers", "quote": "The widget needs two processor cores.", "quoted_from": 1}
+            )
         if "question" in properties:
             return json.dumps({"question": "How much memory does the widget need?"})
+        if "asks" in properties:
+            ask = {
+                "question": "How much memory does the widget need?",
+                "answer": "It needs 800 MB.",
+                "keywords": ["memory"],
+            }
+            return json.dumps({"asks": [ask]})
         return "The widget needs eight hundred megabytes of memory [1]."
 
     def parts(self, body: dict) -> tuple[str, str]:
@@ -113,7 +122,8 @@ def test_grading_condensing_and_answering_survive_a_thinking_model(qwen3: Qwen3,
     assert answer.trace.standalone_question == "How much memory does the widget need?", "the rewrite parsed"
     assert split_quotes(answer.text)[0] == "The widget needs eight hundred megabytes of memory [1]."
     assert "think" not in answer.text and "step by step" not in answer.text
-    assert len(qwen3.requests) == 3
+    assert answer.trace.expansions[0].keywords == ("memory",), "the model's search words parsed"
+    assert len(qwen3.requests) == 4  # condense, read, grade, answer
     assert all(r.get("reasoning_effort") == "none" for r in qwen3.requests), "thinking is turned off where it can be"
 
 

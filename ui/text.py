@@ -269,6 +269,7 @@ ACTIONS = {
 
 STAGES = {
     "understanding the follow-up": "Understanding the follow-up question",
+    "reading the question": "Asking the model how your documents would word the answer",
     "retrieving": "Retrieving passages",
     "grading": "Grading the passages",
     "refining": "Refining the knowledge",
