@@ -206,6 +206,10 @@ def _ask(args: argparse.Namespace) -> int:
         print(REMEDIES[answer.trace.remedy], file=sys.stderr)
     if answer.trace and answer.trace.hint:
         print(answer.trace.hint, file=sys.stderr)
+    if answer.suggestions:
+        print("Your documents may word it otherwise. The sections closest to your question:", file=sys.stderr)
+        for s in answer.suggestions:
+            print(f"  “{s.title}” ({s.file}, p. {s.page})", file=sys.stderr)
     return 0
 
 

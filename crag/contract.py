@@ -16,7 +16,7 @@ from crag.errors import Remedy
 from crag.evidence import quoted_lines
 from crag.models import BackendInfo
 from crag.text import strip_invisible
-from crag.types import Answer, AnswerKind, Source
+from crag.types import Answer, AnswerKind, ScoredChunk, Source
 
 MAX_TURN = 20_000  # characters of one earlier turn (an earlier answer can be long; the pipeline cuts what it uses)
 MAX_TURNS = 50  # earlier turns a question may come with
@@ -45,6 +45,24 @@ class ScoreOut(_Strict):
     anchor: str = Field(
         "", description="The question's term this passage was searched for, when the first search missed it."
     )
+    found_by_model: bool = Field(
+        False, description="Found only by the model's words for the question (what the answer would say), not its own."
+    )
+    verdict: Literal["answers", "partly", "no"] | None = Field(None, description="The LLM grader's verdict.")
+    answering: str = Field("", description="The sentence of the passage the LLM grader quoted as answering.")
+
+
+class SearchWordsOut(_Strict):
+    ask: str
+    answer: str = Field(description="What the model expects the answer to say, as the documents would word it.")
+    keywords: list[str]
+    error: str | None = Field(None, description="Why there are no words: the model failed or ran out of time.")
+
+
+class SuggestionOut(_Strict):
+    title: str = Field(description="A section heading of the documents, close to the question: words to ask with.")
+    file: str
+    page: int
 
 
 class SourceOut(_Strict):
@@ -109,6 +127,14 @@ class AnswerOut(_Strict):
         description="Names, identifiers and numbers a written answer states that neither its sources nor the "
         "question mention: the model may have invented them.",
     )
+    search_words: list[SearchWordsOut] = Field(
+        [], description="With a model: the words it wrote for each ask, searched beside the question's own."
+    )
+    suggestions: list[SuggestionOut] = Field(
+        [],
+        description="For an answer not found for sure: sections whose titles are closest to the question, whose "
+        "words may be asked with instead.",
+    )
     complete: bool
     error: str | None = Field(None, description="Only when `complete` is false: why the answer stopped early.")
 
@@ -125,16 +151,7 @@ class AnswerOut(_Strict):
             backend=answer.backend,
             model=answer.model,
             backend_reason=backend.reason,
-            scores=[
-                ScoreOut(
-                    file=g.chunk.file,
-                    pages=list(g.chunk.pages),
-                    score=round(g.score, 4),
-                    method=g.graded_by,
-                    anchor=g.anchor,
-                )
-                for g in (trace.retrieved if trace else ())
-            ],
+            scores=[_score(g) for g in (trace.retrieved if trace else ())],
             terms=TermsOut(
                 terms=list(trace.terms.terms) if trace else [],
                 missing=list(trace.terms.missing) if trace else [],
@@ -165,9 +182,27 @@ class AnswerOut(_Strict):
             notes=list(trace.notes) if trace else [],
             hint=(remedies[trace.remedy] if trace.remedy and remedies else trace.hint) if trace else "",
             unsupported=list(trace.unsupported) if trace else [],
+            search_words=[
+                SearchWordsOut(ask=e.ask, answer=e.answer, keywords=list(e.keywords), error=e.error or None)
+                for e in (trace.expansions if trace else ())
+            ],
+            suggestions=[SuggestionOut(title=s.title, file=s.file, page=s.page) for s in answer.suggestions],
             complete=answer.complete,
             error=(answer.error or "The answer stopped early: ask again.") if not answer.complete else None,
         )
+
+
+def _score(g: ScoredChunk) -> ScoreOut:
+    return ScoreOut(
+        file=g.chunk.file,
+        pages=list(g.chunk.pages),
+        score=round(g.score, 4),
+        method=g.graded_by,
+        anchor=g.anchor,
+        found_by_model=g.from_model,
+        verdict=g.verdict.value if g.verdict else None,
+        answering=g.answering,
+    )
 
 
 class CitationOut(_Strict):

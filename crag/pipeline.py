@@ -43,12 +43,24 @@ from crag.overview import Overview, asks_about_documents, documents_asked, names
 from crag.refine import local_strips, refine, refine_closest, web_strips
 from crag.retriever import Retriever, open_retriever
 from crag.scope import EVERYTHING, Scope
+from crag.sections import shown_by, suggestion
 from crag.steps import Condensed, Evaluation, Options, Overrides, WebKnowledge
 from crag.store import Mode, fuse, fuse_top, index_text
 from crag.stream import AnswerStream, OnStep
 from crag.text import clean_question, content_words, language, warm_up
 from crag.tuning import TUNING
-from crag.types import Answer, AnswerKind, Expansion, ScoredChunk, Source, Strip, TermCheck, Verdict, WebResult
+from crag.types import (
+    Answer,
+    AnswerKind,
+    Expansion,
+    ScoredChunk,
+    Source,
+    Strip,
+    Suggestion,
+    TermCheck,
+    Verdict,
+    WebResult,
+)
 from crag.websearch import Searcher, WebSearchUnavailable, build_searcher, fetch_pages
 
 # Failures the pipeline survives become notes on the answer; the log keeps their cause for whoever runs the server.
@@ -241,6 +253,11 @@ class Pipeline:
             language_of = next(iter(languages.values()), language(question))
         titles = [o.title for o in self.retriever.overviews(files) if o.title]
         return language_of if language_of in prompts.LANGUAGE_NAMES else language(question), titles
+
+    def suggest(self, question: str, scope: Scope, sources: Sequence[Source]) -> tuple[Suggestion, ...]:
+        """The sections of the scope whose titles are closest to a question not answered for sure, to ask again in
+        the documents' own words; those the answer's sources show already are left out."""
+        return tuple(suggestion(s) for s in self.retriever.sections(question, scope, shown_by(sources)))
 
     def documents(self, question: str, scope: Scope, history: History = ()) -> list[Overview]:
         """What each document a question about whole documents asks of is ("What is this document about?",

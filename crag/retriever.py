@@ -25,6 +25,7 @@ from crag.models import (
 )
 from crag.overview import Overview
 from crag.scope import EVERYTHING, Scope, UnknownScope
+from crag.sections import Section, SectionIndex, SectionIndexes, sections
 from crag.store import POINTER_MAX_AGE, IndexReader, Mode, RebuildNeeded, index_text, open_store
 from crag.terms import TermStats
 from crag.text import cjk_share
@@ -40,6 +41,7 @@ class Retriever:
         self.missing = missing
         self.store = open_store(settings)
         self._reader: IndexReader | None = None
+        self._sections = SectionIndexes()
 
     @property
     def lexical_only(self) -> str:
@@ -118,6 +120,21 @@ class Retriever:
         except RebuildNeeded:
             return {}
         return reader.file_languages(scope) if reader else {}
+
+    def sections(self, question: str, scope: Scope, skip: Callable[[Section], bool]) -> list[Section]:
+        """The sections of the scope whose titles are closest to the question (``crag.sections``); [] when nothing is
+        built. The generation's section index is built on first need, with the embedder that grades."""
+        try:
+            reader = self.current()
+        except RebuildNeeded:
+            return []
+        if reader is None:
+            return []
+        index = self._sections.of(
+            reader.generation.id, lambda: SectionIndex(sections(reader.chunks, reader.manifest), self.embedder)
+        )
+        view = reader.scoped(scope)
+        return index.closest(question, self.embedder.embed([question])[0], view.files if view else None, skip)
 
     def overviews(self, files: Sequence[str]) -> list[Overview]:
         """What each of these documents is (title, opening sentences, outline), for the ones the index holds."""

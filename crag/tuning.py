@@ -193,6 +193,19 @@ class Verdicts:
 
 
 @dataclass(frozen=True)
+class Suggestions:
+    """The sections offered under an answer not found for sure (``crag.sections``)."""
+
+    offered: int = 3
+    """Sections offered at most. Hand-set."""
+    cosine: float = 0.3
+    """A title means much the same as the question at this cosine or above (the built-in embedder: unrelated short
+    texts sit near 0.1 to 0.2). Hand-set."""
+    pool: int = 20
+    """Sections each ranking (titles by meaning, titles and first lines by words) puts forward. Hand-set."""
+
+
+@dataclass(frozen=True)
 class Grading:
     """The similarity grade of a passage (``crag.evaluator``): dense cosine and weighted word coverage mixed, then
     mapped to [-1, 1] with a logistic curve."""
@@ -227,6 +240,7 @@ class Tuning:
     near_miss: NearMiss = field(default_factory=NearMiss)
     grading: Grading = field(default_factory=Grading)
     verdicts: Verdicts = field(default_factory=Verdicts)
+    suggestions: Suggestions = field(default_factory=Suggestions)
     answering: Answering = field(default_factory=Answering)
     evidence: Evidence = field(default_factory=Evidence)
     refinement: Refinement = field(default_factory=Refinement)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -21,6 +21,7 @@ from crag.overview import Overview, overview
 from crag.pipeline import Pipeline
 from crag.retriever import anchor
 from crag.scope import EVERYTHING, Scope, resolve
+from crag.sections import Section, SectionIndex, sections
 from crag.terms import Vocabulary
 from crag.text import document_language, lexical_tokens
 from crag.types import Chunk, FileResult, Method, ScoredChunk, WebResult
@@ -81,6 +82,11 @@ class FakeRetriever:
     def file_languages(self, scope: Scope = EVERYTHING) -> dict[str, str]:
         held = self.held(scope)
         return {f: document_language([c.text for c in held if c.file == f]) for f in {c.file for c in held}}
+
+    def sections(self, question: str, scope: Scope, skip: Callable[[Section], bool]) -> list[Section]:
+        """As the index offers them: the scope's sections closest to the question, by the fake embedder."""
+        index = SectionIndex(sections(self.held(scope), []), self.embedder)
+        return index.closest(question, self.embedder.embed([question])[0], None, skip)
 
     def overviews(self, files: Sequence[str]) -> list[Overview]:
         return [o for f in files if (o := overview(f, [c for c in self.chunks if c.file == f], None))]

@@ -20,7 +20,7 @@ from crag.messages import unsupported_message
 from crag.models import PACKAGED_LABEL
 from crag.quotes import Quote, answer_parts
 from crag.text import pages_label
-from crag.types import NOT_WRITTEN, Answer, AnswerKind, Source, Trace
+from crag.types import NOT_WRITTEN, Answer, AnswerKind, ScoredChunk, Source, Trace
 from crag.websearch import OFF_REASON
 from ui import state
 from ui.sources import printed_pages, sources_panel
@@ -108,6 +108,8 @@ def render(answer: Answer, question: str, files_dir: Path, key: int, previous: s
         )
     if trace is not None and trace.hint:
         st.caption(f":material/translate: {md_escape(trace.hint)}")
+    if answer.suggestions:
+        suggestions(answer, key)
     if not answer.complete:
         # crag's message names the fix; the partial text above stays, and so does the trace below.
         st.error(no_images(answer.error) or "The model stopped before the answer was complete: ask again.")
@@ -128,6 +130,24 @@ def render(answer: Answer, question: str, files_dir: Path, key: int, previous: s
         type="tertiary",
         on_click="ignore",
     )
+
+
+def suggestions(answer: Answer, key: int) -> None:
+    """Under an answer not found for sure, the sections whose titles are closest to the question: the documents' own
+    words, each asked with at a click."""
+    st.caption(":material/manage_search: Your documents may word it otherwise. The sections closest to your question:")
+    for i, s in enumerate(answer.suggestions):
+        where, ask = st.columns([5, 2], vertical_alignment="center")
+        where.markdown(f"**{md_escape(s.title)}** · {md_escape(s.file)}, p. {s.page}")
+        ask.button(
+            "Ask with these words",
+            key=f"suggest-{key}-{i}",
+            icon=":material/search:",
+            type="tertiary",
+            on_click=state.ask_alone,
+            args=(s.title,),
+            help=f"Ask “{md_escape(s.title)}”, the section’s own words, as a question of its own.",
+        )
 
 
 def badge_line(answer: Answer, question: str, previous: str = "") -> None:
@@ -188,6 +208,7 @@ def how_it_was_made(trace: Trace, thresholds: tuple[float, float], key: int, lab
         if trace.standalone_question and trace.standalone_question != trace.question:
             st.caption("The follow-up was asked as:")
             st.text(trace.standalone_question)
+        model_words(trace)
         if trace.terms.terms:
             st.caption(key_terms(trace))
         tabs = st.tabs(
@@ -209,6 +230,36 @@ def how_it_was_made(trace: Trace, thresholds: tuple[float, float], key: int, lab
             timings(trace, key)
         for note in trace.notes:
             st.caption(f"Note: {md_escape(note)}")
+
+
+def model_words(trace: Trace) -> None:
+    """What the model wrote to search by, ask by ask: a short answer as the documents would word it, and keywords."""
+    for expansion in trace.expansions:
+        ask = f" for “{md_escape(expansion.ask)}”" if len(trace.expansions) > 1 else ""
+        if expansion.error:
+            st.caption(
+                f"The model gave no words to search by{ask} ({md_escape(expansion.error)}): the question's own "
+                "words were searched."
+            )
+            continue
+        if not expansion.queries:
+            continue
+        st.caption(f"Searched beside the question{ask}, in the model's words (what the answer would say):")
+        st.text("\n".join(q for q in (expansion.answer, ", ".join(expansion.keywords)) if q))
+
+
+def found_by(r: ScoredChunk) -> str:
+    if r.anchor:
+        return f"searching for “{r.anchor}”"
+    return "the model's words" if r.from_model else "the question"
+
+
+def verdict(r: ScoredChunk) -> str:
+    """The LLM grader's verdict on a passage, with the sentence it quoted as answering."""
+    if r.verdict is None:
+        return ""
+    said = {"answers": "answers", "partly": "partly answers", "no": "does not answer"}[r.verdict.value]
+    return f"{said}: “{r.answering}”" if r.answering else said
 
 
 def key_terms(trace: Trace) -> str:
@@ -291,10 +342,11 @@ def retrieved(trace: Trace, lower: float, upper: float, key: int, labels: dict[s
             "source in the answer": labels.get(r.chunk.id, ""),
             "file": r.chunk.file,
             "pages": ", ".join(map(str, r.chunk.pages)),
-            "found by": f"searching for “{r.anchor}”" if r.anchor else "the question",
+            "found by": found_by(r),
             "section": r.chunk.section,
             "text": shorten(r.chunk.text, 400),
             "graded by": r.graded_by,
+            "the model's verdict": verdict(r),
         }
         for i, r in enumerate(trace.retrieved, start=1)
     ]

@@ -173,6 +173,9 @@ def ask_text(out: AskOut) -> str:
         printed = f" (printed {c.printed_pages})" if c.printed_pages else ""
         lines.append(f"[{c.n}] {c.file}, {pages_label(c.pages)}{printed}: “{c.quote}” {c.uri}")
     lines += [f"Warning: {w}" for w in out.warnings]
+    if out.suggestions:
+        lines += ["", "Your documents may word it otherwise. The sections closest to the question (ask with a title):"]
+        lines += [f"- “{s.title}” ({s.file}, p. {s.page})" for s in out.suggestions]
     return "\n".join(lines)
 
 
