@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 
 from crag.lexicons import alternation, words
-from crag.text import TOKEN, content_words, han_named, has_han, stem
+from crag.text import TOKEN, cjk_share, content_words, han_named, has_han, stem
 from crag.tuning import TUNING
 
 History = Sequence[tuple[str, str]]  # (role, text), role "user" | "assistant"
@@ -141,7 +141,16 @@ def adds_to(question: str, *passages: str) -> bool:
     own = _own_words(question)
     if not own:
         return True
-    return any(_names(own, passage) for passage in passages)
+    # A passage in another language cannot name the question's words: a follow-up asked in the other language than
+    # the conversation ("那在苹果电脑上呢？" after a question about installing on Windows) goes on from it all the same.
+    readable = [p for p in passages if any(_could_name(word, p) for word in own)]
+    return not readable or any(_names(own, passage) for passage in readable)
+
+
+def _could_name(word: str, passage: str) -> bool:
+    """Whether a passage is written in the language of a word: a Chinese word is named by Chinese text, an English
+    one by English text."""
+    return (cjk_share(passage) >= TUNING.followups.chinese_passage) == has_han(word)
 
 
 def reading(question: str, alone: float, answered: bool, graded: Sequence[tuple[float, str]], floor: float) -> str:

@@ -16,7 +16,7 @@ from pathlib import PurePosixPath
 
 from crag.injection import injection_reason
 from crag.lexicons import alternation, words
-from crag.text import HAN, content_words, fold, split_sentences, width
+from crag.text import HAN, content_words, fold, han_named, has_han, split_sentences, stem, width
 from crag.tuning import TUNING
 from crag.types import Chunk, FileResult, Source, Strip
 
@@ -27,7 +27,7 @@ _THESE = r"(?:this|the|that|these|those|my|each|every|all|your)"
 _ABOUT_EN = re.compile(
     rf"\b(?:summar(?:y|ise|ize|ising|izing)|overview|outline|table of contents|gist|tl;?dr)\b"
     rf"(?:\W++(?:of|for|on|about))?+(?:\W++(?:{_THESE}\W++(?:\w++\W++)?{_DOCUMENT}\b|it|them)|\W*+$)"
-    rf"|\bwhat\b.{{0,40}}\b{_THESE}\s++(?:\w++\s++)?{_DOCUMENT}\b.{{0,30}}\b"
+    rf"|\bwhat\b.{{0,40}}\b{_THESE}\s++(?:\w++\s++){{0,2}}{_DOCUMENT}\b.{{0,30}}\b"
     rf"(?:about|cover|covers|contain|contains|describe|describes)\W*+$"
     rf"|\bwhat(?:'s| is| are)\s++(?:this|it|they)\s++about\b",
     re.IGNORECASE,
@@ -119,6 +119,43 @@ def documents_asked(question: str, languages: Mapping[str, str]) -> list[str]:
         if asked.search(question) and (in_it := [f for f in files if languages[f] == lang]):
             return in_it
     return files
+
+
+# Words that call a document a document, or say how a question asks: no title is told apart by them.
+_NOT_TITLE_WORDS = frozenset(
+    [stem(w) for w in (*words("document-words", "latin"), *words("asking-not-asked", "latin"))]
+    + [*words("document-words-zh", "han"), *words("asking-not-asked", "han")]
+)
+
+
+def by_title(question: str, documents: Sequence[Overview]) -> list[str]:
+    """The documents a question names by the words of their title or outline rather than their file name ("What is
+    the Beamer user guide about?", "这份安装指南讲了什么"): those whose titles (and, at half the weight, outlines) hold
+    most of the question's words, a word weighing less the more titles hold it; several only when they tie. []
+    when no title or outline holds a word of the question."""
+    asked = [w for w in content_words(question) if w not in _NOT_TITLE_WORDS]
+    scores = dict.fromkeys((d.file for d in documents), 0.0)
+    titles = {d.file: _Words(d.title) for d in documents}
+    outlines = {d.file: _Words("\n".join(heading for _, heading, _ in d.outline)) for d in documents}
+    for word in asked:
+        in_title = [file for file, title in titles.items() if title.holds(word)]
+        in_outline = [file for file, outline in outlines.items() if file not in in_title and outline.holds(word)]
+        for file in in_title:
+            scores[file] += 1 / len(in_title)
+        for file in in_outline:
+            scores[file] += 0.5 / (len(in_title) + len(in_outline))
+    best = max(scores.values(), default=0.0)
+    return [file for file, score in scores.items() if score == best] if best > 0 else []
+
+
+class _Words:
+    """A text's words, to ask whether it holds one of a question's: a Chinese word as written, another by its stem."""
+
+    def __init__(self, text: str) -> None:
+        self.text, self.words = text, set(content_words(text))
+
+    def holds(self, word: str) -> bool:
+        return han_named(word, self.text) if has_han(word) else word in self.words
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -39,7 +39,14 @@ from crag.followups import (
     stands_alone,
 )
 from crag.models import COUNTED, BackendInfo, build_chat_model, resolve_backend, run_structured
-from crag.overview import Overview, asks_about_documents, documents_asked, names_a_document, without_names
+from crag.overview import (
+    Overview,
+    asks_about_documents,
+    by_title,
+    documents_asked,
+    names_a_document,
+    without_names,
+)
 from crag.refine import local_strips, refine, refine_closest, web_strips
 from crag.retriever import Retriever, open_retriever
 from crag.scope import EVERYTHING, Scope
@@ -268,8 +275,10 @@ class Pipeline:
             return []
         if history and not stands_alone(question) and not names_a_document(question, languages):
             return []
-        asked = documents_asked(question, languages)[:MAX_DOCUMENTS]
-        return [d for d in self.retriever.overviews(asked) if d.said]
+        asked = documents_asked(question, languages)
+        if len(asked) > 1:  # no file named: perhaps a title ("the Beamer user guide", "这份安装指南")
+            asked = by_title(question, self.retriever.overviews(asked)) or asked
+        return [d for d in self.retriever.overviews(asked[:MAX_DOCUMENTS]) if d.said]
 
     def analyse(self, asked: str, scope: Scope) -> Analysis:
         """The question as asked, analysed once in its scope, without the files it names: "R-intro.pdf" is no term a

@@ -48,6 +48,7 @@ from crag.types import (
     ScoredChunk,
     Source,
     Strip,
+    Suggestion,
     TermCheck,
     Trace,
     cited,
@@ -69,6 +70,7 @@ class Steps(Protocol):
     def documents(self, question: str, scope: Scope, history: History = ()) -> list[Overview]: ...
     def analyse(self, asked: str, scope: Scope) -> Analysis: ...
     def reads(self, languages: dict[str, str]) -> bool: ...
+    def suggest(self, question: str, scope: Scope, sources: Sequence[Source]) -> tuple[Suggestion, ...]: ...
     def read(self, question: str, scope: Scope, usage: RunUsage) -> tuple[Expansion, ...]: ...
     def condense(self, question: str, history: History, usage: RunUsage) -> Condensed: ...
     def retrieve(
@@ -575,6 +577,8 @@ class AnswerStream:
             input_tokens=self.usage.input_tokens,
             output_tokens=self.usage.output_tokens,
         )
+        # Not found for sure: the sections whose titles are closest, to ask again in the documents' words.
+        unsure = knowledge.action is not Action.CORRECT and not knowledge.documents and not error
         return Answer(
             text=text,
             backend=p.backend.name,
@@ -584,4 +588,5 @@ class AnswerStream:
             complete=not error,
             error=error,
             kind=kind,
+            suggestions=p.suggest(self.question, o.scope, sources) if unsure else (),
         )

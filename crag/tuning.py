@@ -107,6 +107,9 @@ class Followups:
     of the topic before. Hand-set."""
     fragment_han: int = 4
     """The same for a Chinese question, in Chinese characters ("怎么卸载？"). Hand-set."""
+    chinese_passage: float = 0.2
+    """A passage with this share of Chinese characters or more is Chinese: it may name a follow-up's Chinese words,
+    and an English passage its English ones. Hand-set."""
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import hashlib
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
@@ -96,6 +96,14 @@ class FakeRetriever:
         words = set(lexical_tokens(query))
         ranked = sorted(self.held(scope), key=lambda c: -len(words & set(lexical_tokens(c.text))))
         return [ScoredChunk(chunk=c, score=0.0) for c in ranked[:n]]
+
+
+class WordRetriever(FakeRetriever):
+    """Ranks the chunks by the words they share with the query, as a lexical search would."""
+
+    def retrieve(self, question: str, k: int, mode: str = "hybrid", scope: Scope = EVERYTHING) -> list[ScoredChunk]:
+        self.asked.append(question)
+        return [replace(h, score=1.0) for h in self.lexical(question, k, scope)]
 
 
 @dataclass

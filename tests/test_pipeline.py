@@ -16,11 +16,10 @@ from crag.config import load_settings
 from crag.evaluator import Evaluator, Grade, Grading
 from crag.evidence import quoted_lines, split_quotes
 from crag.models.loops import own_event_loop
-from crag.scope import EVERYTHING
 from crag.steps import decide_action
 from crag.text import BadQuestion, quote
 from crag.types import Action, AnswerKind, Drop, Method, WebResult, cited
-from tests.fakes import FakeRetriever, FakeSearcher, FixedEvaluator, ScriptedModel, chunk, pipeline
+from tests.fakes import FakeSearcher, FixedEvaluator, ScriptedModel, WordRetriever, chunk, pipeline
 
 DOC = (
     "The widget needs two processor cores. It also needs eight hundred megabytes of memory. "
@@ -307,7 +306,6 @@ def test_control_characters_are_removed_from_questions(settings) -> None:
 
 
 def test_each_source_is_one_chunk_with_its_own_boxes(settings) -> None:
-    from dataclasses import replace
 
     first = replace(chunk(DOC, n=0), bboxes=((1, 10, 10, 100, 50),))
     second = replace(
@@ -408,14 +406,6 @@ def test_the_agents_are_built_once_and_can_be_overridden(settings) -> None:
 
 SCORE = "The score is printed on A4 paper by default."
 STAFF = "Use set-global-staff-size to scale everything down."
-
-
-class WordRetriever(FakeRetriever):
-    """Ranks the chunks by the words they share with the query, as a lexical search would."""
-
-    def retrieve(self, question, k, mode="hybrid", scope=EVERYTHING):
-        self.asked.append(question)
-        return [replace(h, score=1.0) for h in self.lexical(question, k, scope)]
 
 
 class StaffGrader(FixedEvaluator):
