@@ -141,10 +141,7 @@ def adds_to(question: str, *passages: str) -> bool:
     own = _own_words(question)
     if not own:
         return True
-    # A passage in another language cannot name the question's words: a follow-up asked in the other language than
-    # the conversation ("那在苹果电脑上呢？" after a question about installing on Windows) goes on from it all the same.
-    readable = [p for p in passages if any(_could_name(word, p) for word in own)]
-    return not readable or any(_names(own, passage) for passage in readable)
+    return any(_names(own, passage) for passage in passages)
 
 
 def _could_name(word: str, passage: str) -> bool:
@@ -167,7 +164,12 @@ def reading(question: str, alone: float, answered: bool, graded: Sequence[tuple[
     if not goes_on and (answered or max((g for g, _ in graded), default=-1.0) <= alone):
         return ""
     ranked = sorted(graded, key=lambda g: -g[0])[: None if goes_on else 1]
-    return READ_ON if adds_to(question, *(text for g, text in ranked if g >= floor)) else NEW_QUESTION
+    kept = [text for g, text in ranked if g >= floor]
+    # A question that does not stand alone goes on from the one before in whatever language it is asked: passages in
+    # another language cannot name its words ("那在苹果电脑上呢？" after a question about installing on Windows).
+    if kept and not any(_could_name(word, text) for word in _own_words(question) for text in kept):
+        return READ_ON
+    return READ_ON if adds_to(question, *kept) else NEW_QUESTION
 
 
 def _names(words: Sequence[str], passage: str) -> bool:

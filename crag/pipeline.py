@@ -44,6 +44,7 @@ from crag.overview import (
     asks_about_documents,
     by_title,
     documents_asked,
+    named_files,
     names_a_document,
     without_names,
 )
@@ -276,7 +277,8 @@ class Pipeline:
         if history and not stands_alone(question) and not names_a_document(question, languages):
             return []
         asked = documents_asked(question, languages)
-        if len(asked) > 1:  # no file named: perhaps a title ("the Beamer user guide", "这份安装指南")
+        # No file named, no language: perhaps a title ("the Beamer user guide", "这份安装指南").
+        if 1 < len(asked) == len(languages) and not named_files(question, asked, by_word=True):
             asked = by_title(question, self.retriever.overviews(asked)) or asked
         return [d for d in self.retriever.overviews(asked[:MAX_DOCUMENTS]) if d.said]
 

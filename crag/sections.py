@@ -94,8 +94,12 @@ class SectionIndex:
         self.sections = list(found)
         titles = [ask_words(s.title) for s in self.sections]
         self.vectors = _unit(np.asarray(embedder.embed(titles), dtype=np.float32)) if titles else np.zeros((0, 1))
-        self.lexical = LexicalIndex.build(
-            [lexical_tokens(f"{t} {s.lead}") for t, s in zip(titles, self.sections, strict=True)]
+        self.lexical = (
+            None
+            if not titles
+            else LexicalIndex.build(
+                [lexical_tokens(f"{t} {s.lead}") for t, s in zip(titles, self.sections, strict=True)]
+            )
         )
 
     def closest(
@@ -112,7 +116,11 @@ class SectionIndex:
         cosines = self.vectors @ _unit(np.asarray([vector], dtype=np.float32))[0]
         dense = [i for i in np.argsort(-cosines) if allowed[i] and cosines[i] >= _SUGGESTIONS.cosine]
         mask = np.asarray(allowed, dtype=np.float32)
-        lexical = [row for row, _ in self.lexical.retrieve(lexical_tokens(question), _SUGGESTIONS.pool, mask)]
+        lexical = (
+            [row for row, _ in self.lexical.retrieve(lexical_tokens(question), _SUGGESTIONS.pool, mask)]
+            if self.lexical
+            else []
+        )
         votes: dict[int, float] = {}
         for ranking in (dense[: _SUGGESTIONS.pool], lexical):
             for rank, i in enumerate(ranking, start=1):
