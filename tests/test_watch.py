@@ -310,3 +310,47 @@ def test_a_folder_is_watched_unless_told_otherwise(monkeypatch: pytest.MonkeyPat
     assert load_settings().watch == "on"
     monkeypatch.setenv("CRAG_WATCH", "off")
     assert load_settings().watch == "off"
+
+
+def test_the_http_api_watches_its_files_folder(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from crag.api import create_app
+    from tests.apiclient import LOCAL, hash_embedder
+
+    settings = watched_settings(tmp_path)
+    app = create_app(settings, pipeline_factory=lambda s: None, embedder_factory=hash_embedder, watch=True)
+    with TestClient(app, base_url=LOCAL) as client:
+        manual_pdf(settings.files_dir / "widget.pdf", topic="widget")
+        wait_for(lambda: client.get("/files").json()["files"], 60, "the API's index to hold the file")
+        files = client.get("/files").json()["files"]
+        assert [(f["file"], f["status"]) for f in files] == [("widget.pdf", "indexed")]
+        wait_for(lambda: app.state.service.builds.running is None, 60, "the build to end")
+    assert not app.state.watcher._thread.is_alive()  # stopped with the app
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_crag_watch_prints_each_sync_and_stops_on_sigterm(tmp_path: Path, closed_port_url: str) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    files = tmp_path / "Files"
+    files.mkdir()
+    env = {**os.environ, "CRAG_OLLAMA_URL": closed_port_url, "CRAG_WATCH": "off", "CRAG_WATCH_QUIET": "0.5"}
+    command = [sys.executable, "-m", "crag", "watch", "--files", str(files), "--db", str(tmp_path / "db")]
+    with subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as proc:
+        try:
+            assert "Watching" in proc.stderr.readline()  # CRAG_WATCH=off does not stop the command that asks for it
+            manual_pdf(files / "widget.pdf", topic="widget")
+            lines = [proc.stdout.readline() for _ in range(3)]
+            assert "synced" in lines[0] and "indexed  widget.pdf  2 pages" in lines[1], lines
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0
+        finally:
+            proc.kill()

@@ -212,11 +212,13 @@ class _Survey:
     retried: set[str] = field(default_factory=set)
     removed: list[FileResult] = field(default_factory=list)
     moved: dict[str, str] = field(default_factory=dict)  # a file's name now: its name in the manifest
+    found: list[str] = field(default_factory=list)  # files imported without their PDF, whose PDF is there now
 
     @property
     def changed(self) -> bool:
-        """Whether the folder changed: a file removed, moved, new or changed (not only failed files tried again)."""
-        return bool(self.removed or self.moved or {p.name for p in self.plan} - self.retried)
+        """Whether the folder changed: a file removed, moved, new, changed or found (not only failed files tried
+        again)."""
+        return bool(self.removed or self.moved or self.found or {p.name for p in self.plan} - self.retried)
 
 
 def _survey(settings: Settings, parser: Parser, previous: _Previous | None) -> _Survey:
@@ -301,6 +303,8 @@ def _carry_or_plan(item: Planned, old: FileResult | None, parser: Parser, survey
     """An indexed file with the same content keeps its chunks; any other is parsed."""
     if old and old.hash == item.hash and old.status in HELD and _keeps(old, parser):
         survey.carried.append(replace(old, size=item.size, mtime_ns=item.mtime_ns, detached=False))
+        if old.detached:
+            survey.found.append(old.file)
     else:
         survey.plan.append(item)
         if old and old.hash == item.hash and old.status == "failed":
