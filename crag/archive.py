@@ -282,9 +282,10 @@ def _refused(archive: Path, why: str) -> ArchiveRefused:
 
 
 @contextmanager
-def _opened(archive: Path) -> Iterator[zipfile.ZipFile]:
+def _opened(path: Path, archive: Path) -> Iterator[zipfile.ZipFile]:
+    """The zip file at ``path``; ``archive``: its name in messages."""
     try:
-        zf = zipfile.ZipFile(archive)
+        zf = zipfile.ZipFile(path)
     except FileNotFoundError:
         raise ArchiveRefused(f"{archive} does not exist.") from None
     except OSError as exc:
@@ -582,13 +583,18 @@ def import_archive(
     settings: Settings,
     archive: Path,
     *,
-    embedder_for: EmbedderFor = embedder_named,
+    embedder_for: EmbedderFor | None = None,
     on_progress: OnProgress | None = None,
+    name: str = "",
 ) -> Imported:
     """Check ``archive`` and commit its knowledge base as a new generation, in one step. Raises ``ArchiveRefused``,
-    saying why, with nothing changed. The archive's PDFs go into the files folder where it has none of that name."""
+    saying why, with nothing changed. The archive's PDFs go into the files folder where it has none of that name.
+    ``embedder_for``: how an embedder is had by its name (``embedder_named``, looked up when called); ``name``: the
+    archive's name in messages (an upload's, saved under another)."""
     report = on_progress or _silent
-    with _opened(archive) as zf:
+    embedder_for = embedder_for or embedder_named
+    path, archive = archive, Path(name) if name else archive
+    with _opened(path, archive) as zf:
         manifest = read_manifest(zf, archive)
         built = manifest.generation
         embedder = _embedder(settings, archive, built, embedder_for)

@@ -202,7 +202,9 @@ class Builds:
                 from crag.archive import import_archive
 
             try:
-                imported = import_archive(self.settings, archive, on_progress=self._progress(job_id))
+                job = self.get(job_id)
+                name = job.archive if job else ""
+                imported = import_archive(self.settings, archive, on_progress=self._progress(job_id), name=name)
             finally:
                 if remove:
                     archive.unlink(missing_ok=True)

@@ -420,7 +420,10 @@ class Watcher:
         mine = job.id == self._job
         if mine:
             self._job = None
-        if job.kind is not JobKind.BUILD:
+        if job.kind is JobKind.IMPORT:
+            if job.imported is not None and not job.imported.in_step:
+                with self._lock:  # the folder and the imported index differ: a watched folder is brought in step
+                    self._dirty = True
             return
         if job.state == "done":
             self._synced(job)
