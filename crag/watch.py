@@ -91,6 +91,7 @@ class WatchState:
     problems: dict[str, str] = field(default_factory=dict)  # files no build can read, and why
     synced_at: float | None = None  # when the index was last seen in step with the folder (time.time())
     syncs: int = 0  # syncs this watcher started
+    syncing: bool = False  # one of them runs now
     removed: tuple[str, ...] = ()  # the files the last sync removed
     error: str = ""  # why the folder is not watched now, or how it is watched when not as asked
     failed: str = ""  # why the last sync failed, and when it is tried again
@@ -400,7 +401,7 @@ class Watcher:
             return
         with self._lock:
             self._job, self._dirty = job.id, False
-            self._bump(syncs=self._state.syncs + 1)
+            self._bump(syncs=self._state.syncs + 1, syncing=True)
 
     def _failed(self, error: str, now: float) -> None:
         with self._lock:
@@ -420,6 +421,7 @@ class Watcher:
         mine = job.id == self._job
         if mine:
             self._job = None
+            self._set(syncing=False)
         if job.kind is JobKind.IMPORT:
             if job.imported is not None and not job.imported.in_step:
                 with self._lock:  # the folder and the imported index differ: a watched folder is brought in step

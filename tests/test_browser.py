@@ -43,6 +43,7 @@ def streamlit_url(closed_port_url: str, tmp_path: Path):
         "CRAG_FILES_DIR": str(tmp_path / "Files"),
         "CRAG_CHROMA_DIR": str(tmp_path / "chroma_db"),
         "CRAG_WEB_SEARCH": "off",  # nothing may reach the internet
+        "CRAG_WATCH": "off",  # this walk clicks Rebuild; tests/test_browser_watch.py walks a watched folder
     }
     log_path = tmp_path / "streamlit.log"
     # The shipped .streamlit/config.toml (cwd is the repo): loopback, no file watcher, no forced GC.

@@ -92,6 +92,9 @@ def empty_state(settings: Settings, kb: state.IndexContents, web: bool) -> None:
         )
         if kb.pending:
             n = len(kb.pending)
+            if state.watcher(settings) is not None:  # read by themselves: no button to press
+                st.caption(f"{n} file{'s' if n > 1 else ''} waiting to be indexed, in a few seconds.")
+                return
             names = ", ".join(md_escape(name) for name in kb.pending[:5]) + (" …" if n > 5 else "")
             st.caption(f"{n} file{'s' if n > 1 else ''} waiting to be indexed: {names}")
             if st.button(

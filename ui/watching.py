@@ -60,7 +60,9 @@ def summary(watched: WatchState, folder: str, now: float | None = None) -> str:
     if not watched.watching:
         return f":material/visibility_off: **{folder}** is not watched now"
     parts = [f":material/visibility: **{folder}** is {mode}: changes are synced by themselves"]
-    if n := len(watched.waiting):
+    if watched.syncing:
+        parts.append("syncing now")
+    elif n := len(watched.waiting):
         parts.append(f"{n} file{'s' if n > 1 else ''} waiting for the next sync")
     elif watched.synced_at is not None:
         parts.append(f"in step with the index, checked {ago((now or time.time()) - watched.synced_at)}")
