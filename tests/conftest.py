@@ -33,6 +33,7 @@ SLOW_FIRST = (
     "test_mineru.py",
     "test_kill.py",
     "test_app_kb.py",
+    "test_watch.py",
     "test_mcp_servers.py",
     "test_build_hang.py",
     "test_patterns_linear.py",

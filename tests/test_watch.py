@@ -354,3 +354,27 @@ def test_crag_watch_prints_each_sync_and_stops_on_sigterm(tmp_path: Path, closed
             assert proc.wait(timeout=60) == 0
         finally:
             proc.kill()
+
+
+@pytest.mark.slow
+def test_two_app_instances_on_one_chroma_server_one_syncs_and_both_answer(tmp_path: Path) -> None:
+    from tests.chroma_server import chroma_server
+
+    with chroma_server(tmp_path / "chroma-server") as url:
+        one = watched_settings(tmp_path, chroma_url=url, chroma_dir=tmp_path / "one", build_lease_seconds=10)
+        two = watched_settings(tmp_path, chroma_url=url, chroma_dir=tmp_path / "two", build_lease_seconds=10)
+        with watching(one) as first, watching(two) as second:
+            for topic in ("widget", "gadget"):
+                manual_pdf(one.files_dir / f"{topic}.pdf", topic=topic)
+            wait_for(lambda: len(synced_files(first)) == 2, 120, "the two files to be indexed")
+            first.idle(120)
+            second.idle(120)
+            assert {name: reads_of(first, name) + reads_of(second, name) for name in ("widget.pdf", "gadget.pdf")} == {
+                "widget.pdf": 1,
+                "gadget.pdf": 1,
+            }
+            for kb in (first, second):
+                answer = pipeline_over(kb.settings, kb.embedder).ask(
+                    "How many processor cores does the gadget need?", web=False
+                )
+                assert cited_files(answer) == {"gadget.pdf"}
