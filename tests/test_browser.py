@@ -89,7 +89,7 @@ def test_upload_rebuild_ask_and_inspect_in_a_real_browser(streamlit_url: str, tm
         page.screenshot(path=str(OUTPUT / "browser-empty.png"))
 
         # Upload: the file lands in Files/ under its own (sanitised) name.
-        sidebar.get_by_test_id("stFileUploaderDropzoneInput").set_input_files([str(pdf), str(zh_pdf)])
+        sidebar.get_by_test_id("stFileUploaderDropzoneInput").first.set_input_files([str(pdf), str(zh_pdf)])
         expect(sidebar).to_contain_text("Added widget manual.pdf", timeout=60_000)
         expect(sidebar).to_contain_text("Added 小部件手册.pdf", timeout=60_000)
         assert (tmp_path / "Files" / "widget manual.pdf").read_bytes() == pdf.read_bytes()

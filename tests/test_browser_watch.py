@@ -8,8 +8,10 @@ deleted from the folder, and the sidebar says it was removed. Screenshots go to 
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -93,6 +95,16 @@ def test_a_pdf_dropped_into_the_folder_is_indexed_without_a_click_and_answers(wa
         answer.get_by_text("Sources (").click()
         expect(answer).to_contain_text("widget manual.pdf")
         page.screenshot(path=str(OUTPUT / "watch-4-answer.png"), full_page=True)
+
+        # The knowledge base as one file: the download is made when clicked, and is an archive that lists the PDF.
+        sidebar.get_by_text("Export or import").click()
+        with page.expect_download(timeout=120_000) as download:
+            sidebar.get_by_role("button", name="Download the knowledge base").click()
+        saved = tmp_path / "downloaded.crag"
+        download.value.save_as(saved)
+        with zipfile.ZipFile(saved) as archive:
+            listed = json.loads(archive.read("crag-archive.json"))
+        assert listed["generation"]["files"] == 1 and listed["generation"]["embedder"] == "local:use-multilingual-v3"
 
         (tmp_path / "Files" / pdf.name).unlink()
         expect(sidebar).to_contain_text("🗑️ removed", timeout=60_000)
