@@ -266,6 +266,13 @@ def _serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
+    if settings.watch != "off":
+        how = "polled" if settings.watch == "poll" else "watched"
+        print(
+            f"{settings.files_dir.resolve()} is {how}: changes are synced by themselves (CRAG_WATCH=off stops it).",
+            file=sys.stderr,
+            flush=True,
+        )
     if not settings.api_token:
         names = ", ".join(["this machine's addresses", *(settings.allowed_hosts or ())])
         print(f"Answers requests addressed to {names} (--allowed-host adds a name).", file=sys.stderr, flush=True)
