@@ -231,10 +231,10 @@ class Watcher:
         with self._lock:
             for path in map(Path, paths):
                 name = self._name(path)
-                if name is None:
-                    continue
+                if name is None or not (is_directory or name.lower().endswith(".pdf")):
+                    continue  # only PDFs are indexed; a folder's event may bring or take PDFs that have none
                 relevant = True
-                if not is_directory and name.lower().endswith(".pdf"):
+                if not is_directory:
                     self._changes[name] = _Change(now, _stat(path))
                     self._note_link(name, path)
             if relevant:

@@ -50,8 +50,8 @@ def labels(settings: Settings) -> dict[str, str]:
         return {}
     watched = watcher.state
     out = {name: REMOVED for name in watched.removed}
-    out |= {name: UNREADABLE for name in watched.problems}
-    return out | {name: WAITING[why] for name, why in watched.waiting.items()}
+    out |= {name: WAITING[why] for name, why in watched.waiting.items()}
+    return out | {name: UNREADABLE for name in watched.problems}  # a link that loops stays unreadable
 
 
 def summary(watched: WatchState, folder: str, now: float | None = None) -> str:
