@@ -108,7 +108,7 @@ def test_a_file_written_in_pieces_with_pauses_is_read_once_and_whole(kb: Watched
 
 def test_a_burst_of_100_files_into_a_subfolder_is_one_sync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sync_module, "choose_parser", lambda settings, name=None: PlainParser())
-    settings = watched_settings(tmp_path / "kb", watch_quiet=1.0)  # a loaded machine may pause a copy this long
+    settings = watched_settings(tmp_path / "kb", watch_quiet=2.0)  # a loaded machine may pause a copy this long
     staged = tmp_path / "staged"
     staged.mkdir()
     pdfs = [
