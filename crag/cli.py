@@ -1,4 +1,5 @@
-"""``python -m crag``: the command line over the same core as the app.
+"""``python -m crag``: the command line over the same core as the app: index, watch, export and import the knowledge
+base, retrieve, ask, serve it over HTTP and MCP, benchmark it.
 
 Errors meant for the user (``CragError``) become one line on stderr and exit status 2.
 """
@@ -73,6 +74,27 @@ def _parser() -> argparse.ArgumentParser:
     mcp = commands.add_parser("mcp", help="serve the knowledge base to MCP clients (Claude Desktop, VS Code) on stdio")
     mcp.add_argument("--files", type=Path, help="folder of PDFs (default: CRAG_FILES_DIR)")
     mcp.add_argument("--db", type=Path, help="index folder (default: CRAG_CHROMA_DIR)")
+
+    watch = commands.add_parser(
+        "watch", help="watch the files folder and sync the knowledge base after every change, until stopped"
+    )
+    watch.add_argument("--files", type=Path, help="folder of PDFs (default: CRAG_FILES_DIR)")
+    watch.add_argument("--db", type=Path, help="index folder (default: CRAG_CHROMA_DIR)")
+    watch.add_argument("--parser", choices=["auto", "pymupdf", "mineru"], help="default: CRAG_PARSER")
+    watch.add_argument("--poll", action="store_true", help="look for changes every few seconds (network folders)")
+
+    export = commands.add_parser("export", help="write the knowledge base into one archive file, to move it")
+    export.add_argument("archive", type=Path, help="the file to write, e.g. kb.crag")
+    export.add_argument("--with-files", action="store_true", help="put the PDFs in too")
+    export.add_argument("--force", action="store_true", help="replace the file if it exists")
+    export.add_argument("--files", type=Path, help="folder of PDFs (default: CRAG_FILES_DIR)")
+    export.add_argument("--db", type=Path, help="index folder (default: CRAG_CHROMA_DIR)")
+
+    load = commands.add_parser("import", help="check an archive and make its knowledge base the one that answers")
+    load.add_argument("archive", type=Path, help="a file written by `python -m crag export`")
+    load.add_argument("--sync", action="store_true", help="then sync it with the files folder, if they differ")
+    load.add_argument("--files", type=Path, help="folder of PDFs (default: CRAG_FILES_DIR)")
+    load.add_argument("--db", type=Path, help="index folder (default: CRAG_CHROMA_DIR)")
     return parser
 
 
@@ -102,39 +124,49 @@ def _scope(args: argparse.Namespace, settings: Settings):
 
 
 def _index(args: argparse.Namespace) -> int:
+    return _sync(_settings(args), args.rebuild, args.json)
+
+
+def _sync(settings: Settings, rebuild: bool, as_json: bool = False) -> int:
     from crag.ingest import sync
     from crag.models import rebuild_offer
     from crag.retriever import index_embedder
     from crag.types import Progress
 
-    settings = _settings(args)
-    embedder = index_embedder(settings, args.rebuild)
+    embedder = index_embedder(settings, rebuild)
     last = [""]
 
     def show(p: Progress) -> None:
         line = f"{p.stage} {p.file} ({p.file_index}/{p.file_count})" if p.file else p.stage
         if p.page_count:
             line += f" OCR page {p.page}/{p.page_count}" if p.stage == "ocr" else f" {p.page}/{p.page_count}"
-        if not args.json and line != last[0]:
+        if not as_json and line != last[0]:
             print(f"\r{line[:100]:<100}", end="", file=sys.stderr, flush=True)
             last[0] = line
 
-    report = sync(settings, embedder, rebuild=args.rebuild, on_progress=show)
-    if args.json:
+    report = sync(settings, embedder, rebuild=rebuild, on_progress=show)
+    if as_json:
         print(json.dumps(report.to_json(), ensure_ascii=False))
     else:
         print(file=sys.stderr)
-        for f in report.files:
-            detail = f.error or (f"{f.pages} pages, {f.chunks} chunks" if f.status == "indexed" else "")
-            print(f"{f.status:>9}  {f.file}  {detail}")
-            for warning in f.warnings:
-                print(f"{'':>9}  warning: {warning}")
-        print(f"{report.total_chunks} chunks; {report.pages_per_second} pages/s; {report.seconds} s")
-        for note in report.notes:
-            print(f"note: {note}", file=sys.stderr)
+        _print_report(report)
     if offer := rebuild_offer(embedder.name):  # an incremental build keeps MiniLM: say how to leave it
         print(f"note: {offer} {REMEDIES[Remedy.FULL_REBUILD]}", file=sys.stderr)
     return 0
+
+
+def _print_report(report, changes_only: bool = False) -> None:
+    """A build's files, a line each (``changes_only``: those it read, failed or removed), its figures and notes."""
+    for f in report.files:
+        if changes_only and f.status in ("unchanged", "skipped"):
+            continue
+        detail = f.error or (f"{f.pages} pages, {f.chunks} chunks" if f.status == "indexed" else "")
+        print(f"{f.status:>9}  {f.file}  {detail}", flush=True)
+        for warning in f.warnings:
+            print(f"{'':>9}  warning: {warning}")
+    print(f"{report.total_chunks} chunks; {report.pages_per_second} pages/s; {report.seconds} s", flush=True)
+    for note in report.notes:
+        print(f"note: {note}", file=sys.stderr, flush=True)
 
 
 def _retrieve(args: argparse.Namespace) -> int:
@@ -234,6 +266,13 @@ def _serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
+    if settings.watch != "off":
+        how = "polled" if settings.watch == "poll" else "watched"
+        print(
+            f"{settings.files_dir.resolve()} is {how}: changes are synced by themselves (CRAG_WATCH=off stops it).",
+            file=sys.stderr,
+            flush=True,
+        )
     if not settings.api_token:
         names = ", ".join(["this machine's addresses", *(settings.allowed_hosts or ())])
         print(f"Answers requests addressed to {names} (--allowed-host adds a name).", file=sys.stderr, flush=True)
@@ -252,10 +291,110 @@ def _mcp(args: argparse.Namespace) -> int:
     return 0
 
 
+def _watch(args: argparse.Namespace) -> int:
+    """Watch until Ctrl+C or SIGTERM (a service's stop), printing each sync as it ends. The command asks for watching:
+    it watches whatever CRAG_WATCH says (``poll`` and ``--poll`` poll)."""
+    import signal
+    import time
+
+    from crag.jobs import Builds
+    from crag.retriever import index_embedder
+    from crag.watch import Watcher
+
+    settings = _settings(args)
+    settings = settings.model_copy(update={"watch": "poll" if args.poll or settings.watch == "poll" else "on"})
+    builds = Builds(settings, lambda rebuild: index_embedder(settings, rebuild), lambda embedder: None)
+    watcher = Watcher(settings, builds, on_synced=_synced).start()
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    print(f"Watching {settings.files_dir.resolve()} (Ctrl+C stops)", file=sys.stderr, flush=True)
+    said: set[str] = set()
+    try:
+        while True:
+            state = watcher.state
+            for line in (state.error, *(f"{name}: {why}" for name, why in state.problems.items())):
+                if line and line not in said:
+                    said.add(line)
+                    print(f"note: {line}", file=sys.stderr, flush=True)
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        if builds.running is not None:  # the index that answered stays: a cancelled build commits nothing
+            builds.cancel(builds.running)
+        watcher.stop()
+        print("Stopped watching.", file=sys.stderr, flush=True)
+    return 0
+
+
+def _synced(job) -> None:
+    """One sync of ``crag watch``, as it ended."""
+    stamp = (job.finished_at or "")[11:19]
+    if job.state != "done" or job.report is None:
+        print(f"[{stamp}] sync {job.state}: {job.error}", file=sys.stderr, flush=True)
+        return
+    print(f"[{stamp}] synced", flush=True)
+    _print_report(job.report, changes_only=True)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from crag.archive import export_archive
+
+    settings = _settings(args)
+    if args.archive.exists() and not args.force:
+        raise CragError(f"{args.archive} exists already: choose another name, or add --force to replace it.")
+    out = export_archive(settings, args.archive, with_files=args.with_files)
+    pdfs = f", {out.pdfs} PDFs" if args.with_files else " (without the PDFs: --with-files adds them)"
+    print(f"Wrote {out.path}: {out.files} files, {out.chunks} passages{pdfs}; {out.size / 1e6:.1f} MB.")
+    for line in out.left_out:
+        print(f"note: left out {line}", file=sys.stderr)
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from crag.archive import import_archive
+
+    settings = _settings(args)
+    got = import_archive(settings, args.archive)
+    print(
+        f"Imported {got.archive}: {got.files} files, {got.chunks} passages ({got.embedder} embeddings). It answers now."
+    )
+    folder = settings.files_dir
+    lines = [
+        (got.placed, f"PDFs put into {folder}"),
+        (got.absent, "files without their PDF here: answers cite their file and page, without page images"),
+        (got.differs, f"PDFs of {folder} that differ from the archive's (the folder's copies were kept)"),
+        (got.extra, f"PDFs of {folder} the archive does not hold"),
+    ]
+    for names, what in lines:
+        if names:
+            shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+            print(f"{len(names)} {what}: {shown}")
+    for note in got.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if got.in_step:
+        return 0
+    if args.sync:
+        return _sync(settings, rebuild=False)
+    print("Sync the index with the folder: `python -m crag index` (or run the import again with --sync).")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        commands = {"index": _index, "retrieve": _retrieve, "ask": _ask, "bench": _bench, "serve": _serve, "mcp": _mcp}
+        commands = {
+            "index": _index,
+            "retrieve": _retrieve,
+            "ask": _ask,
+            "bench": _bench,
+            "serve": _serve,
+            "mcp": _mcp,
+            "watch": _watch,
+            "export": _export,
+            "import": _import,
+        }
         return commands[args.command](args)
     except CragError as exc:
         print(f"error: {said(str(exc), exc.remedy, REMEDIES)}", file=sys.stderr)

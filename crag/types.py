@@ -373,6 +373,10 @@ class FileResult:
     # (``crag.overview``); empty when it has none, and in manifests of older builds.
     title: str = ""
     outline: tuple[tuple[int, str, int], ...] = ()
+    # Imported from an archive without its PDF, which the files folder does not hold: a sync keeps its passages
+    # rather than count it removed, until its PDF is in the folder (then it is a file like any other) or a full
+    # rebuild, which indexes the folder alone. Sources from it name the file and page, without the page's image.
+    detached: bool = False
 
     @classmethod
     def from_json(cls, data: dict) -> FileResult:

@@ -237,6 +237,7 @@ def test_real_server_on_loopback(tmp_path: Path, closed_port_url: str) -> None:
         "CRAG_FILES_DIR": str(files),
         "CRAG_CHROMA_DIR": str(tmp_path / "db"),
         "CRAG_MAX_ANSWER_TOKENS": "48",
+        "CRAG_WATCH": "off",  # this test starts the build itself (POST /index); tests/test_watch.py has the watcher
     }
     log = (tmp_path / "server.log").open("w")
     server = subprocess.Popen(

@@ -43,6 +43,7 @@ def streamlit_url(closed_port_url: str, tmp_path: Path):
         "CRAG_FILES_DIR": str(tmp_path / "Files"),
         "CRAG_CHROMA_DIR": str(tmp_path / "chroma_db"),
         "CRAG_WEB_SEARCH": "off",  # nothing may reach the internet
+        "CRAG_WATCH": "off",  # this walk clicks Rebuild; tests/test_browser_watch.py walks a watched folder
     }
     log_path = tmp_path / "streamlit.log"
     # The shipped .streamlit/config.toml (cwd is the repo): loopback, no file watcher, no forced GC.
@@ -88,7 +89,7 @@ def test_upload_rebuild_ask_and_inspect_in_a_real_browser(streamlit_url: str, tm
         page.screenshot(path=str(OUTPUT / "browser-empty.png"))
 
         # Upload: the file lands in Files/ under its own (sanitised) name.
-        sidebar.get_by_test_id("stFileUploaderDropzoneInput").set_input_files([str(pdf), str(zh_pdf)])
+        sidebar.get_by_test_id("stFileUploaderDropzoneInput").first.set_input_files([str(pdf), str(zh_pdf)])
         expect(sidebar).to_contain_text("Added widget manual.pdf", timeout=60_000)
         expect(sidebar).to_contain_text("Added 小部件手册.pdf", timeout=60_000)
         assert (tmp_path / "Files" / "widget manual.pdf").read_bytes() == pdf.read_bytes()

@@ -80,13 +80,21 @@ def empty_state(settings: Settings, kb: state.IndexContents, web: bool) -> None:
             return
         folder = md_escape(str(settings.files_dir.resolve()))
         st.markdown("#### :material/inventory_2: Your knowledge base is empty")
+        build = (
+            "2. They are indexed by themselves: the folder is watched, and the sidebar shows each file's state.\n"
+            if state.watcher(settings) is not None
+            else "2. Click **Rebuild knowledge base** in the sidebar and watch the progress bar.\n"
+        )
         st.markdown(
             f"1. Drop PDF files into **{folder}**, or upload them in the sidebar.\n"
-            "2. Click **Rebuild knowledge base** in the sidebar and watch the progress bar.\n"
-            "3. Ask a question below. Answers cite the pages they come from."
+            + build
+            + "3. Ask a question below. Answers cite the pages they come from."
         )
         if kb.pending:
             n = len(kb.pending)
+            if state.watcher(settings) is not None:  # read by themselves: no button to press
+                st.caption(f"{n} file{'s' if n > 1 else ''} waiting to be indexed, in a few seconds.")
+                return
             names = ", ".join(md_escape(name) for name in kb.pending[:5]) + (" …" if n > 5 else "")
             st.caption(f"{n} file{'s' if n > 1 else ''} waiting to be indexed: {names}")
             if st.button(

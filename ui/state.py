@@ -39,6 +39,7 @@ from ui.text import error_text
 if TYPE_CHECKING:
     import crag.models
     import crag.pipeline
+    import crag.watch
 
 
 def init() -> None:
@@ -241,6 +242,19 @@ def builds(settings: Settings) -> Builds:
     return _builds(_key(settings), settings)
 
 
+@st.cache_resource
+def _watcher(key: str, _settings: Settings) -> crag.watch.Watcher:
+    import crag.watch
+
+    return crag.watch.Watcher(_settings, _builds(key, _settings)).start()
+
+
+def watcher(settings: Settings) -> crag.watch.Watcher | None:
+    """The one watcher of the files folder of this process (``crag.watch``), started with the first page; None when
+    ``CRAG_WATCH=off``. Its builds are the runner's, as the Rebuild button's are."""
+    return _watcher(_key(settings), settings) if settings.watch != "off" else None
+
+
 # ---------------------------------------------------------------------------------------------
 # Ollama
 
@@ -303,8 +317,9 @@ def index_contents(settings: Settings, verify: bool = True) -> IndexContents:
         on_disk = {p.relative_to(settings.files_dir).as_posix() for p in crag.files.scan(settings.files_dir)}
     except OSError:
         on_disk = set()
-    kb.files = [
-        replace(m, status="missing") if m.file not in on_disk and m.status != "removed" else m for m in manifest
+    kb.files = [  # a file imported without its PDF is not missing: the index keeps it as imported
+        replace(m, status="missing") if m.file not in on_disk and m.status != "removed" and not m.detached else m
+        for m in manifest
     ]
     known = {m.file for m in manifest}
     kb.files += [FileResult(file=name, status="new") for name in sorted(on_disk - known)]

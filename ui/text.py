@@ -406,6 +406,8 @@ def progress_text(p: Progress) -> str:
     if p.stage == "embedding":
         chunks = f" · chunk {p.page}/{p.page_count}" if p.page_count else ""
         return f"Embedding {file}{of_files}{chunks}"
+    if p.stage == "checking":  # an archive being imported: each of its parts read and its hash checked
+        return f"Checking {file}{of_files}"
     if p.stage == "writing":
         return "Writing the index…"
     if p.stage == "done":
