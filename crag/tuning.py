@@ -46,6 +46,16 @@ class Evidence:
     answer_weight: float = 0.2
     """How much holding the question's names and a fact lifts a strip's rank among those to quote. Hand-set, with the
     specific-terms rule."""
+    quote_work: int = 4_000_000
+    """The work quoting one answer may do (``crag.evidence.work``: characters of the sentences it reads, and
+    ``sentence_work`` for each) before the strips left are quoted as they are: about two seconds of one core, as the
+    wall it replaces allowed. Measured: on the largest inputs the test split gives quoting (about 2,100 characters in
+    20 sentences, 3,200 units), it does 1.3 to 2.3 million units a second of process CPU time; the largest take 2 ms,
+    so no benchmark answer comes near the budget."""
+    sentence_work: int = 64
+    """What weighing one sentence costs beyond its characters, in characters: a strip of one-word sentences takes
+    about 75 µs a sentence, a long sentence about 1.2 µs a character. Measured, so that text of many short sentences
+    counts for the time it takes."""
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,8 @@ def md_linked(text: str) -> str:
 
 # A command in one of crag's own messages ("`python -m crag index`"): code, which Markdown shows literally anyway.
 # What a message quotes (“PDF/A”, a web query) is the user's or a model's, and stays literal, backticks included.
-CODE = re.compile(r"“[^”]*”|`[^`]+`")
+# A quote holds no opening quote: each is scanned up to the next one at most.
+CODE = re.compile(r"“[^“”]*+”|`[^`]+`")
 
 
 def md_coded(text: str) -> str:
