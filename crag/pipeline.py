@@ -46,7 +46,7 @@ from crag.store import Mode, fuse, index_text
 from crag.stream import AnswerStream, OnStep
 from crag.text import clean_question, content_words, language, warm_up
 from crag.tuning import TUNING
-from crag.types import Answer, AnswerKind, ScoredChunk, Source, Strip, WebResult
+from crag.types import Answer, AnswerKind, ScoredChunk, Source, Strip, ThresholdsFrom, WebResult
 from crag.websearch import Searcher, WebSearchUnavailable, build_searcher, fetch_pages
 
 # Failures the pipeline survives become notes on the answer; the log keeps their cause for whoever runs the server.
@@ -111,7 +111,11 @@ class Pipeline:
         changes: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
         if "scope" in changes:  # folders and files, as a Scope or as paths
             changes["scope"] = Scope.of(changes["scope"])
-        return replace(Options.from_settings(self.settings), **changes)
+        options = replace(Options.from_settings(self.settings), **changes)
+        settings = (self.settings.lower_threshold, self.settings.upper_threshold)
+        if "thresholds_from" not in changes and (options.lower_threshold, options.upper_threshold) != settings:
+            options = replace(options, thresholds_from=ThresholdsFrom.CHOSEN)  # the answer says whose they were
+        return options
 
     def stream(
         self, question: str, history: History = (), on_step: OnStep | None = None, **overrides: Unpack[Overrides]

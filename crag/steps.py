@@ -10,7 +10,7 @@ from crag.config import Settings
 from crag.overview import Overview
 from crag.scope import EVERYTHING, Scope
 from crag.store import Mode
-from crag.types import Action, ScoredChunk, Strip, TermCheck, WebResult
+from crag.types import Action, ScoredChunk, Strip, TermCheck, ThresholdsFrom, WebResult
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,7 @@ class Options:
     retrieval_mode: Mode
     answer_mode: str  # auto | evidence | generated
     scope: Scope = EVERYTHING  # where the question is asked: folders or files under the files folder
+    thresholds_from: ThresholdsFrom = ThresholdsFrom.SETTINGS  # where the two thresholds came from
 
     @classmethod
     def from_settings(cls, s: Settings) -> Options:
@@ -100,6 +101,7 @@ class Overrides(TypedDict, total=False):
     top_k: int | None
     upper_threshold: float | None
     lower_threshold: float | None
+    thresholds_from: ThresholdsFrom | None
     web: bool | None
     evaluator: str | None
     retrieval_mode: Mode | None
