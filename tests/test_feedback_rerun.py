@@ -18,6 +18,11 @@ BETA = "Which port does the beta daemon listen on?"
 
 @pytest.fixture
 def offline(tmp_path: Path, closed_port_url: str) -> Settings:
+    return two_manuals(tmp_path, closed_port_url)
+
+
+def two_manuals(tmp_path: Path, closed_port_url: str) -> Settings:
+    """Two small manuals, alpha.pdf and beta.pdf, not indexed yet; the embedded backend, quoted answers, no web."""
     files = tmp_path / "Files"
     files.mkdir()
     text_pdf(

@@ -155,10 +155,10 @@ def by_rating(labels: Sequence[Label]) -> alt.Chart:
             color=alt.Color(
                 "rating:N",
                 scale=alt.Scale(domain=list(THUMBS.values()), range=["#21a366", "#e0443e"]),
-                legend=alt.Legend(orient="bottom", title=None),
+                legend=alt.Legend(orient="right", title=None),
             ),
         )
-        .properties(height=220)
+        .properties(height=240)
     )
 
 
@@ -199,7 +199,9 @@ def still_found(pipeline: Any, settings: Settings, scope: tuple[str, ...], label
         return
     if not gone:
         st.success(
-            f"The passages of all {checked} answers you rated up are still retrieved for their questions.",
+            "The passages of the answer you rated up are still retrieved for its question."
+            if checked == 1
+            else f"The passages of all {checked} answers you rated up are still retrieved for their questions.",
             icon=":material/task_alt:",
         )
         return
@@ -320,8 +322,9 @@ def fitted(
     elif found.verdict is Verdict.ONE_SIDED:
         st.info("Every rated answer here is rated the same way: a fit needs thumbs up and thumbs down to separate.")
     elif found.verdict is Verdict.NO_SUPPORT:
+        change = "a further change" if applied is not None else "a change"
         st.info(
-            f"**Your ratings do not support a change.** Thresholds fitted to them got {found.held_out_accuracy:.0%} "
+            f"**Your ratings do not support {change}.** Thresholds fitted to them got {found.held_out_accuracy:.0%} "
             f"of the verdicts right on answers they were not fitted on; the ones answering now get "
             f"{found.current_accuracy:.0%} right.",
             icon=":material/balance:",
@@ -350,7 +353,7 @@ def proposal(store: Conversations, scope: tuple[str, ...], found: Fit, labels: S
             "verdict now": ACTION_NAMES[m.before],
             "would be": ACTION_NAMES[m.after],
             "right now": m.right_before,
-            "right then": m.right_after,
+            "right if applied": m.right_after,
         }
         for m in found.moved
     ]
@@ -368,19 +371,13 @@ def proposal(store: Conversations, scope: tuple[str, ...], found: Fit, labels: S
 
 
 def grades_chart(labels: Sequence[Label], found: Fit) -> alt.LayerChart:
-    """Each rated answer's best grade (what the thresholds cut), by its rating, with the thresholds now and proposed:
-    the answers rated up should sit at or above the upper one, those rated down below it."""
+    """Where the rated answers' best grades (what the thresholds cut) fall, by rating, with the thresholds now and
+    proposed: the answers rated up should sit at or above the upper one, those rated down below it."""
     from crag.feedback import Replay
 
-    moved = {m.label.answer_id for m in found.moved}
     data = pd.DataFrame(
         [
-            {
-                "best grade": label.answered.best,
-                "rating": THUMBS[label.rating],
-                "verdict": "changes" if label.answer_id in moved else "stays",
-                "question": shorten(label.answered.question, 80),
-            }
+            {"best grade": label.answered.best, "rating": THUMBS[label.rating]}
             for label in labels
             if label.answered.replay is not Replay.FIXED
         ]
@@ -390,30 +387,43 @@ def grades_chart(labels: Sequence[Label], found: Fit) -> alt.LayerChart:
     lines = pd.DataFrame(
         {
             "value": [t.lower, t.upper, p.lower, p.upper],
-            "threshold": ["now: lower", "now: upper", "proposed: lower", "proposed: upper"],
+            "threshold": [f"now: lower {t.lower:.2f}", f"now: upper {t.upper:.2f}"]
+            + [f"proposed: lower {p.lower:.2f}", f"proposed: upper {p.upper:.2f}"],
         }
     )
-    points = (
+    bars = (
         alt.Chart(data)
-        .mark_point(filled=True, size=70, opacity=0.8)
+        .mark_bar(opacity=0.85)
         .encode(
-            x=alt.X("best grade:Q", scale=alt.Scale(domain=[-1, 1]), title="best grade of the answer's passages"),
-            y=alt.Y("rating:N", title=None),
-            shape=alt.Shape("verdict:N", legend=alt.Legend(orient="bottom", title="verdict")),
+            x=alt.X(
+                "best grade:Q",
+                bin=alt.Bin(extent=[-1, 1], step=0.1),
+                scale=alt.Scale(domain=[-1, 1]),
+                title="best grade of the answer's passages",
+            ),
+            y=alt.Y("count():Q", title="rated answers"),
             color=alt.Color(
                 "rating:N",
                 scale=alt.Scale(domain=list(THUMBS.values()), range=[ZONE_COLORS["Correct"], ZONE_COLORS["Incorrect"]]),
-                legend=None,
+                legend=alt.Legend(orient="right", title=None),
             ),
-            tooltip=["question", "best grade", "verdict"],
+            tooltip=["rating:N", "count():Q"],
         )
     )
     rules = (
         alt.Chart(lines)
-        .mark_rule(strokeDash=[5, 4])
-        .encode(x="value:Q", color=alt.Color("threshold:N", legend=alt.Legend(orient="bottom", title=None)))
+        .mark_rule(strokeWidth=2)
+        .encode(
+            x="value:Q",
+            color=alt.Color(
+                "threshold:N",
+                scale=alt.Scale(range=["#888888", "#444444", "#1f77b4", "#0b3c8c"]),
+                legend=alt.Legend(orient="right", title=None),
+            ),
+            strokeDash=alt.condition("indexof(datum.threshold, 'now') == 0", alt.value([5, 4]), alt.value([1, 0])),
+        )
     )
-    return alt.layer(points, rules).resolve_scale(color="independent").properties(height=170)
+    return alt.layer(bars, rules).resolve_scale(color="independent").properties(height=240)
 
 
 def apply(store: Conversations, scope: tuple[str, ...], found: Fit) -> None:

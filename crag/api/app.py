@@ -26,7 +26,8 @@ from crag.pipeline import Pipeline
 from crag.retriever import index_embedder
 
 DESCRIPTION = (
-    "Ask your PDFs with Corrective RAG, build the knowledge base, and check the backends. "
+    "Ask your PDFs with Corrective RAG, rate the answers (`POST /feedback`, by the `answer_id` of `/ask`), build the "
+    "knowledge base, and check the backends. "
     'Errors are JSON `{"error": message}`; the message says what to do. Under `/v1`, an OpenAI-compatible '
     'chat-completions API over the same knowledge base, with OpenAI\'s error shape `{"error": {"message", '
     '"type", "param", "code"}}`. At `/mcp`, the knowledge base as an MCP server (Streamable HTTP): the tools '
