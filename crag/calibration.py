@@ -133,24 +133,54 @@ def right_count(labels: Sequence[Label], thresholds: Thresholds) -> int:
     return sum(1 for label in labels if label.right(label.answered.replayed(thresholds.lower, thresholds.upper)))
 
 
+def right_table(labels: Sequence[Label], candidates: Sequence[Thresholds]) -> Any:
+    """Whether each pair of ``candidates`` (rows) gives each label (columns) its right verdict: ``right_count``'s
+    replay (``Answered.replayed``) for every pair and label at once, as a boolean array."""
+    import numpy as np  # with the first fit, not with the first page
+
+    def column(values: list[Any]) -> Any:
+        return np.array(values)[None, :]
+
+    best = column([label.answered.best for label in labels])
+    capped = column([label.answered.replay is Replay.CAPPED for label in labels])
+    fixed = column([label.answered.replay is Replay.FIXED or label.answered.action is None for label in labels])
+    stays = column([label.right(label.answered.action) for label in labels])
+    ok = {action: column([action in label.targets for label in labels]) for action in Action}
+    lower = np.array([t.lower for t in candidates])[:, None]
+    upper = np.array([t.upper for t in candidates])[:, None]
+    correct = (best >= upper) & ~capped
+    ambiguous = ~correct & (best >= lower)
+    incorrect = ~correct & ~ambiguous
+    right = (correct & ok[Action.CORRECT]) | (ambiguous & ok[Action.AMBIGUOUS]) | (incorrect & ok[Action.INCORRECT])
+    return np.where(fixed, stays, right)
+
+
+def nearest_best(counts: Any, candidates: Sequence[Thresholds], current: Thresholds) -> Thresholds:
+    """Of the pairs with the most right verdicts (``counts``, one per candidate), the nearest to ``current``."""
+    best = counts.max()
+    tied = [t for t, n in zip(candidates, counts, strict=True) if n == best]
+    return min(tied, key=lambda t: (abs(t.lower - current.lower) + abs(t.upper - current.upper), t.upper, t.lower))
+
+
 def best_fit(labels: Sequence[Label], current: Thresholds) -> Thresholds:
     """The thresholds that give the most of ``labels`` their right verdict; of those tied, the nearest to
     ``current`` (the labels say nothing to move further)."""
-    scored = [(right_count(labels, t), t) for t in pairs(current)]
-    best = max(n for n, _ in scored)
-    tied = [t for n, t in scored if n == best]
-    return min(tied, key=lambda t: (abs(t.lower - current.lower) + abs(t.upper - current.upper), t.upper, t.lower))
+    candidates = pairs(current)
+    return nearest_best(right_table(labels, candidates).sum(axis=1), candidates, current)
 
 
 def held_out(labels: Sequence[Label], current: Thresholds) -> int:
     """How many of ``labels`` get their right verdict from thresholds fitted on the other folds (k-fold, the
     answers dealt to the folds in the order they were rated)."""
+    candidates = pairs(current)
+    table = right_table(labels, candidates)
     folds = min(_CAL.folds, len(labels))
     right = 0
     for k in range(folds):
-        test = labels[k::folds]
-        train = [label for i, label in enumerate(labels) if i % folds != k]
-        right += right_count(test, best_fit(train, current))
+        test = [i for i in range(len(labels)) if i % folds == k]
+        train = [i for i in range(len(labels)) if i % folds != k]
+        chosen = candidates.index(nearest_best(table[:, train].sum(axis=1), candidates, current))
+        right += int(table[chosen, test].sum())
     return right
 
 

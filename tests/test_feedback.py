@@ -180,20 +180,27 @@ def test_an_import_that_is_no_export_of_ratings_imports_nothing(tmp_path: Path, 
 # ---------------------------------------------------------------------------------------------
 # A store written by the version before ratings opens and migrates in place
 
-# The schema of the chat store as bbb1a33 wrote it (and its older stores, migrated to it).
+# The schema of the chat store as bbb1a33 wrote it, verbatim (its older stores were migrated to it).
 OLD_SCHEMA = """
-CREATE TABLE conversations (
-    id TEXT PRIMARY KEY, title TEXT NOT NULL, created REAL NOT NULL, updated REAL NOT NULL,
+CREATE TABLE IF NOT EXISTS conversations (
+    id TEXT PRIMARY KEY,
+    title TEXT NOT NULL,
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
     scope TEXT NOT NULL DEFAULT '[]'
 );
-CREATE TABLE messages (
+CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     conversation TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
     role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
-    content TEXT NOT NULL, answer TEXT, complete INTEGER NOT NULL DEFAULT 1, error TEXT NOT NULL DEFAULT '',
-    created REAL NOT NULL, stop TEXT NOT NULL DEFAULT ''
+    content TEXT NOT NULL,
+    answer TEXT,
+    complete INTEGER NOT NULL DEFAULT 1,
+    error TEXT NOT NULL DEFAULT '',
+    created REAL NOT NULL,
+    stop TEXT NOT NULL DEFAULT ''
 );
-CREATE INDEX messages_by_conversation ON messages (conversation, id);
+CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages (conversation, id);
 """
 
 
@@ -363,3 +370,35 @@ def test_an_applied_fit_answers_its_scope_and_reverts_exactly(tmp_path: Path) ->
     assert store.revert_thresholds(["manuals"]) == first and store.applied(["manuals"]) is None
     assert answering(DEFAULTS, store.applied(["manuals"])) == (DEFAULTS, ThresholdsFrom.SETTINGS)
     assert store.revert_thresholds(["manuals"]) is None
+
+
+def test_an_answer_says_whose_thresholds_decided_it(settings) -> None:
+    from tests.fakes import pipeline
+
+    fake = pipeline(settings, [chunk("The widget needs two cores.")], [0.9])
+    assert fake.options().thresholds_from is ThresholdsFrom.SETTINGS
+    assert fake.options(upper_threshold=settings.upper_threshold).thresholds_from is ThresholdsFrom.SETTINGS
+    assert fake.options(upper_threshold=0.3).thresholds_from is ThresholdsFrom.CHOSEN
+    fitted = fake.options(upper_threshold=0.3, lower_threshold=-0.2, thresholds_from=ThresholdsFrom.FITTED)
+    assert fitted.thresholds_from is ThresholdsFrom.FITTED
+    trace = fake.ask("How many cores?", upper_threshold=0.3).trace
+    assert trace is not None and trace.thresholds_from is ThresholdsFrom.CHOSEN and trace.thresholds == (-0.8, 0.3)
+
+
+def test_the_fit_replays_every_pair_of_thresholds_as_each_answer_does() -> None:
+    """The fit's table of right verdicts (every pair of thresholds, every answer at once) says what each answer's own
+    replay says, whatever its rating, faults, action and how its action follows from its grades."""
+    from itertools import product
+
+    from crag.calibration import pairs, right_count, right_table
+
+    kinds = list(product(Rating, [(), (Wrong.BADGE,), (Wrong.SOURCES,), (Wrong.BADGE, Wrong.ANSWER)], Replay))
+    labels = []
+    for n, (rating, wrong, replay) in enumerate(kinds * 3):
+        made = label(n, round(-1 + (n * 0.137) % 2, 3), rating, wrong)
+        labels.append(replace(made, answered=replace(made.answered, replay=replay, action=list(Action)[n % 3])))
+    candidates = pairs(DEFAULTS)[::7]
+    table = right_table(labels, candidates)
+    for row, t in zip(table, candidates, strict=True):
+        assert list(row) == [x.right(x.answered.replayed(t.lower, t.upper)) for x in labels]
+        assert int(row.sum()) == right_count(labels, t)
