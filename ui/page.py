@@ -1,4 +1,5 @@
-"""The pages: the chat (settings, the pipeline, the sidebar, then the conversation) and Evaluate. Nothing here raises to Streamlit."""
+"""The pages: the chat (settings, the pipeline, the sidebar, then the conversation) and Evaluate. Nothing here
+raises to Streamlit."""
 
 from __future__ import annotations
 
