@@ -10,7 +10,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     load.add_argument("--sync", action="store_true", help="then sync it with the files folder, if they differ")
     load.add_argument("--files", type=Path, help="folder of PDFs (default: CRAG_FILES_DIR)")
     load.add_argument("--db", type=Path, help="index folder (default: CRAG_CHROMA_DIR)")
+    _evaluate_parser(commands)
     return parser
 
 
@@ -381,21 +382,182 @@ def _import(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------
+# evaluate: the rated answers of each knowledge base as its test set
+
+
+def _evaluate_parser(commands: Any) -> None:
+    evaluate = commands.add_parser(
+        "evaluate",
+        help="judge the verdicts by the ratings of the answers (the page's Evaluate page), and fit the thresholds",
+    )
+    evaluate.add_argument("--db", type=Path, help="index folder, with the chats and ratings (default: CRAG_CHROMA_DIR)")
+    evaluate.add_argument("--scope", action="append", metavar="PATH", help=SCOPE_HELP.replace("ask", "evaluate", 1))
+    evaluate.add_argument("--rerun", action="store_true", help="ask every rated question again and say what changed")
+    evaluate.add_argument(
+        "--apply", action="store_true", help="apply the fitted thresholds to the scope, when the ratings support them"
+    )
+    evaluate.add_argument("--revert", action="store_true", help="take back the fit applied to the scope last")
+    evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from crag.conversations import Conversations
+    from crag.feedback import scope_key
+
+    settings = _settings(args)
+    store = Conversations(settings.chroma_dir / "conversations.sqlite3")
+    asked = [scope_key(_scope(args, settings).paths)] if args.scope else None
+    scopes = asked or [scope for scope, _ in store.rated_scopes()]
+    if not scopes:
+        print(
+            "No answer is rated yet: rate answers with the thumbs under them (or POST /feedback), then evaluate.",
+            file=sys.stderr,
+        )
+        return 0
+    pipeline = _evaluation_pipeline(settings, args.rerun)
+    reports = [_scope_report(store, settings, scope, pipeline, args) for scope in scopes]
+    if args.json:
+        print(json.dumps({"scopes": reports}, ensure_ascii=False))
+    else:
+        print("\n\n".join(_report_text(report) for report in reports))
+    return 0
+
+
+def _evaluation_pipeline(settings: Settings, rerun: bool) -> Any:
+    """The pipeline to ask again with (``rerun``), else the retriever alone, to look for lost passages; None when
+    nothing is indexed."""
+    from crag.pipeline import Pipeline
+    from crag.retriever import open_retriever
+
+    if rerun:
+        return Pipeline.from_settings(settings)
+    retriever = open_retriever(settings)
+    return retriever if retriever.current() is not None else None
+
+
+def _scope_report(store: Any, settings: Settings, scope: tuple[str, ...], found: Any, args: argparse.Namespace) -> dict:
+    from crag.calibration import Thresholds, Verdict, answering, fit, overrides
+    from crag.feedback import lost, rerun, verdicts
+    from crag.pipeline import Pipeline
+
+    labels = store.labels(scope)
+    base = Thresholds(settings.lower_threshold, settings.upper_threshold)
+    reverted = store.revert_thresholds(scope) if args.revert else None
+    thresholds, source = answering(base, store.applied(scope))
+    fitted = fit(labels, thresholds, scope)
+    applied = None
+    if args.apply and fitted.verdict is Verdict.PROPOSED and fitted.proposed is not None:
+        applied = store.apply_thresholds(
+            scope, fitted.proposed, thresholds, fitted.decided, fitted.held_out_accuracy, fitted.current_accuracy
+        )
+        thresholds, source = answering(base, applied)
+    retriever = found.retriever if isinstance(found, Pipeline) else found
+    report: dict[str, Any] = {
+        "scope": list(scope),
+        "ratings": len(labels),
+        "up": sum(1 for label in labels if label.rating == "up"),
+        "verdicts": [
+            {"action": v.action.value, "right": v.right, "rated": v.total, "up": v.up, "down": v.down}
+            for v in verdicts(labels)
+        ],
+        "thresholds": {"lower": thresholds.lower, "upper": thresholds.upper, "from": source.value},
+        "applied": applied is not None,  # --apply: whether the fit was applied (only when the ratings support it)
+        "reverted": reverted is not None,  # --revert: whether a fit was taken back
+        "fit": _fit_json(fitted),
+        "lost": None
+        if retriever is None
+        else [_question_json(label) for label in lost(retriever, labels, settings.top_k, settings.retrieval_mode)],
+    }
+    if isinstance(found, Pipeline):
+        report["rerun"] = [_rerun_json(rerun(found, label, **overrides(thresholds, source))) for label in labels]
+    return report
+
+
+def _question_json(label: Any) -> dict[str, Any]:
+    was = label.answered
+    return {
+        "answer_id": label.answer_id,
+        "question": was.question,
+        "rating": label.rating.value,
+        "action": was.action.value if was.action else None,
+        "pages": sorted([file, page] for file, page in was.pages),
+    }
+
+
+def _fit_json(fitted: Any) -> dict[str, Any]:
+    proposed = fitted.proposed
+    return {
+        "verdict": fitted.verdict.value,
+        "decided": fitted.decided,
+        "needed": fitted.needed,
+        "current_accuracy": round(fitted.current_accuracy, 4),
+        "held_out_accuracy": round(fitted.held_out_accuracy, 4),
+        "proposed": {"lower": proposed.lower, "upper": proposed.upper} if proposed else None,
+        "proposed_accuracy": round(fitted.proposed_accuracy, 4) if proposed else None,
+        "moved": [
+            {**_question_json(m.label), "before": m.before.value, "after": m.after.value, "right": m.right_after}
+            for m in fitted.moved
+        ],
+    }
+
+
+def _rerun_json(again: Any) -> dict[str, Any]:
+    now = again.now
+    return {
+        **_question_json(again.label),
+        "status": "same" if again.same else "changed",
+        "changes": [c.value for c in again.changes],
+        "now": None
+        if now is None
+        else {
+            "action": now.action.value if now.action else None,
+            "pages": sorted([file, page] for file, page in now.pages),
+            "sentence": now.sentence,
+        },
+        "error": again.error or None,
+    }
+
+
+def _scope_name(scope: Sequence[str]) -> str:
+    return ", ".join(scope) if scope else "all documents"
+
+
+def _report_text(report: dict[str, Any]) -> str:
+    fit, t = report["fit"], report["thresholds"]
+    lines = [f"{_scope_name(report['scope'])}: {report['ratings']} rated ({report['up']} up)"]
+    lines += [f"  {v['action']:>9}  right {v['right']}/{v['rated']}" for v in report["verdicts"] if v["rated"]]
+    if report["reverted"]:
+        lines.append("  the fit applied last was taken back")
+    lines.append(f"  thresholds: lower {t['lower']:.2f}, upper {t['upper']:.2f} ({t['from']})")
+    if report["applied"]:
+        lines.append("  the fit below was applied: it answers this scope from now on")
+    if fit["verdict"] == "proposed":
+        p = fit["proposed"]
+        lines.append(
+            f"  fit: lower {p['lower']:.2f}, upper {p['upper']:.2f}: held out {fit['held_out_accuracy']:.0%} of "
+            f"verdicts right, {fit['current_accuracy']:.0%} now; {len(fit['moved'])} answers change verdict "
+            "(--apply applies it)"
+        )
+    elif fit["verdict"] == "no_support":
+        lines.append(
+            f"  fit: the ratings do not support a change (held out {fit['held_out_accuracy']:.0%}, "
+            f"{fit['current_accuracy']:.0%} now)"
+        )
+    else:
+        lines.append(f"  fit: {fit['needed']} more rated answers needed, thumbs up and down both among them")
+    for label in report["lost"] or ():
+        lines.append(f"  no longer retrieved: {label['question']}")
+    for again in report.get("rerun", ()):
+        what = ", ".join(again["changes"])
+        lines.append(f"  {again['status']:>7}  {again['question']}" + (f" ({what})" if what else ""))
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        commands = {
-            "index": _index,
-            "retrieve": _retrieve,
-            "ask": _ask,
-            "bench": _bench,
-            "serve": _serve,
-            "mcp": _mcp,
-            "watch": _watch,
-            "export": _export,
-            "import": _import,
-        }
-        return commands[args.command](args)
+        return _COMMANDS[args.command](args)
     except CragError as exc:
         print(f"error: {said(str(exc), exc.remedy, REMEDIES)}", file=sys.stderr)
         return 2
@@ -406,3 +568,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             from crag.models import close_event_loop
 
             close_event_loop()
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "index": _index,
+    "retrieve": _retrieve,
+    "ask": _ask,
+    "bench": _bench,
+    "serve": _serve,
+    "mcp": _mcp,
+    "watch": _watch,
+    "export": _export,
+    "import": _import,
+    "evaluate": _evaluate,
+}

@@ -215,6 +215,11 @@ class Settings(BaseSettings):
     api_max_answers: int = Field(
         4, ge=1, le=256, description="Answers the API makes at once; past it a request is told to retry (429)."
     )
+    api_store_answers: bool = Field(
+        True,
+        description="Keep the answers of POST /ask beside the chats, so that they can be rated (POST /feedback) and "
+        "evaluated (on|off); off: /ask keeps nothing and returns no answer_id.",
+    )
 
     @field_validator("ollama_url")
     @classmethod

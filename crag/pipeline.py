@@ -46,7 +46,7 @@ from crag.store import Mode, fuse, index_text
 from crag.stream import AnswerStream, OnStep
 from crag.text import clean_question, content_words, language, warm_up
 from crag.tuning import TUNING
-from crag.types import Answer, AnswerKind, ScoredChunk, Source, Strip, WebResult
+from crag.types import Answer, AnswerKind, ScoredChunk, Source, Strip, ThresholdsFrom, WebResult
 from crag.websearch import Searcher, WebSearchUnavailable, build_searcher, fetch_pages
 
 # Failures the pipeline survives become notes on the answer; the log keeps their cause for whoever runs the server.
@@ -113,7 +113,11 @@ class Pipeline:
             changes["scope"] = Scope.of(changes["scope"])
         if changes.get("use_model") is False:  # each step that would call the model, its way without one
             changes |= {"evaluator": "similarity", "answer_mode": "evidence", "web": False}
-        return replace(Options.from_settings(self.settings), **changes)
+        options = replace(Options.from_settings(self.settings), **changes)
+        settings = (self.settings.lower_threshold, self.settings.upper_threshold)
+        if "thresholds_from" not in changes and (options.lower_threshold, options.upper_threshold) != settings:
+            options = replace(options, thresholds_from=ThresholdsFrom.CHOSEN)  # the answer says whose they were
+        return options
 
     def stream(
         self, question: str, history: History = (), on_step: OnStep | None = None, **overrides: Unpack[Overrides]

@@ -209,6 +209,24 @@ class Answering:
     """When nothing answers, the closest passages shown, said to be such. Hand-set."""
 
 
+@dataclass(frozen=True)
+class Calibration:
+    """When the ratings of a knowledge base's answers may move its thresholds (``crag.calibration``)."""
+
+    min_labels: int = 20
+    """Rated answers a scope needs, thumbs up and down both among them, before a fit is proposed. Hand-set: fewer
+    leave a fold of the cross-validation one or two answers to judge by."""
+    folds: int = 5
+    """Folds of the cross-validation that judges a fit on answers it was not fitted on. Hand-set."""
+    margin: float = 0.05
+    """The held-out verdict accuracy a fit must beat the current thresholds' by, as a share of the rated answers.
+    Hand-set: a gain this small is within what one mislabelled answer moves."""
+    min_gain: int = 2
+    """And by at least this many answers held out, whatever the share. Hand-set, with ``margin``."""
+    step: float = 0.05
+    """The grid the thresholds are fitted on, as the benchmark's own fit (``crag.bench.answers``). Hand-set."""
+
+
 @dataclass(kw_only=True, frozen=True)
 class Tuning:
     """Every group of chosen numbers."""
@@ -224,6 +242,7 @@ class Tuning:
     followups: Followups = field(default_factory=Followups)
     retrieval: Retrieval = field(default_factory=Retrieval)
     support: Support = field(default_factory=Support)
+    calibration: Calibration = field(default_factory=Calibration)
 
 
 TUNING = Tuning()

@@ -219,6 +219,14 @@ class TermCheck:
         return upper - 0.01 if self.missing else math.inf
 
 
+class ThresholdsFrom(StrEnum):
+    """Where the thresholds an answer was decided with came from."""
+
+    SETTINGS = "settings"  # the app's settings (CRAG_UPPER_THRESHOLD, CRAG_LOWER_THRESHOLD)
+    CHOSEN = "chosen"  # chosen for this question: the page's Answer settings, or an argument
+    FITTED = "fitted"  # fitted to the ratings of the scope's answers, and applied to that scope (``crag.calibration``)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Trace:
     """How an answer was made, for the expander in the UI and for ``ask --json``."""
@@ -228,6 +236,7 @@ class Trace:
     action: Action | None = None
     retrieved: tuple[ScoredChunk, ...] = ()  # scored by the evaluator, in retrieval order
     thresholds: tuple[float, float] = (-1.0, 1.0)  # (lower, upper) the action was decided with
+    thresholds_from: ThresholdsFrom | None = None  # where they came from; None in answers stored before it was kept
     terms: TermCheck = TermCheck()
     strips: tuple[Strip, ...] = ()
     web_query: str = ""

@@ -166,9 +166,11 @@ def test_upload_rebuild_ask_and_inspect_in_a_real_browser(streamlit_url: str, tm
         page.reload()
         expect(messages).to_have_count(6, timeout=120_000)
         expect(messages.nth(5)).to_contain_text("no model wrote this", timeout=60_000)
-        expect(messages.nth(1).get_by_text("Correct")).to_have_count(0)
+        # Folded: its badge and first line only (the badge on that line), its details drawn once opened.
+        expect(messages.nth(1).locator("summary").first).to_contain_text("Correct")
+        expect(messages.nth(1).get_by_text("How this answer was made")).to_have_count(0)
         messages.nth(1).locator("summary").first.click()
-        expect(messages.nth(1).get_by_text("Correct").first).to_be_visible(timeout=30_000)
+        expect(messages.nth(1).get_by_text("How this answer was made").first).to_be_visible(timeout=30_000)
         page.screenshot(path=str(OUTPUT / "browser-reloaded.png"), full_page=True)
 
         # "New chat" starts an empty conversation; the previous one stays in the sidebar.

@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
@@ -28,7 +28,7 @@ import crag.files
 import crag.store
 from crag import first_imports
 from crag.config import Settings, load_settings
-from crag.conversations import Conversations, private_history
+from crag.conversations import Conversations, HistoryUnavailable, private_history
 from crag.errors import CragError
 from crag.jobs import Builds
 from crag.store import Generation
@@ -103,6 +103,19 @@ ALONE = "ask_alone"  # a question to ask again without the conversation before i
 def ask_alone(question: str) -> None:
     """Under an answer read as a follow-up, "Ask it on its own": the question again, read as it is."""
     st.session_state[ALONE] = question
+
+
+def thresholds(store: Conversations, settings: Settings, options: dict[str, Any]) -> dict[str, Any]:
+    """The thresholds that answer the next question, as ``Pipeline.stream`` options, with whose they are: those of
+    the Answer settings when moved from the app's, else a fit applied to the question's scope, else the app's."""
+    from crag.calibration import Thresholds, answering, overrides
+
+    chosen = Thresholds(options["lower_threshold"], options["upper_threshold"])
+    try:
+        applied = store.applied(options.get("scope") or ())
+    except HistoryUnavailable:  # the sidebar says the history cannot be used; the app's thresholds answer
+        applied = None
+    return overrides(*answering(Thresholds(settings.lower_threshold, settings.upper_threshold), applied, chosen))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from starlette.applications import Starlette
 import crag
 from crag.api.ask import ask_router
 from crag.api.errors import add_error_handlers
+from crag.api.feedback import feedback_router
 from crag.api.guards import BodyLimit, HostCheck, HostRule, JsonBody
 from crag.api.health import health_router
 from crag.api.http import UNAUTHORIZED, ApiError, BearerAuth, Json
@@ -26,7 +27,8 @@ from crag.retriever import index_embedder
 from crag.watch import Watcher
 
 DESCRIPTION = (
-    "Ask your PDFs with Corrective RAG, build the knowledge base, and check the backends. "
+    "Ask your PDFs with Corrective RAG, rate the answers (`POST /feedback`, by the `answer_id` of `/ask`), build the "
+    "knowledge base, and check the backends. "
     'Errors are JSON `{"error": message}`; the message says what to do. Under `/v1`, an OpenAI-compatible '
     'chat-completions API over the same knowledge base, with OpenAI\'s error shape `{"error": {"message", '
     '"type", "param", "code"}}`. At `/mcp`, the knowledge base as an MCP server (Streamable HTTP): the tools '
@@ -71,6 +73,7 @@ def create_app(
     app.state.service = service
     for router in (ask_router, index_router, health_router, openai_router):
         app.include_router(router(service))
+    app.include_router(feedback_router(service.chats))
     app.router.routes.extend(mcp.routes)  # /mcp, behind the token like every route
     add_error_handlers(app)
     # Added last is outermost: who may ask first, then how much, then in what format.
