@@ -30,6 +30,7 @@ import pkgutil
 import re
 import resource
 import signal
+import statistics
 import string
 import subprocess
 import sys
@@ -53,7 +54,7 @@ SKIPPED = ("crag.bench",)
 SIZE = 20_000  # characters of each adversarial text; the growth check doubles it
 GROWTH = 2.5  # a linear pattern takes about twice as long on twice the text; a quadratic one four times
 FLOOR = 0.0005  # CPU seconds on the shorter text under which growth is not judged: too short to time well
-RUNS = 5  # runs of a pattern whose growth looks too steep at first, the least time of them taken
+RUNS = 7  # pairs of runs of a pattern whose growth looks too steep at first, the median of them taken
 METHODS = ("search", "fullmatch", "finditer")
 
 ISSUE_ZH = (
@@ -318,27 +319,30 @@ def exercise() -> None:
 
 
 def _run(pattern: re.Pattern[str], method: str, text: str) -> float:
-    """Process CPU time of one run: unlike wall time, it does not count the time other processes take."""
-    start = time.process_time()
+    """CPU time of one run, in this thread: unlike wall time or process time, it counts no time that other
+    processes, or threads of this one, take."""
+    start = time.thread_time()
     if method == "finditer":
         collections.deque(pattern.finditer(text), maxlen=0)
     else:
         getattr(pattern, method)(text)
-    return time.process_time() - start
+    return time.thread_time() - start
 
 
 def growth(pattern: re.Pattern[str], method: str, short: str, long: str, runs: int = RUNS) -> float:
-    """How many times longer ``method`` takes over ``long`` than over ``short`` (twice as long), the least CPU time
-    of ``runs`` runs each; 0 when it takes too little time over ``short`` to judge."""
-    quick = min(_run(pattern, method, short) for _ in range(runs))
-    if quick < FLOOR:
+    """How many times longer ``method`` takes over ``long`` than over ``short`` (twice as long): the median, over
+    ``runs`` pairs of runs, of one run over ``long`` against the run over ``short`` just before it. Taken in pairs,
+    both texts meet the same machine: the other test process sharing the cores slows both or neither. 0 when it
+    takes too little time over ``short`` to judge."""
+    pairs = [(_run(pattern, method, short), _run(pattern, method, long)) for _ in range(runs)]
+    if min(quick for quick, _ in pairs) < FLOOR:
         return 0.0
-    return min(_run(pattern, method, long) for _ in range(runs)) / quick
+    return statistics.median(slow / max(quick, 1e-9) for quick, slow in pairs)
 
 
 def too_steep(pattern: re.Pattern[str], method: str, short: str, long: str) -> float:
-    """The growth of a pattern over a text when it is more than ``GROWTH``, else 0: once at first, and again with the
-    least of ``RUNS`` runs when once looks too steep (a linear pattern's one run may have been slowed)."""
+    """The growth of a pattern over a text when it is more than ``GROWTH``, else 0: once at first, and again over
+    ``RUNS`` pairs of runs when once looks too steep (a linear pattern's one run may have been slowed)."""
     once = growth(pattern, method, short, long, runs=1)
     if once <= GROWTH:
         return 0.0
