@@ -59,6 +59,7 @@ from crag.types import Chunk, FileResult, OnProgress, Progress
 
 FORMAT: Literal["crag-archive"] = "crag-archive"
 VERSION = 1
+LABELS = "feedback/labels.json"  # the ratings member, when there are ratings
 MANIFEST = "crag-archive.json"
 MANIFEST_LIMIT = 64 << 20  # bytes: a manifest lists members, it is never this long
 BLOCK = 1 << 20  # bytes read or written at a time: members stream, whatever their size
@@ -80,6 +81,7 @@ class Kind(StrEnum):
     RECORDS = "records"  # the per-file records (the index's manifest)
     LEXICAL = "lexical"
     PDF = "pdf"
+    LABELS = "labels"  # the users' ratings of answers in this knowledge base (``crag.feedback``)
 
 
 class Member(BaseModel):
@@ -202,6 +204,19 @@ class _ArchiveWriter:
                     with self.member(f"index/bm25/{path.name}", Kind.LEXICAL) as out, path.open("rb") as fh:
                         shutil.copyfileobj(fh, out, BLOCK)
 
+    def labels(self, chats: Path) -> int:
+        """The ratings kept beside the index, when there are any: they travel with the knowledge base they rate."""
+        if not chats.is_file():
+            return 0
+        from crag.conversations import Conversations
+
+        labels = Conversations(chats).export_labels()
+        if not labels["labels"]:
+            return 0
+        with self.member(LABELS, Kind.LABELS) as out:
+            out.write(json.dumps(labels, ensure_ascii=False).encode())
+        return len(labels["labels"])
+
     def pdfs(self, files_dir: Path, records: Sequence[FileResult]) -> tuple[int, tuple[str, ...]]:
         """The PDFs of the index, each as the index read it; one changed since, or gone, is left out and said."""
         put, left_out = 0, []
@@ -255,6 +270,7 @@ def export_archive(settings: Settings, target: Path, *, with_files: bool = False
         with zipfile.ZipFile(part, "w", allowZip64=True) as zf:
             out = _ArchiveWriter(zf)
             out.index(reader)
+            out.labels(chats_file(settings))
             pdfs, left_out = out.pdfs(settings.files_dir, reader.manifest) if with_files else (0, ())
             out.finish(reader.generation)
         with part.open("rb") as fh:
@@ -467,6 +483,26 @@ def _extract(
     return tuple(f"{name}: a kind of member this version does not use, left aside." for name in aside)
 
 
+def chats_file(settings: Settings) -> Path:
+    """Where the chats and their ratings are kept beside the index."""
+    return settings.chroma_dir / "conversations.sqlite3"
+
+
+def _labels(settings: Settings, staged: Path) -> tuple[str, ...]:
+    """The archive's ratings, added to this installation's: a rating it holds already is replaced only by a newer
+    one. Ratings that cannot be read are left aside, with a note: the index they rate is imported all the same."""
+    if not staged.is_file():
+        return ()
+    from crag.conversations import Conversations
+    from crag.feedback import BadLabels
+
+    try:
+        added = Conversations(chats_file(settings)).import_labels(json.loads(staged.read_text(encoding="utf-8")))
+    except (BadLabels, ValueError, OSError) as exc:
+        return (f"its ratings were left aside: {exc}",)
+    return (f"{added} rating(s) of answers came with it: the Evaluate page shows them.",) if added else ()
+
+
 def _load(index_dir: Path, built: Built, archive: Path) -> _Loaded:
     """The staged index, read back and checked: a vector per passage, each file's passages as its record counts
     them and named after its content."""
@@ -611,6 +647,7 @@ def import_archive(
             folder = _folder(settings.files_dir, loaded, pdf_dir, archive)
             generation = _commit(store, embedder, built, loaded, folder, report)
             placed = _place(settings.files_dir, folder)
+            aside += _labels(settings, index_dir / LABELS)
     report(Progress(stage="done"))
     return Imported(
         archive=archive.name,

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from crag.archive import MANIFEST, ArchiveRefused, export_archive, import_archive, sha256_of
+from crag.archive import MANIFEST, ArchiveRefused, chats_file, export_archive, import_archive, sha256_of
 from crag.config import Settings, load_settings
+from crag.conversations import Conversations
+from crag.feedback import Rating, Wrong
 from crag.ingest import sync
 from crag.models import EmbedderUnavailable
 from crag.store import open_store
@@ -378,3 +380,22 @@ def test_the_command_line_says_why_an_import_is_refused(
     assert "kb.crag was not imported: it was built with fake:hash embeddings" in err
     assert main(["import", str(tmp_path / "missing.crag"), *here]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_the_ratings_of_a_knowledge_base_travel_with_it(tmp_path: Path) -> None:
+    """Rated answers are the user's own test set of this knowledge base: exported with it, imported with it."""
+    source = kb(tmp_path / "source")
+    manual_pdf(source.files_dir / "widget.pdf")
+    build(source)
+    answer = pipeline_over(source, HashEmbedder()).ask(QUESTIONS[0], web=False)
+    chats = Conversations(chats_file(source))
+    answer_id = chats.record(QUESTIONS[0], [], answer)
+    chats.rate_answer(answer_id, Rating.DOWN, [Wrong.BADGE], "not this page")
+    archive = tmp_path / "kb.crag"
+    export_archive(source, archive)
+    here = kb(tmp_path / "here")
+    imported = import_archive(here, archive, embedder_for=hash_embedder_for)
+    assert any("1 rating(s)" in note for note in imported.notes)
+    [label] = Conversations(chats_file(here)).labels(None)
+    assert (label.answer_id, label.rating, label.wrong, label.note) == (answer_id, "down", ("badge",), "not this page")
+    assert label.answered.question == QUESTIONS[0]
