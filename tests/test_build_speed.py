@@ -139,11 +139,11 @@ def test_each_worker_parses_on_one_thread_and_is_let_go_when_done(tmp_path: Path
 
 
 class ThreadsSeen(HashEmbedder):
-    """Records the threads each batch of a build is embedded on."""
+    """Records the threads each batch of a build is embedded on (None: never told, every core)."""
 
     def __init__(self) -> None:
-        self.seen: list[int] = []
-        self.threads = 0
+        self.seen: list[int | None] = []
+        self.threads: int | None = None
 
     def use_threads(self, threads: int = 0) -> None:
         self.threads = threads
@@ -164,6 +164,52 @@ def test_the_build_embeds_on_one_thread_while_workers_read(tmp_path: Path, setti
     built = index_files(plan, PyMuPDFParser(), embedder, lambda c, v: None, settings, lambda p: None)
     assert [r.status for r in built.results] == ["indexed"]
     assert embedder.seen[:2] == [1, 1] and set(embedder.seen[2:]) == {0}
+    assert embedder.threads == 0
+
+
+def test_the_embedder_gets_every_core_back_when_the_workers_die(
+    tmp_path: Path, settings: Settings, monkeypatch
+) -> None:
+    """The first file is embedded on one thread while the workers read; they die before the second, which is parsed
+    here: it is embedded on every core, and so are the questions after the build."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    read = ParseAhead.parts
+
+    def dies_before_the_second(self, path, waiting=lambda: None):
+        if path.name == "2.pdf":
+            raise BrokenProcessPool("the parse workers stopped")
+        yield from read(self, path, waiting)
+
+    monkeypatch.setattr(ParseAhead, "parts", dies_before_the_second)
+    monkeypatch.setattr(ParseAhead, "busy", lambda self: True)
+    monkeypatch.setattr("crag.ingest.build.EMBED_BATCH", 4)
+    embedder, written = ThreadsSeen(), []
+    plan = [
+        Planned(path=manual_pdf(tmp_path / f"{n}.pdf", pages=12), name=f"{n}.pdf", hash=str(n) * 64) for n in (1, 2)
+    ]
+    built = index_files(
+        plan, PyMuPDFParser(), embedder, lambda c, v: written.append(len(embedder.seen)), settings, lambda p: None
+    )
+    assert [(r.file, r.status) for r in built.results] == [("1.pdf", "indexed"), ("2.pdf", "indexed")]
+    first = written[0]
+    assert set(embedder.seen[:first]) == {1}, "the first file beside the workers"
+    assert embedder.seen[first:] and set(embedder.seen[first:]) == {0}, "the second file, parsed here"
+    assert embedder.threads == 0
+
+
+def test_files_parse_here_when_the_workers_cannot_start(tmp_path: Path, settings: Settings) -> None:
+    """Workers that die at their start (a real pool, broken): every file is parsed in this process, no worker is
+    left, and the embedder is on every core after the build."""
+    from tests.stuck_parser import NoWorkerParser
+
+    (tmp_path / "log").mkdir()
+    before = set(multiprocessing.active_children())
+    embedder = ThreadsSeen()
+    plan = [Planned(path=manual_pdf(tmp_path / f"{n}.pdf", pages=3), name=f"{n}.pdf", hash=str(n) * 64) for n in (1, 2)]
+    built = index_files(plan, NoWorkerParser(tmp_path / "log"), embedder, lambda c, v: None, settings, lambda p: None)
+    assert [(r.file, r.status, r.pages) for r in built.results] == [("1.pdf", "indexed", 3), ("2.pdf", "indexed", 3)]
+    assert set(multiprocessing.active_children()) - before == set()
     assert embedder.threads == 0
 
 
