@@ -17,6 +17,20 @@ from crag.ingest.base import Catalogue, PagesRead, Parser, PDFError
 from crag.types import Block, ParsedPDF
 
 
+def calls(log: Path) -> list[tuple[int, str, int]]:
+    """(worker pid, file, first page) of every call of a ``StuckParser`` logging to ``log``: page 0 for a catalogue."""
+    lines = (log / "calls").read_text().split("\n") if (log / "calls").exists() else []
+    return [(int(pid), name, int(page)) for pid, name, page in (line.split() for line in lines if line)]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 class StuckParser(Parser):
     """``catalogue`` and ``read_pages`` leave a line in ``log`` for every call (``pid file first-page``, page 0 for the
     catalogue) and, when one hangs, the file ``log/stuck`` holding the pid of the worker that hangs."""

@@ -6,7 +6,6 @@ its pages read."""
 from __future__ import annotations
 
 import multiprocessing
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ from crag.store import open_store
 from crag.types import Chunk, Progress
 from tests.fakes import HashEmbedder
 from tests.pdfs import manual_pdf
-from tests.stuck_parser import StuckParser
+from tests.stuck_parser import StuckParser, alive, calls
 
 # A hang fails the test instead of blocking the suite; each test takes seconds when the build does not hang.
 pytestmark = [pytest.mark.reliability, pytest.mark.slow, pytest.mark.timeout(120)]
@@ -59,27 +58,21 @@ def _plan(tmp_path: Path, **files: int) -> list[Planned]:
     ]
 
 
-def _calls(log: Path) -> list[tuple[int, str, int]]:
-    """(worker pid, file, first page) of every part a worker began."""
-    lines = (log / "calls").read_text().split("\n") if (log / "calls").exists() else []
-    return [(int(pid), name, int(page)) for pid, name, page in (line.split() for line in lines if line)]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+def _workers() -> set[multiprocessing.process.BaseProcess]:
+    return {p for p in multiprocessing.active_children() if p.name == "pebble_pool_worker"}
 
 
 @pytest.fixture
 def no_worker_left(log: Path) -> Iterator[None]:
-    """After the test's build: every worker that read a part is gone, and so is every other process it started."""
+    """After the test's build: a worker stuck on a page is gone; once the worker a small build keeps for the next is
+    let go, so is every worker that read a part, and every other process the build started."""
     before = set(multiprocessing.active_children())
     yield
-    pids = {pid for pid, _, _ in _calls(log)}
-    assert pids and not [pid for pid in pids if _alive(pid)]
+    if (log / "stuck").exists():
+        assert not alive(int((log / "stuck").read_text()))
+    workers.let_go()
+    pids = {pid for pid, _, _ in calls(log)}
+    assert pids and not [pid for pid in pids if alive(pid)]
     assert set(multiprocessing.active_children()) - before == set()
 
 
@@ -105,7 +98,7 @@ def test_a_page_that_hangs_its_worker_fails_its_file_alone(
     assert "CRAG_PARSE_PART_TIMEOUT" in error
     assert {c.file for c in added} == {"good.pdf"}
     stuck = int((log / "stuck").read_text())
-    assert {pid for pid, name, _ in _calls(log) if name == "good.pdf"} - {stuck}, "a new worker read good.pdf"
+    assert {pid for pid, name, _ in calls(log) if name == "good.pdf"} - {stuck}, "a new worker read good.pdf"
 
 
 @pytest.mark.usefixtures("no_worker_left")
@@ -125,7 +118,7 @@ def test_a_file_that_hangs_when_opened_fails_alone(
         "stuck.pdf: could not be opened: the parser was still reading its page count and bookmarks after 5 s"
     )
     assert built.results[1].title == "The good manual", "the title read in the worker"
-    assert not [name for _, name, page in _calls(log) if name == "stuck.pdf" and page > 0], "no page of it was read"
+    assert not [name for _, name, page in calls(log) if name == "stuck.pdf" and page > 0], "no page of it was read"
 
 
 @pytest.mark.usefixtures("no_worker_left")
@@ -144,6 +137,7 @@ def test_a_cancel_reaches_a_build_waiting_on_a_stuck_worker(
 
     with pytest.raises(BuildCancelled):
         index_files(plan, StuckParser(log, "stuck.pdf", page), HashEmbedder(), lambda c, v: None, patient, report)
+    assert not _workers(), "no worker is kept from a build that was cancelled at work"
 
 
 def _folder(settings: Settings, pages: int) -> None:
@@ -173,6 +167,7 @@ def test_cancel_in_the_app_stops_a_build_stuck_in_a_worker(
     while builds.get(job.id).state == "running":
         time.sleep(0.05)
     assert builds.get(job.id).state == "cancelled"
+    assert not _workers()
     with open_store(settings).build_lock():  # raises BuildInProgress while the lock is held
         pass
 
@@ -204,4 +199,4 @@ def test_a_file_over_the_page_cap_has_none_of_its_pages_read(tmp_path: Path, set
 
     assert [(r.file, r.status) for r in built.results] == [("big.pdf", "failed"), ("good.pdf", "indexed")]
     assert built.results[0].error == "big.pdf: 40 pages, over the cap"
-    assert {name for _, name, page in _calls(log) if page > 0} == {"good.pdf"}, "no page of big.pdf was read"
+    assert {name for _, name, page in calls(log) if page > 0} == {"good.pdf"}, "no page of big.pdf was read"

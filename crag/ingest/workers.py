@@ -14,17 +14,20 @@ queued at the start, and a file's parts as soon as its catalogue is back, in the
 waits for the embedder. The layout model builds each page's features in Python, holding the GIL, so a parser thread
 beside the embedder would gain next to nothing.
 
-How many workers: one per core, up to ``MAX_WORKERS``, each running the layout model on one thread. A page's
-features are Python on one core, and the model's tensors are small, so pages side by side beat threads within a
-page: two one-thread workers on two cores parse faster than one worker on two threads. While they read, the build
+How many workers: one to open the files and read a build of few pages (``FEW_PAGES``), kept for the next build
+(``KEEP_SECONDS``), since a worker's start costs more than a few pages take. Past that, one per core, up to
+``MAX_WORKERS``, each running the layout model on one thread, let go once every page is read. A page's features are
+Python on one core, and the model's tensors are small, so pages side by side beat threads within a page: two
+one-thread workers on two cores parse faster than one worker on two threads. While they read, the build
 embeds on one thread (``busy``): three single-threaded processes share two cores well, where torch's two threads
 each waited for the other whenever a worker held its core. The figures are in docs/benchmarks.md (measured design
-choices). Each worker holds a copy of the layout model (about 300 MB).
+choices). Each worker holds a copy of the layout model (300 to 500 MB once it has read a page).
 """
 
 from __future__ import annotations
 
 import pickle
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -40,6 +43,11 @@ PAGES_PER_PART = 8
 POLL_SECONDS = 0.2  # how long a cancel waits to be seen while the build waits for a worker
 
 MAX_WORKERS = 4  # past that, another copy of the layout model costs more memory than its pages gain time
+# A build of fewer pages reads them on one worker, and leaves it to the next build for KEEP_SECONDS: a worker's start
+# (PyMuPDF and its layout model, 2 to 3 s) costs more than a small build's pages take. A build of more pages has a
+# worker per core, let go once its pages are read, before the index being written takes the most memory.
+FEW_PAGES = 24
+KEEP_SECONDS = 120.0
 _parser: PageReader | None = None  # the worker's parser, made once by _start
 
 Parts = list[tuple[list[int], ProcessFuture]]
@@ -65,6 +73,83 @@ def _read(path: Path, pages: Sequence[int]) -> PagesRead:
 
 def workers() -> int:
     return min(cpu_threads(), MAX_WORKERS)
+
+
+def _new_pool(parser: bytes) -> ProcessPool:
+    return ProcessPool(
+        1,  # one to open the files and read a small build's pages; ParseAhead adds the others when there are more
+        initializer=_start,
+        initargs=(parser,),
+        context=get_context("spawn"),  # not fork: the app and the API build from a thread of a threaded process
+    )
+
+
+def _grow(pool: ProcessPool, size: int) -> None:
+    """Have ``size`` workers in the pool: pebble starts the ones missing within a tenth of a second, and they take
+    tasks from the same queue. Its pool has no public way to grow; its version is pinned (requirements.txt) and
+    tests/test_build_speed.py checks that the workers come."""
+    pool._context.workers = size
+    pool._pool_manager.worker_manager.workers_number = size
+
+
+def _stop(pool: ProcessPool) -> None:
+    """Its workers stopped now, one in the middle of a task too (SIGTERM, then SIGKILL a few seconds later)."""
+    pool.stop()
+    pool.join()
+
+
+class _Kept:
+    """The pool a small build leaves to the next build with the same parser, until ``KEEP_SECONDS`` pass."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pool: ProcessPool | None = None
+        self._parser = b""
+        self._timer: threading.Timer | None = None
+
+    def take(self, parser: bytes) -> ProcessPool:
+        """The kept pool if it serves this parser and is alive, else a new one."""
+        with self._lock:
+            pool, same = self._pool, self._parser == parser
+            self._forget()
+        if pool is not None and same and pool.active:
+            return pool
+        if pool is not None:  # another parser's (the settings changed), or its worker died
+            _stop(pool)
+        return _new_pool(parser)
+
+    def keep(self, pool: ProcessPool, parser: bytes) -> None:
+        timer = threading.Timer(KEEP_SECONDS, self.let_go, args=(pool,))
+        timer.daemon = True
+        with self._lock:
+            before = self._pool
+            self._forget()
+            self._pool, self._parser, self._timer = pool, parser, timer
+        timer.start()
+        if before is not None:  # another build's, kept meanwhile: one is enough
+            _stop(before)
+
+    def let_go(self, pool: ProcessPool | None = None) -> None:
+        """The kept pool stopped (only if it is still ``pool``, when given)."""
+        with self._lock:
+            kept = self._pool
+            if kept is None or (pool is not None and kept is not pool):
+                return
+            self._forget()
+        _stop(kept)
+
+    def _forget(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._pool, self._parser, self._timer = None, b"", None
+
+
+_kept = _Kept()
+
+
+def let_go() -> None:
+    """Stop the worker a small build left for the next one, if any: a test's way to see every process gone."""
+    _kept.let_go()
 
 
 def _parts(pages: int) -> list[list[int]]:
@@ -106,12 +191,9 @@ class ParseAhead:
     ``read_pages`` (MinerU is a server's work), or one that cannot be sent to a process (a test's fake)."""
 
     def __init__(self, parser: object, paths: Sequence[Path], timeout: float) -> None:
-        self._pool = ProcessPool(
-            workers(),
-            initializer=_start,
-            initargs=(pickle.dumps(parser),),
-            context=get_context("spawn"),  # not fork: the app and the API build from a thread of a threaded process
-        )
+        self._parser = pickle.dumps(parser)
+        self._pool = _kept.take(self._parser)
+        self._pages = 0  # of the files opened so far
         self._timeout = timeout
         self._catalogues = {path: self._pool.schedule(_catalogue, (path,), timeout=timeout) for path in paths}
         self._all: list[ProcessFuture] = list(self._catalogues.values())
@@ -137,9 +219,9 @@ class ParseAhead:
         return self._opened[path]
 
     def busy(self) -> bool:
-        """Whether the workers still have files to open or pages to read. Once every page is read they are let go,
-        their layout models with them, before the end of the build, when the index being written takes the most
-        memory."""
+        """Whether the workers still have files to open or pages to read. Once every page is read they are let go
+        (``close``), a big build's layout models with them, before the end of the build, when the index being written
+        takes the most memory."""
         self._queue()
         if not self._unqueued and all(future.done() for future in self._all):
             self.close()
@@ -179,6 +261,10 @@ class ParseAhead:
                 self._queued[path] = BrokenProcessPool("the parse workers stopped")
             else:
                 self._opened[path] = self._catalogues[path].result()
+                few = self._pages < FEW_PAGES
+                self._pages += self._opened[path].pages
+                if few and self._pages >= FEW_PAGES:
+                    _grow(self._pool, workers())
                 parts = [
                     (p, self._pool.schedule(_read, (path, p), timeout=self._timeout))
                     for p in _parts(self._opened[path].pages)
@@ -207,13 +293,17 @@ class ParseAhead:
         return exc
 
     def close(self) -> None:
-        """The workers are stopped now, one in the middle of a task too (SIGTERM, then SIGKILL a few seconds
-        later): a cancelled build, or one whose worker hangs on a page, leaves no process behind."""
+        """The workers let go: kept for the next build when this one read few pages and left none of them at work,
+        else stopped now, one in the middle of a task too: a cancelled build, or one whose worker hangs on a page,
+        leaves no process behind."""
         if self._closed:
             return
         self._closed = True
-        self._pool.stop()
-        self._pool.join()
+        idle = not self._unqueued and all(future.done() for future in self._all)
+        if idle and self._pages < FEW_PAGES and self._pool.active:
+            _kept.keep(self._pool, self._parser)
+            return
+        _stop(self._pool)
         for future in self._all:
             future.cancel()
 
