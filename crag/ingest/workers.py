@@ -190,9 +190,9 @@ class ParseAhead:
     Use ``ParseAhead.start``, which gives None where the parser cannot go to a worker: a parser without
     ``read_pages`` (MinerU is a server's work), or one that cannot be sent to a process (a test's fake)."""
 
-    def __init__(self, parser: object, paths: Sequence[Path], timeout: float) -> None:
-        self._parser = pickle.dumps(parser)
-        self._pool = _kept.take(self._parser)
+    def __init__(self, parser: bytes, paths: Sequence[Path], timeout: float) -> None:
+        self._parser = parser  # pickled, as the workers receive it
+        self._pool = _kept.take(parser)
         self._pages = 0  # of the files opened so far
         self._timeout = timeout
         self._catalogues = {path: self._pool.schedule(_catalogue, (path,), timeout=timeout) for path in paths}
@@ -209,10 +209,10 @@ class ParseAhead:
         if not paths or not hasattr(parser, "read_pages"):
             return None
         try:
-            pickle.dumps(parser)
+            sent = pickle.dumps(parser)
         except Exception:  # noqa: BLE001 - an engine made in this process (a test's fake OCR) stays in it
             return None
-        return cls(parser, paths, timeout)
+        return cls(sent, paths, timeout)
 
     def catalogue(self, path: Path) -> Catalogue:
         """The file's page count, title and bookmarks, as its worker read them before its pages."""
