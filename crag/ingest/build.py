@@ -86,7 +86,7 @@ def index_files(
     try:
         for index, item in enumerate(plan, start=1):
             if ahead is not None and not _index_file(ctx, item, index, _FromWorkers(ctx, item, index, ahead)):
-                _let_go(ahead, embedder)  # the workers died: this file and the rest parse here
+                _workers_done(ahead, embedder)  # the workers died: this file and the rest parse here
                 ahead = None
             if ahead is None:
                 _index_file(ctx, item, index, _InProcess(ctx, item, index))
@@ -101,13 +101,13 @@ def index_files(
             )
     finally:
         if ahead is not None:
-            _let_go(ahead, embedder)
+            _workers_done(ahead, embedder)
     return ctx.built
 
 
-def _let_go(ahead: ParseAhead, embedder: Embedder) -> None:
-    """The workers stopped, and the embedder on every core again (it embeds on one while they read): for the files
-    left, when they died, and for the questions to come, however the build ended."""
+def _workers_done(ahead: ParseAhead, embedder: Embedder) -> None:
+    """The workers let go (``ParseAhead.close``), and the embedder on every core again (it embeds on one while they
+    read): for the files left, when they died, and for the questions to come, however the build ended."""
     ahead.close()
     embedder.use_threads()
 
