@@ -222,6 +222,8 @@ class ParseAhead:
         """Whether the workers still have files to open or pages to read. Once every page is read they are let go
         (``close``), a big build's layout models with them, before the end of the build, when the index being written
         takes the most memory."""
+        if self._closed:
+            return False
         self._queue()
         if not self._unqueued and all(future.done() for future in self._all):
             self.close()
