@@ -87,6 +87,10 @@ _JOIN_EN = re.compile(r"\s(?:and|with|to|vs\.?|versus)\s", re.IGNORECASE)
 _VERSUS = re.compile(r"\s(?:vs\.?|versus)\s", re.IGNORECASE)
 _CONTEXT_EN = re.compile(r"\s(?:in|for|on|when)\s|[?？]|\.(?!\w)", re.IGNORECASE)  # not the dot of read.csv
 _COMPARE_ZH = ("比较一下", "对比一下", "比较", "对比")
+# 比较 before a description is the adverb "fairly", not the verb "compare": "比较常用的R包和Python包有哪些" asks for
+# fairly common packages. A description is a few Chinese characters then 的 ("比较新的", "比较容易出错的"); the
+# first side of a comparison is a name ("比较 gzip 和 bzip2") or a thing and its join ("比较表格和图片").
+_FAIRLY = re.compile(r"比较(?:(?![和与跟及])[\u3400-\u4dbf\u4e00-\u9fff]){1,4}的")
 _DIFFERENCE_ZH = re.compile(r"(?:之间的|之间|的)?(?:有)?(?:什么|哪些)?(?:区别|差别|异同|不同)")
 _JOIN_ZH = re.compile(r"和|与|跟")
 
@@ -103,7 +107,7 @@ def _sides(question: str) -> tuple[str, str] | None:
     head = question.strip()
     if found := _DIFFERENCE_ZH.search(head):
         head = head[: found.start()]
-    elif not head.startswith(_COMPARE_ZH):
+    elif not head.startswith(_COMPARE_ZH) or _FAIRLY.match(head):
         return None
     head = next((head[len(w) :] for w in _COMPARE_ZH if head.startswith(w)), head).rstrip("。？? ")
     if join := _JOIN_ZH.search(head):

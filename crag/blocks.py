@@ -17,7 +17,8 @@ from collections.abc import Sequence
 
 from crag.text import drop_glyphs, join_sentences
 
-RULE = re.compile(r"\s*+\|?\s*+:?-{3,}+:?\s*+(?:\|\s*+:?-{3,}+:?\s*+)*+\|?\s*+$")  # |---|:---:| under the header
+# Anchored: tried from the start of a line only, not again from each of its leading spaces.
+RULE = re.compile(r"^\s*+\|?\s*+:?-{3,}+:?\s*+(?:\|\s*+:?-{3,}+:?\s*+)*+\|?\s*+$")  # |---|:---:| under the header
 BOLD = re.compile(r"\*\*(\S(?:[^*]*?\S)?)\*\*")
 BREAK = re.compile(r"<br\s*+/?>", re.IGNORECASE)
 HTML_ROW_END = re.compile(r"</tr\s*+>", re.IGNORECASE)

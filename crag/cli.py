@@ -1,4 +1,5 @@
-"""``python -m crag``: the command line over the same core as the app.
+"""``python -m crag``: the command line over the same core as the app: index, watch, export and import the knowledge
+base, retrieve, ask, serve it over HTTP and MCP, benchmark it.
 
 Errors meant for the user (``CragError``) become one line on stderr and exit status 2.
 """
@@ -9,7 +10,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,28 @@ def _parser() -> argparse.ArgumentParser:
     mcp = commands.add_parser("mcp", help="serve the knowledge base to MCP clients (Claude Desktop, VS Code) on stdio")
     mcp.add_argument("--files", type=Path, help="folder of PDFs (default: CRAG_FILES_DIR)")
     mcp.add_argument("--db", type=Path, help="index folder (default: CRAG_CHROMA_DIR)")
+
+    watch = commands.add_parser(
+        "watch", help="watch the files folder and sync the knowledge base after every change, until stopped"
+    )
+    watch.add_argument("--files", type=Path, help="folder of PDFs (default: CRAG_FILES_DIR)")
+    watch.add_argument("--db", type=Path, help="index folder (default: CRAG_CHROMA_DIR)")
+    watch.add_argument("--parser", choices=["auto", "pymupdf", "mineru"], help="default: CRAG_PARSER")
+    watch.add_argument("--poll", action="store_true", help="look for changes every few seconds (network folders)")
+
+    export = commands.add_parser("export", help="write the knowledge base into one archive file, to move it")
+    export.add_argument("archive", type=Path, help="the file to write, e.g. kb.crag")
+    export.add_argument("--with-files", action="store_true", help="put the PDFs in too")
+    export.add_argument("--force", action="store_true", help="replace the file if it exists")
+    export.add_argument("--files", type=Path, help="folder of PDFs (default: CRAG_FILES_DIR)")
+    export.add_argument("--db", type=Path, help="index folder (default: CRAG_CHROMA_DIR)")
+
+    load = commands.add_parser("import", help="check an archive and make its knowledge base the one that answers")
+    load.add_argument("archive", type=Path, help="a file written by `python -m crag export`")
+    load.add_argument("--sync", action="store_true", help="then sync it with the files folder, if they differ")
+    load.add_argument("--files", type=Path, help="folder of PDFs (default: CRAG_FILES_DIR)")
+    load.add_argument("--db", type=Path, help="index folder (default: CRAG_CHROMA_DIR)")
+    _evaluate_parser(commands)
     return parser
 
 
@@ -102,39 +125,49 @@ def _scope(args: argparse.Namespace, settings: Settings):
 
 
 def _index(args: argparse.Namespace) -> int:
+    return _sync(_settings(args), args.rebuild, args.json)
+
+
+def _sync(settings: Settings, rebuild: bool, as_json: bool = False) -> int:
     from crag.ingest import sync
     from crag.models import rebuild_offer
     from crag.retriever import index_embedder
     from crag.types import Progress
 
-    settings = _settings(args)
-    embedder = index_embedder(settings, args.rebuild)
+    embedder = index_embedder(settings, rebuild)
     last = [""]
 
     def show(p: Progress) -> None:
         line = f"{p.stage} {p.file} ({p.file_index}/{p.file_count})" if p.file else p.stage
         if p.page_count:
             line += f" OCR page {p.page}/{p.page_count}" if p.stage == "ocr" else f" {p.page}/{p.page_count}"
-        if not args.json and line != last[0]:
+        if not as_json and line != last[0]:
             print(f"\r{line[:100]:<100}", end="", file=sys.stderr, flush=True)
             last[0] = line
 
-    report = sync(settings, embedder, rebuild=args.rebuild, on_progress=show)
-    if args.json:
+    report = sync(settings, embedder, rebuild=rebuild, on_progress=show)
+    if as_json:
         print(json.dumps(report.to_json(), ensure_ascii=False))
     else:
         print(file=sys.stderr)
-        for f in report.files:
-            detail = f.error or (f"{f.pages} pages, {f.chunks} chunks" if f.status == "indexed" else "")
-            print(f"{f.status:>9}  {f.file}  {detail}")
-            for warning in f.warnings:
-                print(f"{'':>9}  warning: {warning}")
-        print(f"{report.total_chunks} chunks; {report.pages_per_second} pages/s; {report.seconds} s")
-        for note in report.notes:
-            print(f"note: {note}", file=sys.stderr)
+        _print_report(report)
     if offer := rebuild_offer(embedder.name):  # an incremental build keeps MiniLM: say how to leave it
         print(f"note: {offer} {REMEDIES[Remedy.FULL_REBUILD]}", file=sys.stderr)
     return 0
+
+
+def _print_report(report, changes_only: bool = False) -> None:
+    """A build's files, a line each (``changes_only``: those it read, failed or removed), its figures and notes."""
+    for f in report.files:
+        if changes_only and f.status in ("unchanged", "skipped"):
+            continue
+        detail = f.error or (f"{f.pages} pages, {f.chunks} chunks" if f.status == "indexed" else "")
+        print(f"{f.status:>9}  {f.file}  {detail}", flush=True)
+        for warning in f.warnings:
+            print(f"{'':>9}  warning: {warning}")
+    print(f"{report.total_chunks} chunks; {report.pages_per_second} pages/s; {report.seconds} s", flush=True)
+    for note in report.notes:
+        print(f"note: {note}", file=sys.stderr, flush=True)
 
 
 def _retrieve(args: argparse.Namespace) -> int:
@@ -238,6 +271,13 @@ def _serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
+    if settings.watch != "off":
+        how = "polled" if settings.watch == "poll" else "watched"
+        print(
+            f"{settings.files_dir.resolve()} is {how}: changes are synced by themselves (CRAG_WATCH=off stops it).",
+            file=sys.stderr,
+            flush=True,
+        )
     if not settings.api_token:
         names = ", ".join(["this machine's addresses", *(settings.allowed_hosts or ())])
         print(f"Answers requests addressed to {names} (--allowed-host adds a name).", file=sys.stderr, flush=True)
@@ -256,11 +296,272 @@ def _mcp(args: argparse.Namespace) -> int:
     return 0
 
 
+def _watch(args: argparse.Namespace) -> int:
+    """Watch until Ctrl+C or SIGTERM (a service's stop), printing each sync as it ends. The command asks for watching:
+    it watches whatever CRAG_WATCH says (``poll`` and ``--poll`` poll)."""
+    import signal
+    import time
+
+    from crag.jobs import Builds
+    from crag.retriever import index_embedder
+    from crag.watch import Watcher
+
+    settings = _settings(args)
+    settings = settings.model_copy(update={"watch": "poll" if args.poll or settings.watch == "poll" else "on"})
+    builds = Builds(settings, lambda rebuild: index_embedder(settings, rebuild), lambda embedder: None)
+    watcher = Watcher(settings, builds, on_synced=_synced).start()
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    print(f"Watching {settings.files_dir.resolve()} (Ctrl+C stops)", file=sys.stderr, flush=True)
+    said: set[str] = set()
+    try:
+        while True:
+            state = watcher.state
+            for line in (state.error, *(f"{name}: {why}" for name, why in state.problems.items())):
+                if line and line not in said:
+                    said.add(line)
+                    print(f"note: {line}", file=sys.stderr, flush=True)
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        if builds.running is not None:  # the index that answered stays: a cancelled build commits nothing
+            builds.cancel(builds.running)
+        watcher.stop()
+        print("Stopped watching.", file=sys.stderr, flush=True)
+    return 0
+
+
+def _synced(job) -> None:
+    """One sync of ``crag watch``, as it ended."""
+    stamp = (job.finished_at or "")[11:19]
+    if job.state != "done" or job.report is None:
+        print(f"[{stamp}] sync {job.state}: {job.error}", file=sys.stderr, flush=True)
+        return
+    print(f"[{stamp}] synced", flush=True)
+    _print_report(job.report, changes_only=True)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from crag.archive import export_archive
+
+    settings = _settings(args)
+    if args.archive.exists() and not args.force:
+        raise CragError(f"{args.archive} exists already: choose another name, or add --force to replace it.")
+    out = export_archive(settings, args.archive, with_files=args.with_files)
+    pdfs = f", {out.pdfs} PDFs" if args.with_files else " (without the PDFs: --with-files adds them)"
+    print(f"Wrote {out.path}: {out.files} files, {out.chunks} passages{pdfs}; {out.size / 1e6:.1f} MB.")
+    for line in out.left_out:
+        print(f"note: left out {line}", file=sys.stderr)
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from crag.archive import import_archive
+
+    settings = _settings(args)
+    got = import_archive(settings, args.archive)
+    print(
+        f"Imported {got.archive}: {got.files} files, {got.chunks} passages ({got.embedder} embeddings). It answers now."
+    )
+    folder = settings.files_dir
+    lines = [
+        (got.placed, f"PDFs put into {folder}"),
+        (got.absent, "files without their PDF here: answers cite their file and page, without page images"),
+        (got.differs, f"PDFs of {folder} that differ from the archive's (the folder's copies were kept)"),
+        (got.extra, f"PDFs of {folder} the archive does not hold"),
+    ]
+    for names, what in lines:
+        if names:
+            shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+            print(f"{len(names)} {what}: {shown}")
+    for note in got.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if got.in_step:
+        return 0
+    if args.sync:
+        return _sync(settings, rebuild=False)
+    print("Sync the index with the folder: `python -m crag index` (or run the import again with --sync).")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# evaluate: the rated answers of each knowledge base as its test set
+
+
+def _evaluate_parser(commands: Any) -> None:
+    evaluate = commands.add_parser(
+        "evaluate",
+        help="judge the verdicts by the ratings of the answers (the page's Evaluate page), and fit the thresholds",
+    )
+    evaluate.add_argument("--db", type=Path, help="index folder, with the chats and ratings (default: CRAG_CHROMA_DIR)")
+    evaluate.add_argument("--scope", action="append", metavar="PATH", help=SCOPE_HELP.replace("ask", "evaluate", 1))
+    evaluate.add_argument("--rerun", action="store_true", help="ask every rated question again and say what changed")
+    evaluate.add_argument(
+        "--apply", action="store_true", help="apply the fitted thresholds to the scope, when the ratings support them"
+    )
+    evaluate.add_argument("--revert", action="store_true", help="take back the fit applied to the scope last")
+    evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from crag.conversations import Conversations
+    from crag.feedback import scope_key
+
+    settings = _settings(args)
+    store = Conversations(settings.chroma_dir / "conversations.sqlite3")
+    asked = [scope_key(_scope(args, settings).paths)] if args.scope else None
+    scopes = asked or [scope for scope, _ in store.rated_scopes()]
+    if not scopes:
+        print(
+            "No answer is rated yet: rate answers with the thumbs under them (or POST /feedback), then evaluate.",
+            file=sys.stderr,
+        )
+        return 0
+    pipeline = _evaluation_pipeline(settings, args.rerun)
+    reports = [_scope_report(store, settings, scope, pipeline, args) for scope in scopes]
+    if args.json:
+        print(json.dumps({"scopes": reports}, ensure_ascii=False))
+    else:
+        print("\n\n".join(_report_text(report) for report in reports))
+    return 0
+
+
+def _evaluation_pipeline(settings: Settings, rerun: bool) -> Any:
+    """The pipeline to ask again with (``rerun``), else the retriever alone, to look for lost passages; None when
+    nothing is indexed."""
+    from crag.pipeline import Pipeline
+    from crag.retriever import open_retriever
+
+    if rerun:
+        return Pipeline.from_settings(settings)
+    retriever = open_retriever(settings)
+    return retriever if retriever.current() is not None else None
+
+
+def _scope_report(store: Any, settings: Settings, scope: tuple[str, ...], found: Any, args: argparse.Namespace) -> dict:
+    from crag.calibration import Thresholds, Verdict, answering, fit, overrides
+    from crag.feedback import lost, rerun, verdicts
+    from crag.pipeline import Pipeline
+
+    labels = store.labels(scope)
+    base = Thresholds(settings.lower_threshold, settings.upper_threshold)
+    reverted = store.revert_thresholds(scope) if args.revert else None
+    thresholds, source = answering(base, store.applied(scope))
+    fitted = fit(labels, thresholds, scope)
+    applied = None
+    if args.apply and fitted.verdict is Verdict.PROPOSED and fitted.proposed is not None:
+        applied = store.apply_thresholds(
+            scope, fitted.proposed, thresholds, fitted.decided, fitted.held_out_accuracy, fitted.current_accuracy
+        )
+        thresholds, source = answering(base, applied)
+    retriever = found.retriever if isinstance(found, Pipeline) else found
+    report: dict[str, Any] = {
+        "scope": list(scope),
+        "ratings": len(labels),
+        "up": sum(1 for label in labels if label.rating == "up"),
+        "verdicts": [
+            {"action": v.action.value, "right": v.right, "rated": v.total, "up": v.up, "down": v.down}
+            for v in verdicts(labels)
+        ],
+        "thresholds": {"lower": thresholds.lower, "upper": thresholds.upper, "from": source.value},
+        "applied": applied is not None,  # --apply: whether the fit was applied (only when the ratings support it)
+        "reverted": reverted is not None,  # --revert: whether a fit was taken back
+        "fit": _fit_json(fitted),
+        "lost": None
+        if retriever is None
+        else [_question_json(label) for label in lost(retriever, labels, settings.top_k, settings.retrieval_mode)],
+    }
+    if isinstance(found, Pipeline):
+        report["rerun"] = [_rerun_json(rerun(found, label, **overrides(thresholds, source))) for label in labels]
+    return report
+
+
+def _question_json(label: Any) -> dict[str, Any]:
+    was = label.answered
+    return {
+        "answer_id": label.answer_id,
+        "question": was.question,
+        "rating": label.rating.value,
+        "action": was.action.value if was.action else None,
+        "pages": sorted([file, page] for file, page in was.pages),
+    }
+
+
+def _fit_json(fitted: Any) -> dict[str, Any]:
+    proposed = fitted.proposed
+    return {
+        "verdict": fitted.verdict.value,
+        "decided": fitted.decided,
+        "needed": fitted.needed,
+        "current_accuracy": round(fitted.current_accuracy, 4),
+        "held_out_accuracy": round(fitted.held_out_accuracy, 4),
+        "proposed": {"lower": proposed.lower, "upper": proposed.upper} if proposed else None,
+        "proposed_accuracy": round(fitted.proposed_accuracy, 4) if proposed else None,
+        "moved": [
+            {**_question_json(m.label), "before": m.before.value, "after": m.after.value, "right": m.right_after}
+            for m in fitted.moved
+        ],
+    }
+
+
+def _rerun_json(again: Any) -> dict[str, Any]:
+    now = again.now
+    return {
+        **_question_json(again.label),
+        "status": "same" if again.same else "changed",
+        "changes": [c.value for c in again.changes],
+        "now": None
+        if now is None
+        else {
+            "action": now.action.value if now.action else None,
+            "pages": sorted([file, page] for file, page in now.pages),
+            "sentence": now.sentence,
+        },
+        "error": again.error or None,
+    }
+
+
+def _scope_name(scope: Sequence[str]) -> str:
+    return ", ".join(scope) if scope else "all documents"
+
+
+def _report_text(report: dict[str, Any]) -> str:
+    fit, t = report["fit"], report["thresholds"]
+    lines = [f"{_scope_name(report['scope'])}: {report['ratings']} rated ({report['up']} up)"]
+    lines += [f"  {v['action']:>9}  right {v['right']}/{v['rated']}" for v in report["verdicts"] if v["rated"]]
+    if report["reverted"]:
+        lines.append("  the fit applied last was taken back")
+    lines.append(f"  thresholds: lower {t['lower']:.2f}, upper {t['upper']:.2f} ({t['from']})")
+    if report["applied"]:
+        lines.append("  the fit below was applied: it answers this scope from now on")
+    if fit["verdict"] == "proposed":
+        p = fit["proposed"]
+        lines.append(
+            f"  fit: lower {p['lower']:.2f}, upper {p['upper']:.2f}: held out {fit['held_out_accuracy']:.0%} of "
+            f"verdicts right, {fit['current_accuracy']:.0%} now; {len(fit['moved'])} answers change verdict "
+            "(--apply applies it)"
+        )
+    elif fit["verdict"] == "no_support":
+        lines.append(
+            f"  fit: the ratings do not support a change (held out {fit['held_out_accuracy']:.0%}, "
+            f"{fit['current_accuracy']:.0%} now)"
+        )
+    else:
+        lines.append(f"  fit: {fit['needed']} more rated answers needed, thumbs up and down both among them")
+    for label in report["lost"] or ():
+        lines.append(f"  no longer retrieved: {label['question']}")
+    for again in report.get("rerun", ()):
+        what = ", ".join(again["changes"])
+        lines.append(f"  {again['status']:>7}  {again['question']}" + (f" ({what})" if what else ""))
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        commands = {"index": _index, "retrieve": _retrieve, "ask": _ask, "bench": _bench, "serve": _serve, "mcp": _mcp}
-        return commands[args.command](args)
+        return _COMMANDS[args.command](args)
     except CragError as exc:
         print(f"error: {said(str(exc), exc.remedy, REMEDIES)}", file=sys.stderr)
         return 2
@@ -271,3 +572,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             from crag.models import close_event_loop
 
             close_event_loop()
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "index": _index,
+    "retrieve": _retrieve,
+    "ask": _ask,
+    "bench": _bench,
+    "serve": _serve,
+    "mcp": _mcp,
+    "watch": _watch,
+    "export": _export,
+    "import": _import,
+    "evaluate": _evaluate,
+}

@@ -172,6 +172,20 @@ class Settings(BaseSettings):
     mineru_url: str | None = Field(None, description="MinerU server URL (http-client backend).")
     mineru_model_path: Path | None = Field(None, description="Local MinerU model folder (transformers backend).")
 
+    watch: Literal["on", "off", "poll"] = Field(
+        "on",
+        description="Watch the files folder, and sync the knowledge base when PDFs are added, changed, moved or "
+        "removed (the app, `crag serve`). poll: look for changes every few seconds instead of being told, for network "
+        "folders (NFS, SMB), which do not report changes. off: only the Rebuild button and `crag index` sync.",
+    )
+    watch_quiet: float = Field(
+        2.0,
+        gt=0,
+        le=600,
+        description="Seconds the files folder must stay quiet, and a changed PDF unchanged, before a watched folder "
+        "syncs: a burst of copies is one sync, and a copy in progress is not read.",
+    )
+
     chunk_tokens: int = Field(
         220, ge=32, le=4096, description="Chunk size in tokens (MiniLM's window is 256, headings included)."
     )
@@ -213,6 +227,11 @@ class Settings(BaseSettings):
     api_max_body_kb: int = Field(1024, ge=1, le=1_048_576, description="Largest request body the API reads, in KB.")
     api_max_answers: int = Field(
         4, ge=1, le=256, description="Answers the API makes at once; past it a request is told to retry (429)."
+    )
+    api_store_answers: bool = Field(
+        True,
+        description="Keep the answers of POST /ask beside the chats, so that they can be rated (POST /feedback) and "
+        "evaluated (on|off); off: /ask keeps nothing and returns no answer_id.",
     )
 
     @field_validator("ollama_url")

@@ -137,10 +137,22 @@ class AnswerOut(_Strict):
     )
     complete: bool
     error: str | None = Field(None, description="Only when `complete` is false: why the answer stopped early.")
+    answer_id: str | None = Field(
+        None,
+        description="The answer's id, to rate it with POST /feedback; null when it was not kept (it stopped early, "
+        "or CRAG_API_STORE_ANSWERS is off) and outside the HTTP API.",
+    )
 
     @classmethod
-    def of(cls, answer: Answer, backend: BackendInfo, remedies: Mapping[Remedy, str] | None = None) -> AnswerOut:
-        """``remedies``: the edge's words for what the user must do, said as the hint when the answer names a remedy."""
+    def of(
+        cls,
+        answer: Answer,
+        backend: BackendInfo,
+        remedies: Mapping[Remedy, str] | None = None,
+        answer_id: str | None = None,
+    ) -> AnswerOut:
+        """``remedies``: the edge's words for what the user must do, said as the hint when the answer names a remedy.
+        ``answer_id``: the id the answer was kept under, when it was."""
         trace = answer.trace
         cited = {s.n for s in answer.cited_sources}
         return cls(
@@ -189,6 +201,7 @@ class AnswerOut(_Strict):
             suggestions=[SuggestionOut(title=s.title, file=s.file, page=s.page) for s in answer.suggestions],
             complete=answer.complete,
             error=(answer.error or "The answer stopped early: ask again.") if not answer.complete else None,
+            answer_id=answer_id,
         )
 
 

@@ -16,7 +16,6 @@ contact lines, version and date lines) are left out unless the question asks for
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -59,10 +58,11 @@ from crag.tuning import TUNING
 from crag.types import Action, Source, Strip
 
 HEADING_WIDTH = 160  # a FAQ question shown before its answer's quote: one line, about 40 Chinese characters
-# Seconds for all the quoting of one answer (trimming asides, finding each strip's best run). It takes milliseconds:
-# the budget is a second wall behind linear text rules, so that a rule that goes wrong on some text costs a
-# trimmed quote, never a thread blocked for minutes. Past it, the remaining strips are quoted as they are.
-QUOTE_BUDGET = 2.0
+# The work all the quoting of one answer may do (trimming asides, finding each strip's best run, weighing what it
+# holds), counted in characters of the sentences it reads (``TUNING.evidence``): a second wall behind linear text
+# rules, so that no text keeps a thread busy for minutes. Counted in work, not time, so that a question is quoted
+# the same on a busy machine as on an idle one. Past it, the remaining strips are quoted as they are.
+QUOTE_BUDGET = TUNING.evidence.quote_work
 
 # A rule starts at the first of its spaces (never inside a run of them: each start would scan the run again).
 TABLE_RULE = re.compile(r"(?:(?!\s)|(?<!\s))\|?\s*+-{3,}+\s*+(?:\|\s*+-{3,}+\s*+)*+\|?")
@@ -274,9 +274,13 @@ def answer_weight(sentence: str, question: str) -> float:
 def quotable(strip: Strip, question: str) -> Strip | None:
     """The strip as it is quoted: a footnote or an aside left out unless asked for, a sentence cut short dropped
     from its end, a long strip narrowed to its best run of sentences. None when nothing worth quoting is left."""
+    return _quotable(strip, pieces(strip.text), question)
+
+
+def _quotable(strip: Strip, whole: Sequence[str], question: str) -> Strip | None:
+    """``quotable``, of a strip already cut into its ``pieces``."""
     if NOTE.match(strip.text) and not FOOTNOTE_ASKED.search(question):
         return None
-    whole = pieces(strip.text)
     sentences = list(whole)
     while sentences and left_out(sentences[0], question):
         sentences = sentences[1:]
@@ -320,21 +324,21 @@ def _best(sentences: Sequence[str], weights: Sequence[float], inside: Sequence[b
 
 
 def select(
-    strips: Sequence[Strip], question: str = "", notes: list[str] | None = None, budget: float | None = None
+    strips: Sequence[Strip], question: str = "", notes: list[str] | None = None, budget: int | None = None
 ) -> list[Strip]:
     """The best kept strips to quote, within the budget, in document order: by their score, lifted by what they hold
     of the question's names and a fact, within ``TUNING.evidence.margin`` of the best. A strip that says nothing new
     is left out: neighbouring chunks share their edges, so one sentence may come in two, or one chunk may end in the
     first half of a sentence that the next holds whole.
 
-    Trimming and weighing the strips has ``budget`` seconds (``QUOTE_BUDGET``); the strips left when it runs out are
-    quoted as they are, ranked by their score alone, and ``notes`` says so."""
+    Trimming and weighing the strips may do ``budget`` units of ``work`` (``QUOTE_BUDGET``); a strip whose work would
+    pass it is quoted as it is, ranked by its score alone, and ``notes`` says so."""
     budget = QUOTE_BUDGET if budget is None else budget
-    rank, untrimmed = _weighed([s for s in strips if s.kept], question, time.monotonic() + budget)
+    rank, untrimmed = _weighed([s for s in strips if s.kept], question, budget)
     if untrimmed and notes is not None:
         notes.append(
-            f"quoting ran out of its time ({budget:g} s): {untrimmed} strip(s) are quoted as they are, asides and all, "
-            "ranked by their score alone"
+            f"quoting ran out of its work budget ({budget:,} characters' worth): {untrimmed} strip(s) are quoted as "
+            "they are, asides and all, ranked by their score alone"
         )
     ranked = sorted(rank, key=lambda s: -rank[s])
     chosen: list[tuple[Strip, list[str], int]] = []  # with its sentences and its width
@@ -356,16 +360,26 @@ def select(
     return sorted((strip for strip, _, _ in chosen), key=lambda s: (s.kind != "local", s.order))
 
 
-def _weighed(strips: Sequence[Strip], question: str, deadline: float) -> tuple[dict[Strip, float], int]:
-    """The strips as quoted, each with its rank: its score lifted by what it holds of the question. Those reached
-    after the ``deadline`` (of ``time.monotonic``) are taken as they are, by their score; how many, second."""
+def work(sentences: Sequence[str]) -> int:
+    """The work of quoting these sentences, in characters read: each rule over a sentence reads it in steps linear in
+    its length (``tests/test_patterns_linear.py``), and each sentence costs ``sentence_work`` more (its weighing)."""
+    return sum(len(s) + TUNING.evidence.sentence_work for s in sentences)
+
+
+def _weighed(strips: Sequence[Strip], question: str, budget: int) -> tuple[dict[Strip, float], int]:
+    """The strips as quoted, each with its rank: its score lifted by what it holds of the question. Those whose
+    ``work`` would take the work done past ``budget`` are taken as they are, by their score; how many, second."""
     rank: dict[Strip, float] = {}
-    untrimmed = 0
+    untrimmed = done = 0
     for strip in strips:
-        if time.monotonic() >= deadline:
+        # Its characters are counted first: cutting it into sentences reads them.
+        whole = pieces(strip.text) if done + len(strip.text) <= budget else None
+        if whole is None or done + work(whole) > budget:
             rank[strip] = strip.score
             untrimmed += 1
-        elif q := quotable(strip, question):
+            continue
+        done += work(whole)
+        if q := _quotable(strip, whole, question):
             rank[q] = q.score + TUNING.evidence.answer_weight * max(
                 (answer_weight(x, question) for x in pieces(q.text)), default=0
             )

@@ -3,7 +3,7 @@
 An answer's export carries its question, the question it followed when it is a follow-up (and the question it
 was read as), its text, the warning a written answer gets for what its sources do not say, its sources with their
 pages as the app shows them ("page 39 (printed 33)") and how it was made. A conversation exports as one file:
-each question with its answer, in order.
+each question with its answer, in order, and what the user said of the answers they rated.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from crag.conversations import Message
+from crag.feedback import rating_words
 from crag.messages import unsupported_message
 from crag.quotes import paragraphs
 from crag.text import pages_label
@@ -78,6 +79,8 @@ def conversation_markdown(title: str, messages: Sequence[Message], printed: Prin
             previous, question = question, message.content
         elif message.answer is not None:
             parts.append(answer_markdown(question, message.answer, previous=previous, printed=printed))
+            if message.rating is not None:  # what the user said of it, kept with the chat
+                parts.append(f"*Rated {rating_words(message.rating)}*\n")
         else:
             said = f"{message.content}\n\n" if message.content else ""
             parts.append(f"## {question}\n\n{said}> {message.error or 'No answer was saved.'}\n")

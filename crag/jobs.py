@@ -1,8 +1,9 @@
-"""Builds of the knowledge base as background jobs, one at a time: the runner the API and the app share.
+"""Builds of the knowledge base as background jobs, one at a time: the runner the API, the app and the watcher share.
 
 A build runs in a thread of the process that started it, so a page reload or a closed request does not
 stop it; its state is replaced whole on every update, so a reader always sees one consistent state.
 ``sync`` still takes the store's cross-process lock, so builds of other processes (the CLI) are refused.
+An import of an archive (``crag.archive``) is a job of the same runner: it commits a generation as a build does.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crag import first_imports
@@ -25,11 +28,24 @@ from crag.types import FileResult, Progress
 
 if TYPE_CHECKING:  # the parsers and models load with the first build, not with the runner (the app's first page)
     from crag import ingest
+    from crag.archive import Imported
     from crag.models import Embedder
 
 log = logging.getLogger("crag.jobs")
 
 JOBS_KEPT = 50  # finished build jobs remembered
+
+
+class JobKind(StrEnum):
+    BUILD = "build"  # a sync of the files folder (a full rebuild too)
+    IMPORT = "import"  # an archive's knowledge base, committed as a generation
+
+
+class Trigger(StrEnum):
+    """Who started a job."""
+
+    ASKED = "asked"  # a click, a request, a command
+    WATCH = "watch"  # the watcher (``crag.watch``): the files folder changed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,10 +55,14 @@ class Job:
     id: str
     rebuild: bool
     started_at: str
+    kind: JobKind = JobKind.BUILD
+    trigger: Trigger = Trigger.ASKED
+    archive: str = ""  # the archive's name, of an import
     state: str = "running"  # running | done | failed | cancelled
     progress: Progress = Progress(stage="starting")
     finished_at: str | None = None
     report: ingest.SyncReport | None = None  # per-file results, once done
+    imported: Imported | None = None  # what an import committed, once done
     files: tuple[FileResult, ...] = ()  # the files this build has finished, while it goes on with the others
     error: str = ""
     remedy: Remedy | None = None  # of the error, which each edge says in its own words
@@ -110,7 +130,26 @@ class Builds:
         with self._lock:
             return self._jobs.get(job_id)
 
-    def start(self, rebuild: bool) -> Job:
+    def start(self, rebuild: bool, trigger: Trigger = Trigger.ASKED) -> Job:
+        """A sync of the files folder (``rebuild``: every file anew), in the background."""
+        job = self._begin(Job(id=uuid.uuid4().hex, rebuild=rebuild, started_at=_now(), trigger=trigger))
+        work = self._sync(job.id, rebuild)
+        threading.Thread(target=self._run, args=(job.id, work), name=f"crag-build-{job.id[:8]}", daemon=True).start()
+        return job
+
+    def start_import(self, archive: Path, name: str = "", remove: bool = False) -> Job:
+        """The knowledge base of ``archive`` checked and committed (``crag.archive.import_archive``), in the background.
+        ``name``: the archive's name to show (an upload's, saved under another); ``remove``: delete the archive once
+        the job ends (an upload's copy)."""
+        job = Job(
+            id=uuid.uuid4().hex, rebuild=False, started_at=_now(), kind=JobKind.IMPORT, archive=name or archive.name
+        )
+        job = self._begin(job)
+        work = self._import(job.id, archive, remove)
+        threading.Thread(target=self._run, args=(job.id, work), name=f"crag-import-{job.id[:8]}", daemon=True).start()
+        return job
+
+    def _begin(self, job: Job) -> Job:
         with self._lock:
             if self._running is not None:
                 started = self._jobs[self._running].started_at
@@ -128,7 +167,6 @@ class Builds:
                     f"The index folder {self.settings.chroma_dir} cannot be written ({exc.strerror}): "
                     "fix its permissions or set CRAG_CHROMA_DIR to a writable folder."
                 ) from None
-            job = Job(id=uuid.uuid4().hex, rebuild=rebuild, started_at=_now())
             self._jobs[job.id] = job
             self._running = job.id
             self._cancel[job.id] = threading.Event()
@@ -137,7 +175,6 @@ class Builds:
                 if oldest == self._running:
                     break
                 del self._jobs[oldest]
-        threading.Thread(target=self._run, args=(job.id, rebuild), name=f"crag-build-{job.id[:8]}", daemon=True).start()
         return job
 
     def _update(self, job_id: str, **changes: Any) -> None:
@@ -147,7 +184,35 @@ class Builds:
                 self._running = None
                 self._cancel.pop(job_id, None)
 
-    def _run(self, job_id: str, rebuild: bool) -> None:
+    def _sync(self, job_id: str, rebuild: bool) -> Callable[[], dict[str, Any]]:
+        def work() -> dict[str, Any]:
+            with first_imports:  # the app may be loading its models in another thread meanwhile
+                from crag import ingest
+
+            embedder = self.embedder_for(rebuild)
+            report = ingest.sync(self.settings, embedder, rebuild=rebuild, on_progress=self._progress(job_id))
+            self.built(embedder)
+            return {"report": report}
+
+        return work
+
+    def _import(self, job_id: str, archive: Path, remove: bool) -> Callable[[], dict[str, Any]]:
+        def work() -> dict[str, Any]:
+            with first_imports:
+                from crag.archive import import_archive
+
+            try:
+                job = self.get(job_id)
+                name = job.archive if job else ""
+                imported = import_archive(self.settings, archive, on_progress=self._progress(job_id), name=name)
+            finally:
+                if remove:
+                    archive.unlink(missing_ok=True)
+            return {"imported": imported}
+
+        return work
+
+    def _progress(self, job_id: str) -> Callable[[Progress], None]:
         cancelled = self._cancel[job_id]
 
         def on_progress(p: Progress) -> None:
@@ -161,13 +226,11 @@ class Builds:
             else:
                 self._update(job_id, progress=p)
 
-        try:
-            with first_imports:  # the app may be loading its models in another thread meanwhile
-                from crag import ingest
+        return on_progress
 
-            embedder = self.embedder_for(rebuild)
-            report = ingest.sync(self.settings, embedder, rebuild=rebuild, on_progress=on_progress)
-            self.built(embedder)
+    def _run(self, job_id: str, work: Callable[[], dict[str, Any]]) -> None:
+        try:
+            outcome = work()
         except BuildCancelled as exc:
             self._update(job_id, state="cancelled", finished_at=_now(), error=str(exc))
             return
@@ -182,4 +245,4 @@ class Builds:
             )
             self._update(job_id, state="failed", finished_at=_now(), error=error, detail=f"{type(exc).__name__}: {exc}")
             return
-        self._update(job_id, state="done", finished_at=_now(), report=report)
+        self._update(job_id, state="done", finished_at=_now(), **outcome)

@@ -47,9 +47,24 @@ _ABOUT_NAMED = re.compile(
 )
 
 
+# A question that asks how to make a table of contents, an outline or a summary ("How do I add a table of contents?",
+# "Can I draw an outline?", "如何生成目录？") asks how it is done, in a document of the user's: it asks how, and
+# names a way of making one. "Write a summary of this manual" asks the app for one, and is about the documents.
+_HOW_TO = re.compile(alternation("how-to-asked"), re.IGNORECASE)
+_MAKING = re.compile(alternation("making-words"), re.IGNORECASE)
+
+
+def asks_how_to_make(question: str) -> bool:
+    """Whether a question asks how to make or change something ("How do I add a table of contents?")."""
+    return _HOW_TO.search(question) is not None and _MAKING.search(question) is not None
+
+
 def asks_about_documents(question: str, files: Iterable[str] = ()) -> bool:
     """Whether a question asks what whole documents are about, rather than something inside them. Naming one of
-    ``files`` makes "what is <file> about", "介绍一下 <file>" or "What is <file>?" such a question too."""
+    ``files`` makes "what is <file> about", "介绍一下 <file>" or "What is <file>?" such a question too; asking how to
+    make a table of contents or an outline ("How do I add a table of contents?") does not."""
+    if asks_how_to_make(question):
+        return False
     if _ABOUT_EN.search(question) or _ABOUT_ZH.search(question):
         return True
     named = named_files(question, files)

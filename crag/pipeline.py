@@ -66,6 +66,7 @@ from crag.types import (
     Strip,
     Suggestion,
     TermCheck,
+    ThresholdsFrom,
     Verdict,
     WebResult,
 )
@@ -154,7 +155,11 @@ class Pipeline:
             changes["scope"] = Scope.of(changes["scope"])
         if changes.get("use_model") is False:  # each step that would call the model, its way without one
             changes |= {"evaluator": "similarity", "answer_mode": "evidence", "web": False}
-        return replace(Options.from_settings(self.settings), **changes)
+        options = replace(Options.from_settings(self.settings), **changes)
+        settings = (self.settings.lower_threshold, self.settings.upper_threshold)
+        if "thresholds_from" not in changes and (options.lower_threshold, options.upper_threshold) != settings:
+            options = replace(options, thresholds_from=ThresholdsFrom.CHOSEN)  # the answer says whose they were
+        return options
 
     def stream(
         self, question: str, history: History = (), on_step: OnStep | None = None, **overrides: Unpack[Overrides]

@@ -10,7 +10,7 @@ from crag.config import Settings
 from crag.overview import Overview
 from crag.scope import EVERYTHING, Scope
 from crag.store import Mode
-from crag.types import Action, ScoredChunk, Strip, TermCheck, WebResult
+from crag.types import Action, ScoredChunk, Strip, TermCheck, ThresholdsFrom, WebResult
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,7 @@ class Options:
     # is quoted, the web is not searched and no second search runs in the model's words; ``Pipeline.options`` sets
     # the rest to match, and such a question takes no conversation (a follow-up is condensed by the model).
     use_model: bool = True
+    thresholds_from: ThresholdsFrom = ThresholdsFrom.SETTINGS  # where the two thresholds came from
 
     @classmethod
     def from_settings(cls, s: Settings) -> Options:
@@ -104,6 +105,7 @@ class Overrides(TypedDict, total=False):
     top_k: int | None
     upper_threshold: float | None
     lower_threshold: float | None
+    thresholds_from: ThresholdsFrom | None
     web: bool | None
     evaluator: str | None
     retrieval_mode: Mode | None

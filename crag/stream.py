@@ -560,6 +560,7 @@ class AnswerStream:
             action=knowledge.action,
             retrieved=knowledge.evaluation.graded,
             thresholds=(o.lower_threshold, o.upper_threshold),
+            thresholds_from=o.thresholds_from,
             terms=knowledge.evaluation.terms,
             strips=knowledge.strips,
             web_query=knowledge.web.query,

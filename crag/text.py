@@ -279,7 +279,9 @@ def pages_label(pages: Iterable[int]) -> str:
 # Prompts and questions
 
 
-SOURCE_TAG = re.compile(r"</?\s*+source\b[^>]*+>", re.IGNORECASE)
+# A tag ends at its ">", or where the next tag starts: each "<source" is scanned up to the next one at most, so a run
+# of them without a ">" costs no more than once through the text.
+SOURCE_TAG = re.compile(r"</?\s*+source\b(?:[^<>]|<(?!/?\s*+source\b))*+(?:>|(?=</?\s*+source\b))", re.IGNORECASE)
 
 
 def quote(text: str) -> str:

@@ -46,6 +46,16 @@ class Evidence:
     answer_weight: float = 0.2
     """How much holding the question's names and a fact lifts a strip's rank among those to quote. Hand-set, with the
     specific-terms rule."""
+    quote_work: int = 4_000_000
+    """The work quoting one answer may do (``crag.evidence.work``: characters of the sentences it reads, and
+    ``sentence_work`` for each) before the strips left are quoted as they are: about two seconds of one core, as the
+    wall it replaces allowed. Measured: on the largest inputs the test split gives quoting (about 2,100 characters in
+    20 sentences, 3,200 units), it does 1.3 to 2.3 million units a second of process CPU time; the largest take 2 ms,
+    so no benchmark answer comes near the budget."""
+    sentence_work: int = 64
+    """What weighing one sentence costs beyond its characters, in characters: a strip of one-word sentences takes
+    about 75 µs a sentence, a long sentence about 1.2 µs a character. Hand-set from that measurement on the test
+    split's quoting calls, so that text of many short sentences counts for the time it takes."""
 
 
 @dataclass(frozen=True)
@@ -235,6 +245,24 @@ class Answering:
     """When nothing answers, the closest passages shown, said to be such. Hand-set."""
 
 
+@dataclass(frozen=True)
+class Calibration:
+    """When the ratings of a knowledge base's answers may move its thresholds (``crag.calibration``)."""
+
+    min_labels: int = 20
+    """Rated answers a scope needs, thumbs up and down both among them, before a fit is proposed. Hand-set: fewer
+    leave a fold of the cross-validation one or two answers to judge by."""
+    folds: int = 5
+    """Folds of the cross-validation that judges a fit on answers it was not fitted on. Hand-set."""
+    margin: float = 0.05
+    """The held-out verdict accuracy a fit must beat the current thresholds' by, as a share of the rated answers.
+    Hand-set: a gain this small is within what one mislabelled answer moves."""
+    min_gain: int = 2
+    """And by at least this many answers held out, whatever the share. Hand-set, with ``margin``."""
+    step: float = 0.05
+    """The grid the thresholds are fitted on, as the benchmark's own fit (``crag.bench.answers``). Hand-set."""
+
+
 @dataclass(kw_only=True, frozen=True)
 class Tuning:
     """Every group of chosen numbers."""
@@ -252,6 +280,7 @@ class Tuning:
     followups: Followups = field(default_factory=Followups)
     retrieval: Retrieval = field(default_factory=Retrieval)
     support: Support = field(default_factory=Support)
+    calibration: Calibration = field(default_factory=Calibration)
 
 
 TUNING = Tuning()

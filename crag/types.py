@@ -231,6 +231,14 @@ class TermCheck:
         return upper - 0.01 if self.missing else math.inf
 
 
+class ThresholdsFrom(StrEnum):
+    """Where the thresholds an answer was decided with came from."""
+
+    SETTINGS = "settings"  # the app's settings (CRAG_UPPER_THRESHOLD, CRAG_LOWER_THRESHOLD)
+    CHOSEN = "chosen"  # chosen for this question: the page's Answer settings, or an argument
+    FITTED = "fitted"  # fitted to the ratings of the scope's answers, and applied to that scope (``crag.calibration``)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Expansion:
     """The model's words for one ask, searched beside the question's own: a short answer as the documents would write
@@ -266,6 +274,7 @@ class Trace:
     action: Action | None = None
     retrieved: tuple[ScoredChunk, ...] = ()  # scored by the evaluator, in retrieval order
     thresholds: tuple[float, float] = (-1.0, 1.0)  # (lower, upper) the action was decided with
+    thresholds_from: ThresholdsFrom | None = None  # where they came from; None in answers stored before it was kept
     terms: TermCheck = TermCheck()
     strips: tuple[Strip, ...] = ()
     web_query: str = ""
@@ -414,6 +423,10 @@ class FileResult:
     # (``crag.overview``); empty when it has none, and in manifests of older builds.
     title: str = ""
     outline: tuple[tuple[int, str, int], ...] = ()
+    # Imported from an archive without its PDF, which the files folder does not hold: a sync keeps its passages
+    # rather than count it removed, until its PDF is in the folder (then it is a file like any other) or a full
+    # rebuild, which indexes the folder alone. Sources from it name the file and page, without the page's image.
+    detached: bool = False
 
     @classmethod
     def from_json(cls, data: dict) -> FileResult:

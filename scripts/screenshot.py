@@ -116,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "CRAG_FILES_DIR": str(files),
             "CRAG_CHROMA_DIR": str(Path(tmp) / "chroma_db"),
             "CRAG_WEB_SEARCH": "off",
+            "CRAG_WATCH": "off",  # the script clicks Rebuild itself
         }
         log_path = Path(tmp) / "streamlit.log"
         try:

@@ -33,6 +33,7 @@ SLOW_FIRST = (
     "test_mineru.py",
     "test_kill.py",
     "test_app_kb.py",
+    "test_watch.py",
     "test_mcp_servers.py",
     "test_build_hang.py",
     "test_patterns_linear.py",
@@ -62,6 +63,9 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         if name.startswith("CRAG_") or name == "OLLAMA_HOST":
             monkeypatch.delenv(name)
     monkeypatch.chdir(tmp_path)  # so a developer's .env is not read
+    # No watcher of the files folder unless a test asks for one (tests/test_watch.py): a test that copies a PDF and
+    # then builds must find no build already running.
+    monkeypatch.setenv("CRAG_WATCH", "off")
     # A safety net, inherited by subprocesses: ddgs sends every request through DDGS_PROXY, where
     # nothing listens, so a test that forgot to fake web search fails instead of reaching the internet.
     monkeypatch.setenv("DDGS_PROXY", f"socks5h://127.0.0.1:{refused_port()}")

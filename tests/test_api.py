@@ -36,8 +36,9 @@ def test_ask_returns_the_ask_json_contract(settings: Settings) -> None:
     assert r.status_code == 200 and r.headers["content-type"] == "application/json"
     body = r.json()
     AnswerOut.model_validate(body)  # extra="forbid": the route returns the contract, nothing else
-    expected = AnswerOut.of(fake.ask(QUESTION), fake.backend).model_dump()
+    expected = AnswerOut.of(fake.ask(QUESTION), fake.backend, answer_id=body["answer_id"]).model_dump()
     assert {k: v for k, v in body.items() if k != "timings"} == {k: v for k, v in expected.items() if k != "timings"}
+    assert len(body["answer_id"]) == 32, "kept, to be rated by its id"
     assert body["action"] == "correct" and body["complete"] is True
     assert body["sources"][0]["file"] == "manual.pdf" and "[1]" in body["answer"]
 
@@ -343,6 +344,7 @@ def test_openapi_docs(client: TestClient) -> None:
         "/v1/models",
         "/v1/models/{model}",
         "/v1/chat/completions",
+        "/feedback",
     }
     assert "securitySchemes" not in schema.get("components", {})
     for path in ("/ask", "/v1/chat/completions"):

@@ -181,11 +181,12 @@ OPERATIONS = [
     ("GET", "/v1/models"),
     ("GET", "/v1/models/{model}"),
     ("POST", "/v1/chat/completions"),
+    ("POST", "/feedback"),
 ]
 POSITIVE, NEGATIVE = GenerationMode.POSITIVE, GenerationMode.NEGATIVE
 # Negative data needs a constraint to break: only the request bodies have one (a path parameter
 # is any string; /health, /files, /scopes and /v1/models take nothing).
-BODIES = ["/ask", "/index", "/v1/chat/completions"]
+BODIES = ["/ask", "/index", "/v1/chat/completions", "/feedback"]
 FUZZ = [(m, p, POSITIVE) for m, p in OPERATIONS] + [("POST", p, NEGATIVE) for p in BODIES]
 FUZZ_EXAMPLES = 25  # per operation and mode: bounded, so `make test` stays quick
 
@@ -237,6 +238,7 @@ def test_real_server_on_loopback(tmp_path: Path, closed_port_url: str) -> None:
         "CRAG_FILES_DIR": str(files),
         "CRAG_CHROMA_DIR": str(tmp_path / "db"),
         "CRAG_MAX_ANSWER_TOKENS": "48",
+        "CRAG_WATCH": "off",  # this test starts the build itself (POST /index); tests/test_watch.py has the watcher
     }
     log = (tmp_path / "server.log").open("w")
     server = subprocess.Popen(

@@ -245,7 +245,10 @@ def test_history_survives_reruns_reloads_and_restarts(monkeypatch: pytest.Monkey
     loaded(reloaded.run())
     assert [m.name for m in reloaded.chat_message] == ["user", "assistant"] * 2
     assert len(badges(reloaded)) == 1, "the trace came back with the latest answer"
-    assert reloaded.chat_message[1].expander[0].label.startswith("The widget needs"), "the earlier one is folded"
+    folded = reloaded.chat_message[1].expander[0].label
+    assert folded.startswith(":green-background[:material/check_circle: Correct] The widget needs"), (
+        "the earlier one is folded to its badge and its first line"
+    )
     assert "How many cores does the widget need?" in [b.label for b in reloaded.sidebar.button]
 
     reloaded.button(key="new_chat").click().run()

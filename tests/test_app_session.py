@@ -279,7 +279,10 @@ def test_a_reopened_chat_shows_earlier_answers_folded_and_the_latest_whole(
     *earlier, latest = answers
     for answer in earlier:
         [fold] = answer.expander
-        assert plain(fold.label) == "The widget needs two processor cores [1]."
+        assert (
+            plain(fold.label)
+            == ":green-background[:material/check_circle: Correct] The widget needs two processor cores [1]."
+        )
         assert not list(fold.children.values()), "nothing of a folded answer is drawn until it is opened"
         assert not answer.dataframe
     assert [e.label for e in latest.expander] == ["How this answer was made", "Sources (1)"]

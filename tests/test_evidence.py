@@ -468,7 +468,7 @@ def test_a_requirement_is_no_version_line() -> None:
 
 
 def test_quoting_past_its_budget_quotes_the_strips_as_they_are_and_says_so(settings, monkeypatch) -> None:
-    """A second wall behind linear rules: with no time left, nothing is trimmed and the trace says why."""
+    """A second wall behind linear rules: with no work left, nothing is trimmed and the trace says why."""
     licence = "Copyright © 1996-2019 Julian Seward, all rights reserved."
     answer_text = "Use bzip2 -d to decompress a file; bunzip2 does the same."
     strips = [strip(f"{licence} {answer_text}", 0.9, (0, 0))]
@@ -478,11 +478,63 @@ def test_quoting_past_its_budget_quotes_the_strips_as_they_are_and_says_so(setti
     quoted = evidence_answer(select(strips, question, notes, budget=0), [SOURCE], "en", Action.CORRECT)
     assert licence in quoted and answer_text in quoted, "quoted as it is, the aside with it"
     assert len(notes) == 1 and "quoted as they are" in notes[0]
-    monkeypatch.setattr("crag.evidence.QUOTE_BUDGET", 0.0)
+    monkeypatch.setattr("crag.evidence.QUOTE_BUDGET", 0)
     p = pipeline(settings, [chunk(f"{licence} {answer_text}")], [0.9], ScriptedModel(), backend="embedded")
     answer = p.ask(question)
     assert "bzip2 -d" in answer.text
-    assert any("quoting ran out of its time" in note for note in answer.trace.notes)
+    assert any("quoting ran out of its work budget" in note for note in answer.trace.notes)
+
+
+def test_quoting_is_the_same_on_a_slow_clock(monkeypatch) -> None:
+    """The budget counts work, not time: a machine so busy that every look at the clock finds ten more seconds gone
+    quotes the same sentences, trimmed the same, as an idle one."""
+    licence = "Copyright © 1996-2019 Julian Seward, all rights reserved."
+    filler = "The block-sorting compressor reads its input in blocks of nine hundred kilobytes at most. " * 8
+    strips = [
+        strip(f"{licence} Use bzip2 -d to decompress a file; bunzip2 does the same.", 0.9, (0, 0)),
+        strip(f"{filler}Use -k to keep the input files. {filler}", 0.8, (0, 1), chunk_id="c1"),
+        strip("Contact: jseward@acm.org. Version 1.0.8, 13 July 2019.", 0.7, (0, 2), chunk_id="c2"),
+    ]
+    question = "How do I decompress a file and keep the input?"
+    notes: list[str] = []
+    idle = select(strips, question, notes)
+    assert notes == [] and licence not in idle[0].text
+    now = [0.0]
+
+    def slow() -> float:
+        now[0] += 10.0
+        return now[0]
+
+    for clock in ("monotonic", "perf_counter", "time", "process_time", "thread_time"):
+        monkeypatch.setattr(f"time.{clock}", slow)
+    busy: list[str] = []
+    assert select(strips, question, busy) == idle and busy == []
+
+
+def test_quoting_adversarial_text_stays_within_its_work(monkeypatch) -> None:
+    """Text made to cost the most per character (sentences of one word) or to be long (a clause with no full stop)
+    is weighed only within the budget: the sentences weighed, each counted with its characters, never pass it, and
+    the strips past it are quoted as they are."""
+    from crag import evidence
+
+    weighed: list[str] = []
+    real = evidence.answer_weight
+
+    def counted(sentence: str, question: str) -> float:
+        weighed.append(sentence)
+        return real(sentence, question)
+
+    monkeypatch.setattr(evidence, "answer_weight", counted)
+    budget = 20_000
+    words = " ".join(f"Word{i}." for i in range(100))
+    clause = "软件包管理器在所有系统上自动安装依赖项" * 5_000
+    strips = [strip(words, 0.9, (0, i), chunk_id=f"c{i}") for i in range(10)] + [strip(clause, 0.8, (1, 0))]
+    notes: list[str] = []
+    select(strips, "How do I decompress a file?", notes, budget=budget)
+    assert weighed and clause not in weighed, "the long clause is past the budget: quoted as it is, never weighed"
+    # Each sentence is weighed at most twice: for its strip's best run, and for the strip's rank.
+    assert evidence.work(weighed) <= 2 * budget
+    assert notes and "9 strip(s) are quoted as they are" in notes[0]
 
 
 def test_a_quote_never_ends_inside_an_expression() -> None:

@@ -285,6 +285,23 @@ def test_a_question_stands_alone(question: str, alone: bool) -> None:
         ("What is the outline of a text box?", False),
         ("How do I insert a table?", False),
         ("如何插入表格？", False),
+        # Asking how to make a table of contents or an outline is asking how it is done, not what the documents hold;
+        # asking for one (however politely) is asking what they hold.
+        ("How do I add a table of contents?", False),
+        ("How do I draw an outline?", False),
+        ("Can I generate a table of contents automatically?", False),
+        ("How do I add a table of contents for this document?", False),
+        ("Is there a way to create a summary of my thesis?", False),
+        ("如何添加目录？", False),
+        ("怎么生成这份文档的目录？", False),
+        ("怎样画大纲？", False),
+        ("Give me an outline", True),
+        ("Table of contents?", True),
+        ("Write a summary of this manual", True),
+        ("Can you write a summary of these files?", True),
+        ("How can I get an overview of this document?", True),
+        ("这份文档的目录", True),
+        ("总结一下这份文档", True),
     ],
 )
 def test_a_question_about_whole_documents(question: str, whole: bool) -> None:

@@ -92,13 +92,21 @@ def test_render_dpi_keeps_renders_bounded() -> None:
 
 
 class FakeEngine:
-    """Reads 'scanned text' on every page; fails on the calls listed in ``fail``; records image sizes."""
+    """Reads 'scanned text' on every page; fails on the calls listed in ``fail``; records image sizes, in ``record``
+    too when given: a build reads its pages in a worker process, with a copy of the engine."""
 
-    def __init__(self, fail: Sequence[int] = (), nothing: bool = False) -> None:
-        self.fail, self.nothing, self.sizes = set(fail), nothing, []
+    def __init__(self, fail: Sequence[int] = (), nothing: bool = False, record: Path | None = None) -> None:
+        self.fail, self.nothing, self.sizes, self.record = set(fail), nothing, [], record
+
+    def recorded(self) -> list[tuple[int, int]]:
+        assert self.record is not None
+        return [(int(h), int(w)) for h, w in (line.split() for line in self.record.read_text().splitlines())]
 
     def __call__(self, image: np.ndarray) -> list[OcrLine]:
         self.sizes.append(image.shape[:2])
+        if self.record is not None:
+            with self.record.open("a") as fh:
+                fh.write(f"{image.shape[0]} {image.shape[1]}\n")
         if len(self.sizes) in self.fail:
             raise RuntimeError("onnxruntime: bad allocation")
         if self.nothing:
@@ -133,7 +141,7 @@ def kb(tmp_path: Path) -> Settings:
 def test_a_page_ocr_cannot_read_is_a_warning_and_the_rest_indexes(
     monkeypatch: pytest.MonkeyPatch, kb: Settings
 ) -> None:
-    engine = use_engine(monkeypatch, FakeEngine(fail=[2]))
+    engine = use_engine(monkeypatch, FakeEngine(fail=[2], record=kb.files_dir.parent / "sizes"))
     scans(kb.files_dir / "scan.pdf")
     events: list[Progress] = []
     (result,) = sync(kb, HashEmbedder(), on_progress=events.append).files
@@ -142,8 +150,8 @@ def test_a_page_ocr_cannot_read_is_a_warning_and_the_rest_indexes(
     assert result.ocr_pages == 2, "pages 1 and 3 were read with OCR"
     assert Store(kb.chroma_dir).manifest()[0].ocr_pages == 2, "the index's manifest keeps it, for the Files list"
     chunks = Store(kb.chroma_dir).reader().chunks
-    assert {page for c in chunks for page in c.pages} == {1, 3} and len(engine.sizes) == 3
-    assert max(engine.sizes[0]) == 2339  # A4 at CRAG_OCR_DPI=200
+    assert {page for c in chunks for page in c.pages} == {1, 3} and len(engine.recorded()) == 3
+    assert max(engine.recorded()[0]) == 2339  # A4 at CRAG_OCR_DPI=200
 
     ocr_events = [(e.page, e.page_count) for e in events if e.stage == "ocr"]
     assert ocr_events == [(1, 3), (2, 3), (3, 3)]

@@ -1,5 +1,5 @@
-"""What sits under an answer: the badge line, "How this answer was made", the sources panel (``ui.sources``) and
-the export.
+"""What sits under an answer: the badge line, "How this answer was made", the sources panel (``ui.sources``), the
+export, and the thumbs that rate it (with what was wrong, on a thumbs down).
 
 Document and web text is shown with ``st.text``, ``st.code`` and tables, never as Markdown or HTML.
 """
@@ -14,13 +14,16 @@ import pandas as pd
 import streamlit as st
 
 from crag.blocks import markdown_table, table_rows
+from crag.conversations import Conversations
+from crag.errors import CragError
 from crag.export import answer_markdown, follows_up
+from crag.feedback import NOTE_CHARS, WRONG_WORDS, Label, Rating, Wrong, rating_words
 from crag.markdown import model_markdown
 from crag.messages import unsupported_message
 from crag.models import PACKAGED_LABEL
 from crag.quotes import Quote, answer_parts
 from crag.text import pages_label
-from crag.types import NOT_WRITTEN, Answer, AnswerKind, ScoredChunk, Source, Trace
+from crag.types import NOT_WRITTEN, Answer, AnswerKind, ScoredChunk, Source, ThresholdsFrom, Trace
 from crag.websearch import OFF_REASON
 from ui import state
 from ui.sources import printed_pages, sources_panel
@@ -89,9 +92,18 @@ def block_markdown(block: Quote) -> str:
     return f"{asked}{body}\n\n\\[{block.n}\\]"
 
 
-def render(answer: Answer, question: str, files_dir: Path, key: int, previous: str = "") -> None:
-    """Badge line, the trace expander, the sources panel and the export of one answer. ``previous``: the question
-    before it in the conversation, which its export names when it was read as a follow-up."""
+def render(
+    answer: Answer,
+    question: str,
+    files_dir: Path,
+    key: int,
+    previous: str = "",
+    store: Conversations | None = None,
+    rated: Label | None = None,
+) -> None:
+    """Badge line, the trace expander, the sources panel, the export and the thumbs of one answer. ``previous``: the
+    question before it in the conversation, which its export names when it was read as a follow-up. ``store``: where
+    the answer is kept, to rate it (its message is ``key``), and ``rated``: what the user said of it so far."""
     trace = answer.trace
     if trace is not None and trace.remedy:  # the answer says why there is none; this, what to do
         st.markdown(remedy_text(trace.remedy, question))
@@ -120,15 +132,91 @@ def render(answer: Answer, question: str, files_dir: Path, key: int, previous: s
     def printed(source: Source) -> str:  # the page numbers the document prints, as the sources panel shows them
         return printed_pages(files_dir, source.file, source.pages)
 
-    st.download_button(
-        "Export as Markdown",
-        answer_markdown(question, answer, previous=previous, printed=printed),
-        file_name=export_name(question, key),
-        mime="text/markdown",
-        icon=":material/download:",
-        key=f"export-{key}",
-        type="tertiary",
-        on_click="ignore",
+    with st.container(horizontal=True, vertical_alignment="center", gap="small"):
+        if store is not None and answer.complete:
+            st.feedback(
+                "thumbs",
+                key=f"rate-{key}",
+                default=THUMB.get(rated.rating) if rated else None,
+                on_change=rate,
+                args=(store, key),
+            )
+        st.download_button(
+            "Export as Markdown",
+            answer_markdown(question, answer, previous=previous, printed=printed),
+            file_name=export_name(question, key),
+            mime="text/markdown",
+            icon=":material/download:",
+            key=f"export-{key}",
+            type="tertiary",
+            on_click="ignore",
+        )
+    if store is not None and rated is not None:
+        what_was_wrong(store, key, rated)
+
+
+# ---------------------------------------------------------------------------------------------
+# Ratings: the thumbs under an answer, and on a thumbs down what was wrong
+
+THUMB = {Rating.DOWN: 0, Rating.UP: 1}  # st.feedback's values
+
+
+def rate(store: Conversations, message: int) -> None:
+    """The thumbs' click, before the next run: rated, rated again, or (the same thumb again) unrated."""
+    value = st.session_state.get(f"rate-{message}")
+    try:
+        if value is None:
+            store.unrate(message)
+        else:
+            rating = Rating.UP if value == THUMB[Rating.UP] else Rating.DOWN
+            store.rate(message, rating)
+            st.session_state.pop(f"wrong-{message}", None)  # a new thumbs down starts with nothing said wrong
+            st.session_state.pop(f"note-{message}", None)
+    except CragError as exc:
+        st.session_state[RATING_ERROR] = str(exc)
+
+
+RATING_ERROR = "rating_error"  # why the last rating could not be kept
+
+
+def explain(store: Conversations, message: int) -> None:
+    """What was wrong, or the note, changed: kept with the thumbs down."""
+    wrong = [Wrong(w) for w in st.session_state.get(f"wrong-{message}") or ()]
+    try:
+        store.rate(message, Rating.DOWN, wrong, st.session_state.get(f"note-{message}") or "")
+    except CragError as exc:
+        st.session_state[RATING_ERROR] = str(exc)
+
+
+def what_was_wrong(store: Conversations, message: int, rated: Label) -> None:
+    """Under a thumbs down: what was wrong and a note, each kept as it changes; under either, what was kept."""
+    if error := st.session_state.pop(RATING_ERROR, None):
+        st.error(md_escape(error))
+    if rated.rating is Rating.DOWN:
+        st.pills(
+            "What was wrong?",
+            list(Wrong),
+            format_func=lambda w: WRONG_WORDS[w].capitalize(),
+            selection_mode="multi",
+            default=list(rated.wrong),
+            key=f"wrong-{message}",
+            on_change=explain,
+            args=(store, message),
+            help="The badge: the verdict (Correct, Ambiguous, Incorrect) was wrong. The answer: what it says is wrong. "
+            "The sources: the passages it cites are not the right ones. A source missing: a page that answers "
+            "was not among them.",
+        )
+        st.text_input(
+            "A note (optional)",
+            value=rated.note,
+            key=f"note-{message}",
+            max_chars=NOTE_CHARS,
+            on_change=explain,
+            args=(store, message),
+            placeholder="Where the answer is, or what it should have said",
+        )
+    st.caption(
+        f"Kept: {md_escape(rating_words(rated))}. Your ratings are this knowledge base's test set: see **Evaluate**."
     )
 
 
@@ -205,6 +293,8 @@ def how_it_was_made(trace: Trace, thresholds: tuple[float, float], key: int, lab
             again = [r.anchor for r in trace.retrieved if r.anchor]
             reason = action_reason(trace.action, scores, upper, lower, trace.terms, again)
             st.markdown(f"**Action: {ACTIONS[trace.action].label}.** {reason} {ACTIONS[trace.action].effect}")
+        if line := thresholds_line(trace):
+            st.caption(line)
         if trace.standalone_question and trace.standalone_question != trace.question:
             st.caption("The follow-up was asked as:")
             st.text(trace.standalone_question)
@@ -260,6 +350,21 @@ def verdict(r: ScoredChunk) -> str:
         return ""
     said = {"answers": "answers", "partly": "partly answers", "no": "does not answer"}[r.verdict.value]
     return f"{said}: “{r.answering}”" if r.answering else said
+
+
+THRESHOLDS_FROM = {
+    ThresholdsFrom.SETTINGS: "the app's (CRAG_LOWER_THRESHOLD, CRAG_UPPER_THRESHOLD)",
+    ThresholdsFrom.CHOSEN: "chosen in Answer settings",
+    ThresholdsFrom.FITTED: "fitted to your ratings of this knowledge base's answers (Evaluate page)",
+}
+
+
+def thresholds_line(trace: Trace) -> str:
+    """Which thresholds decided the action, and whose they were; "" for an answer stored before that was kept."""
+    if trace.action is None or trace.thresholds_from is None:
+        return ""
+    lower, upper = trace.thresholds
+    return f"Thresholds: lower {lower:.2f}, upper {upper:.2f}: {THRESHOLDS_FROM[trace.thresholds_from]}."
 
 
 def key_terms(trace: Trace) -> str:

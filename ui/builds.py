@@ -15,8 +15,8 @@ from streamlit.delta_generator import DeltaGenerator
 
 from crag.config import Settings
 from crag.errors import CragError, said
-from crag.jobs import Job
-from ui import state
+from crag.jobs import Job, JobKind, Trigger
+from ui import archive, state
 from ui.text import REMEDIES, build_summary, md_escape, no_images, progress_text, time_left
 
 REFRESH_RUNNING = 1.0  # seconds between two looks at a running build
@@ -118,6 +118,10 @@ def status(settings: Settings, live: bool = True) -> None:
         return
     if job.state == "running":
         what = "Rebuilding the knowledge base from scratch" if job.rebuild else "Updating the knowledge base"
+        if job.kind is JobKind.IMPORT:
+            what = f"Importing {md_escape(job.archive)}"
+        elif job.trigger is Trigger.WATCH:
+            what = "Syncing the changes in the files folder"
         st.markdown(f":material/hourglass_top: **{what}**")
         left = time_left(job.progress.fraction, elapsed(job))
         st.progress(job.progress.fraction, text=progress_text(job.progress) + (f" · {left}" if left else ""))
@@ -127,7 +131,7 @@ def status(settings: Settings, live: bool = True) -> None:
         else:
             st.caption("Questions are answered from the current knowledge base until the build is done.")
         return
-    outcome(job)
+    outcome(job, state.watcher(settings) is not None)
 
 
 def elapsed(job: Job) -> float:
@@ -135,8 +139,11 @@ def elapsed(job: Job) -> float:
     return time.monotonic() - job.began
 
 
-def outcome(job: Job) -> None:
-    what = "Rebuilt from scratch" if job.rebuild else "Updated"
+def outcome(job: Job, watched: bool = False) -> None:
+    if job.kind is JobKind.IMPORT:
+        archive.outcome(job, watched)
+        return
+    what = "Rebuilt from scratch" if job.rebuild else "Synced" if job.trigger is Trigger.WATCH else "Updated"
     if job.state == "cancelled":
         st.info(job.error, icon=":material/stop_circle:")
     elif job.state == "failed":

@@ -23,6 +23,7 @@ from streamlit.delta_generator import DeltaGenerator
 from crag.config import Settings
 from crag.conversations import Conversations, Message, Stop, title_of
 from crag.errors import CragError
+from crag.feedback import THUMBS, generation_of
 from crag.markdown import safe_stream
 from crag.models.loops import own_event_loop
 from crag.scope import UnknownScope
@@ -31,7 +32,7 @@ from crag.types import Answer, AnswerKind
 from ui import state
 from ui.scope import ALL, choose
 from ui.settings import WEB_LABEL
-from ui.text import error_text, gist, md_escape, stage_label, stop_of, stopped, user_stopped
+from ui.text import ACTIONS, error_text, gist, md_escape, stage_label, stop_of, stopped, user_stopped
 
 if TYPE_CHECKING:
     import crag.pipeline
@@ -73,7 +74,7 @@ def render(
     for i, message in enumerate(messages):
         if message.role == "user":
             previous, question = question, message.content
-        replay(message, question, previous, settings, folded=i != latest)
+        replay(message, question, previous, settings, folded=i != latest, store=store)
     if refused:
         st.error(refused[1], icon=":material/error:")
     if prompt and loading.error:  # typed before the box was turned off: given back, with why
@@ -83,8 +84,16 @@ def render(
         ask(prompt, settings, loading, options, store, chat, messages, relist, alone=prompt == alone)
 
 
-def replay(message: Message, question: str, previous: str, settings: Settings, folded: bool = False) -> None:
-    """A message of the open chat. An answer ``folded`` shows its first line, and the rest once opened."""
+def replay(
+    message: Message,
+    question: str,
+    previous: str,
+    settings: Settings,
+    folded: bool = False,
+    store: Conversations | None = None,
+) -> None:
+    """A message of the open chat. An answer ``folded`` shows its first line, and the rest once opened. ``store``:
+    where it is kept, for its thumbs."""
     with st.chat_message(message.role):
         if message.role == "user":
             st.text(message.content)
@@ -92,24 +101,39 @@ def replay(message: Message, question: str, previous: str, settings: Settings, f
             unfold = st.expander(fold_label(message), key=f"fold-{message.id}", on_change="rerun")
             if unfold.open:  # drawn only once opened: a closed expander's content is computed and sent all the same
                 with unfold:
-                    replay_answer(message, question, previous, settings)
+                    replay_answer(message, question, previous, settings, store)
         else:
-            replay_answer(message, question, previous, settings)
+            replay_answer(message, question, previous, settings, store)
 
 
 def fold_label(message: Message) -> str:
-    """The line a folded answer shows: what it says first, and that it stopped short when it did."""
+    """The line a folded answer shows: its badge, its rating, what it says first, and that it stopped short when it
+    did. A long chat is scanned by it for what to trust."""
     label = md_escape(gist(message.content)) or "The answer"
+    action = message.answer.action if message.answer else None
+    marks = [f":{ACTIONS[action].color}-background[{ACTIONS[action].icon} {ACTIONS[action].label}]"] if action else []
+    marks += [THUMBS[message.rating.rating]] if message.rating else []
+    label = " ".join([*marks, label])
     return label if message.complete else f"{label} · stopped before its end"
 
 
-def replay_answer(message: Message, question: str, previous: str, settings: Settings) -> None:
+def replay_answer(
+    message: Message, question: str, previous: str, settings: Settings, store: Conversations | None = None
+) -> None:
     from ui import answer as answer_ui  # charts and tables: loaded with the first answer shown, not the first page
 
     if message.content:
         answer_ui.text(message.content, message.answer.kind if message.answer else AnswerKind.GENERATED)
     if message.answer is not None:
-        answer_ui.render(message.answer, question, settings.files_dir, key=message.id, previous=previous)
+        answer_ui.render(
+            message.answer,
+            question,
+            settings.files_dir,
+            key=message.id,
+            previous=previous,
+            store=store if message.complete else None,
+            rated=message.rating,
+        )
     elif not message.complete and stop_of(message) is Stop.USER:  # worded by what is kept (the run may save after)
         st.info(user_stopped(question, said=bool(message.content)), icon=":material/stop_circle:")
     elif not message.complete:
@@ -198,12 +222,14 @@ class LiveAnswer:
             with self.body.container():
                 error = show(stream, pipeline, options.get("answer_mode"), self.store, self.reply)
             answer = stream.answer if not error else None
-            self.end(answer, error, stream.text)
+            self.end(answer, error, stream.text, generation_of(settings))
             stored = True
             if answer is not None:
                 from ui import answer as answer_ui
 
-                answer_ui.render(answer, self.question, settings.files_dir, key=self.reply, previous=asked_before)
+                answer_ui.render(
+                    answer, self.question, settings.files_dir, key=self.reply, previous=asked_before, store=self.store
+                )
                 tell_if_offline(answer)
         finally:
             # The Stop button, or a click elsewhere, ends this run inside the stream (Streamlit raises a
@@ -233,14 +259,17 @@ class LiveAnswer:
                 self.stages.status.update(label=f"Waiting for the models to load… {loading.seconds:.0f} s")
         return loading.pipeline
 
-    def end(self, answer: Answer | None, error: str, text: str = "") -> None:
-        """The answer ended (whole, cut short, or failed): saved, the Stop button gone, the status says how."""
+    def end(self, answer: Answer | None, error: str, text: str = "", generation: str = "") -> None:
+        """The answer ended (whole, cut short, or failed): saved (with the index ``generation`` it was made from),
+        the Stop button gone, the status says how."""
         self.stop.empty()
         self.stages.done(answer, error)
         if answer is None:
             self.store.update(self.reply, text, None, complete=False, error=error)
         else:
-            self.store.update(self.reply, answer.text, answer, complete=answer.complete, error=answer.error)
+            self.store.update(
+                self.reply, answer.text, answer, complete=answer.complete, error=answer.error, generation=generation
+            )
 
 
 OFFLINE_TOLD = "offline_told"  # the session was told that web search cannot work without a network

@@ -128,9 +128,12 @@ def confirm_delete(store: Conversations, chat: Conversation) -> None:
     """Asked once, in a dialog: its buttons act before the page's next run, which closes it."""
     if st.session_state.get(DELETING) != chat.id:  # deleted or kept: close the dialog, redraw the whole page
         st.rerun()
-    answers = sum(1 for m in store.messages(chat.id) if m.role == "assistant")
+    messages = store.messages(chat.id)
+    answers = sum(1 for m in messages if m.role == "assistant")
+    rated = sum(1 for m in messages if m.rating is not None)
+    ratings = f", with your {rated} rating{'s' if rated != 1 else ''} of them," if rated else ""
     st.markdown(
-        f"**{md_escape(chat.title)}** and its {answers} answer{'s' if answers != 1 else ''} will be deleted. "
+        f"**{md_escape(chat.title)}** and its {answers} answer{'s' if answers != 1 else ''}{ratings} will be deleted. "
         "This cannot be undone."
     )
     with st.container(horizontal=True):

@@ -15,7 +15,7 @@ from crag.errors import CragError
 from crag.files import REMOVED
 from crag.scope import TOP_LEVEL
 from crag.types import FileResult
-from ui import state
+from ui import state, watching
 from ui.text import file_details, file_reason, file_status, md_escape
 
 REFRESH_RUNNING = 1.0  # seconds between two looks at the build the list follows
@@ -41,6 +41,7 @@ def listing(settings: Settings, files: list[FileResult]) -> None:
     running = job if job is not None and job.state == "running" else None
     progress = running.progress if running else None
     finished = {f.file: f for f in running.files} if running else {}
+    watched = watching.labels(settings)  # what waits for the watcher's next sync, and what it alone knows of
     grouped = any("/" in f.file for f in files)  # folders are knowledge bases: their files are listed under them
     folder = None
     for f in sorted(files, key=lambda f: f.file.lower().rpartition("/")[::2]) if grouped else files:
@@ -49,9 +50,13 @@ def listing(settings: Settings, files: list[FileResult]) -> None:
             folder = where
             st.markdown(f"**:material/folder_open: {md_escape(where or TOP_LEVEL)}**")
         status, shown = file_status(f, progress, finished, rebuild=running is not None and running.rebuild)
+        if f.file in watched and f.file not in finished and not (progress and progress.file == f.file):
+            status = watched[f.file]  # the build's own word for a file it reads or has read comes first
         st.markdown(f"{status} · **{md_escape(name if grouped else f.file)}**")
         if details := file_details(shown):
             st.caption(details)
+        if shown.detached:
+            st.caption(watching.DETACHED)
         if shown.status == "failed":
             st.error(f"**{md_escape(f.file)}**: {file_reason(f.file, shown.error or '')}")
 
@@ -93,6 +98,8 @@ def removing(settings: Settings, present: dict[str, int]) -> None:
         ss.file_notes = [("error", md_escape(str(exc)))]
         return
     then = " Click **Rebuild knowledge base** to drop its passages." if present[file] else ""
+    if present[file] and state.watcher(settings) is not None:
+        then = " Its passages go at the next sync, in a few seconds: the folder is watched."
     ss.file_notes = [
         ("success", f"Moved **{md_escape(file)}** into {md_escape(str(moved.parent))} (not deleted).{then}")
     ]
@@ -162,5 +169,8 @@ def save(settings: Settings, files: list, folder: str = TOP_LEVEL) -> list[tuple
         else:
             notes.append(("success", f"Added **{md_escape(path.name)}**{where}."))
     if any(kind == "success" for kind, _ in notes):
-        notes.append(("info", "Click **Rebuild knowledge base** to index the new files."))
+        if state.watcher(settings) is not None:
+            notes.append(("info", "They are indexed by themselves in a few seconds: the folder is watched."))
+        else:
+            notes.append(("info", "Click **Rebuild knowledge base** to index the new files."))
     return notes

@@ -1,7 +1,9 @@
-"""The page: settings, the pipeline, the sidebar, then the conversation. Nothing here raises to Streamlit."""
+"""The pages: the chat (settings, the pipeline, the sidebar, then the conversation) and Evaluate. Nothing here
+raises to Streamlit."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import streamlit as st
@@ -21,6 +23,26 @@ def main() -> None:
     # 400 px: the Files table's status and names and the settings' choices show whole (the default cuts them).
     st.set_page_config(page_title="CRAG knowledge base", page_icon="📚", layout="wide", initial_sidebar_state=400)
     state.init()
+    # Two pages: the chat, and the evaluation of the answers users rated. Each links to the other with the page's
+    # address (the open chat, the answer settings), which Streamlit's own menu would drop.
+    # Scripts, each a line that calls its page: the page tests switch to a page by its path.
+    here = Path(__file__).parent
+    PAGES["chat"] = st.Page(here / "chat_page.py", title="Chat", icon=":material/forum:", default=True)
+    PAGES["evaluate"] = st.Page(
+        here / "evaluate_page.py", title="Evaluate", icon=":material/fact_check:", url_path="evaluate"
+    )
+    st.navigation(list(PAGES.values()), position="hidden").run()
+
+
+PAGES: dict[str, Any] = {}  # this run's pages, by name
+
+
+def link(page: str, label: str, icon: str) -> None:
+    """A link to another page that keeps this page's address: the open chat and the answer settings."""
+    st.page_link(PAGES[page], label=label, icon=icon, query_params=st.query_params.to_dict())
+
+
+def chat_page() -> None:
     st.title(f"📚 {TITLE}", anchor=False)
     st.caption(
         "Answers come from the PDFs in your knowledge base, checked with Corrective RAG: retrieved passages are "
@@ -49,6 +71,7 @@ def run(settings: Settings, options: dict[str, Any]) -> None:
     with st.sidebar:
         top = st.container()  # a running build's progress: above the chats, where it is seen without scrolling
         store, chat, relist = conversations.render(settings)
+        link("evaluate", "Evaluate your rated answers", ":material/fact_check:")
     watch = sidebar.render(settings, loading, kb, top)
     if loading.error:
         st.error(loading.error)
@@ -63,6 +86,7 @@ def run(settings: Settings, options: dict[str, Any]) -> None:
         )
     if not kb.empty:  # where the next question is asked: above the chat
         options = {**options, "scope": list(scopes.picker(store, chat, kb.files))}
+    options = {**options, **state.thresholds(store, settings, options)}  # a fit applied to the scope answers it
     try:
         talk.render(settings, loading, options, store, chat, relist)
     finally:
@@ -80,13 +104,21 @@ def empty_state(settings: Settings, kb: state.IndexContents, web: bool) -> None:
             return
         folder = md_escape(str(settings.files_dir.resolve()))
         st.markdown("#### :material/inventory_2: Your knowledge base is empty")
+        build = (
+            "2. They are indexed by themselves: the folder is watched, and the sidebar shows each file's state.\n"
+            if state.watcher(settings) is not None
+            else "2. Click **Rebuild knowledge base** in the sidebar and watch the progress bar.\n"
+        )
         st.markdown(
             f"1. Drop PDF files into **{folder}**, or upload them in the sidebar.\n"
-            "2. Click **Rebuild knowledge base** in the sidebar and watch the progress bar.\n"
-            "3. Ask a question below. Answers cite the pages they come from."
+            + build
+            + "3. Ask a question below. Answers cite the pages they come from."
         )
         if kb.pending:
             n = len(kb.pending)
+            if state.watcher(settings) is not None:  # read by themselves: no button to press
+                st.caption(f"{n} file{'s' if n > 1 else ''} waiting to be indexed, in a few seconds.")
+                return
             names = ", ".join(md_escape(name) for name in kb.pending[:5]) + (" …" if n > 5 else "")
             st.caption(f"{n} file{'s' if n > 1 else ''} waiting to be indexed: {names}")
             if st.button(

@@ -14,7 +14,7 @@ from crag.config import Settings
 from crag.errors import CragError
 from crag.models import PACKAGED_LABEL, rebuild_offer
 from crag.types import AnswerKind
-from ui import builds, files, state
+from ui import archive, builds, files, state, watching
 from ui import settings as answer_settings
 from ui.text import built_at, error_text, human_bytes, md_escape
 
@@ -64,8 +64,10 @@ def knowledge_base(
         st.warning(error_text(pipeline.retriever.missing), icon=":material/manage_search:")
     if gen is not None:  # a fragment, as the Rebuild button is: its click leaves an answer being written alone
         st.fragment(offer_multilingual)(settings, gen.embedder)
-    files.files_list(settings, kb.files)
-    if state.builds(settings).running is None:  # a running build reads the folder already
+    files.files_list(settings, watching.listed(settings, kb.files))
+    follow = watching.line(settings)
+    # A running build reads the folder already; a watched folder is synced without a click.
+    if state.builds(settings).running is None and state.watcher(settings) is None:
         if n := len(kb.pending):
             st.info(f"{n} new file{'s' if n > 1 else ''} in the folder: rebuild to index {'them' if n > 1 else 'it'}.")
         if n := len(kb.missing):
@@ -74,7 +76,14 @@ def knowledge_base(
                 f"{'them' if n > 1 else 'it'} until you rebuild."
             )
     files.upload(settings)
-    return builds.rebuild(settings, top)
+    archive.render(settings, gen is not None)
+    watch = builds.rebuild(settings, top)
+
+    def then() -> None:
+        watch()
+        follow()
+
+    return then
 
 
 def offer_multilingual(settings: Settings, embedder: str) -> None:

@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
@@ -28,7 +28,7 @@ import crag.files
 import crag.store
 from crag import first_imports
 from crag.config import Settings, load_settings
-from crag.conversations import Conversations, private_history
+from crag.conversations import Conversations, HistoryUnavailable, private_history
 from crag.errors import CragError
 from crag.jobs import Builds
 from crag.store import Generation
@@ -39,6 +39,7 @@ from ui.text import error_text
 if TYPE_CHECKING:
     import crag.models
     import crag.pipeline
+    import crag.watch
 
 
 def init() -> None:
@@ -102,6 +103,19 @@ ALONE = "ask_alone"  # a question to ask again without the conversation before i
 def ask_alone(question: str) -> None:
     """Under an answer read as a follow-up, "Ask it on its own": the question again, read as it is."""
     st.session_state[ALONE] = question
+
+
+def thresholds(store: Conversations, settings: Settings, options: dict[str, Any]) -> dict[str, Any]:
+    """The thresholds that answer the next question, as ``Pipeline.stream`` options, with whose they are: those of
+    the Answer settings when moved from the app's, else a fit applied to the question's scope, else the app's."""
+    from crag.calibration import Thresholds, answering, overrides
+
+    chosen = Thresholds(options["lower_threshold"], options["upper_threshold"])
+    try:
+        applied = store.applied(options.get("scope") or ())
+    except HistoryUnavailable:  # the sidebar says the history cannot be used; the app's thresholds answer
+        applied = None
+    return overrides(*answering(Thresholds(settings.lower_threshold, settings.upper_threshold), applied, chosen))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -241,6 +255,19 @@ def builds(settings: Settings) -> Builds:
     return _builds(_key(settings), settings)
 
 
+@st.cache_resource
+def _watcher(key: str, _settings: Settings) -> crag.watch.Watcher:
+    import crag.watch
+
+    return crag.watch.Watcher(_settings, _builds(key, _settings)).start()
+
+
+def watcher(settings: Settings) -> crag.watch.Watcher | None:
+    """The one watcher of the files folder of this process (``crag.watch``), started with the first page; None when
+    ``CRAG_WATCH=off``. Its builds are the runner's, as the Rebuild button's are."""
+    return _watcher(_key(settings), settings) if settings.watch != "off" else None
+
+
 # ---------------------------------------------------------------------------------------------
 # Ollama
 
@@ -303,8 +330,9 @@ def index_contents(settings: Settings, verify: bool = True) -> IndexContents:
         on_disk = {p.relative_to(settings.files_dir).as_posix() for p in crag.files.scan(settings.files_dir)}
     except OSError:
         on_disk = set()
-    kb.files = [
-        replace(m, status="missing") if m.file not in on_disk and m.status != "removed" else m for m in manifest
+    kb.files = [  # a file imported without its PDF is not missing: the index keeps it as imported
+        replace(m, status="missing") if m.file not in on_disk and m.status != "removed" and not m.detached else m
+        for m in manifest
     ]
     known = {m.file for m in manifest}
     kb.files += [FileResult(file=name, status="new") for name in sorted(on_disk - known)]

@@ -72,7 +72,8 @@ def md_linked(text: str) -> str:
 
 # A command in one of crag's own messages ("`python -m crag index`"): code, which Markdown shows literally anyway.
 # What a message quotes (“PDF/A”, a web query) is the user's or a model's, and stays literal, backticks included.
-CODE = re.compile(r"“[^”]*”|`[^`]+`")
+# A quote holds no opening quote: each is scanned up to the next one at most.
+CODE = re.compile(r"“[^“”]*+”|`[^`]+`")
 
 
 def md_coded(text: str) -> str:
@@ -407,6 +408,8 @@ def progress_text(p: Progress) -> str:
     if p.stage == "embedding":
         chunks = f" · chunk {p.page}/{p.page_count}" if p.page_count else ""
         return f"Embedding {file}{of_files}{chunks}"
+    if p.stage == "checking":  # an archive being imported: each of its parts read and its hash checked
+        return f"Checking {file}{of_files}"
     if p.stage == "writing":
         return "Writing the index…"
     if p.stage == "done":

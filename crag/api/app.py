@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from fastapi import FastAPI
@@ -12,6 +12,7 @@ from starlette.applications import Starlette
 import crag
 from crag.api.ask import ask_router
 from crag.api.errors import add_error_handlers
+from crag.api.feedback import feedback_router
 from crag.api.guards import BodyLimit, HostCheck, HostRule, JsonBody
 from crag.api.health import health_router
 from crag.api.http import UNAUTHORIZED, ApiError, BearerAuth, Json
@@ -23,9 +24,11 @@ from crag.errors import BackendUnavailable, CragError
 from crag.mcp import ToolBackend, create_server, http_app
 from crag.pipeline import Pipeline
 from crag.retriever import index_embedder
+from crag.watch import Watcher
 
 DESCRIPTION = (
-    "Ask your PDFs with Corrective RAG, build the knowledge base, and check the backends. "
+    "Ask your PDFs with Corrective RAG, rate the answers (`POST /feedback`, by the `answer_id` of `/ask`), build the "
+    "knowledge base, and check the backends. "
     'Errors are JSON `{"error": message}`; the message says what to do. Under `/v1`, an OpenAI-compatible '
     'chat-completions API over the same knowledge base, with OpenAI\'s error shape `{"error": {"message", '
     '"type", "param", "code"}}`. At `/mcp`, the knowledge base as an MCP server (Streamable HTTP): the tools '
@@ -40,22 +43,37 @@ def create_app(
     settings: Settings,
     pipeline_factory: PipelineFactory = Pipeline.from_settings,
     embedder_factory: EmbedderFactory = index_embedder,
+    watch: bool = False,
 ) -> FastAPI:
-    """The FastAPI app. Tests pass fakes for the pipeline and the embedder."""
+    """The FastAPI app. Tests pass fakes for the pipeline and the embedder. ``watch``: while the app runs, watch the
+    files folder and sync it (``crag.watch``) unless ``CRAG_WATCH=off``, its builds being the API's jobs."""
     service = Service(settings, pipeline_factory, embedder_factory)
     token = settings.api_token.get_secret_value() if settings.api_token else ""
     mcp = mcp_app(service)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        watcher = Watcher(settings, service.builds).start() if watch else None
+        app.state.watcher = watcher
+        try:
+            async with mcp.router.lifespan_context(app):  # runs the MCP sessions' task group
+                yield
+        finally:
+            if watcher is not None:
+                watcher.stop()
+
     app = FastAPI(
         title="CRAG knowledge base",
         version=crag.__version__,
         description=DESCRIPTION,
         default_response_class=Json,
         responses=UNAUTHORIZED if token else None,
-        lifespan=mcp.router.lifespan_context,  # runs the MCP sessions' task group
+        lifespan=lifespan,
     )
     app.state.service = service
     for router in (ask_router, index_router, health_router, openai_router):
         app.include_router(router(service))
+    app.include_router(feedback_router(service.chats))
     app.router.routes.extend(mcp.routes)  # /mcp, behind the token like every route
     add_error_handlers(app)
     # Added last is outermost: who may ask first, then how much, then in what format.
@@ -113,5 +131,6 @@ def require_token(app: FastAPI, token: str) -> None:
 
 
 def app_from_environment() -> FastAPI:
-    """The app with the settings of the environment: what ``python -m crag serve`` runs (uvicorn factory)."""
-    return create_app(load_settings())
+    """The app with the settings of the environment: what ``python -m crag serve`` runs (uvicorn factory). It watches
+    the files folder unless ``CRAG_WATCH=off``."""
+    return create_app(load_settings(), watch=True)

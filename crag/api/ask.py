@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -17,9 +17,13 @@ from crag.models import BackendInfo
 from crag.types import Answer
 
 
-def answer_json(answer: Answer, backend: BackendInfo) -> dict[str, Any]:
-    """The answer contract; an incomplete answer (the model failed midway) says why."""
-    return AnswerOut.of(answer, backend, REMEDIES).model_dump()
+def answer_json(answer: Answer, backend: BackendInfo, answer_id: str | None = None) -> dict[str, Any]:
+    """The answer contract; an incomplete answer (the model failed midway) says why. ``answer_id``: the id it was
+    kept under, to rate it."""
+    return AnswerOut.of(answer, backend, REMEDIES, answer_id).model_dump()
+
+
+Keep = Callable[[Answer], Awaitable[str | None]]  # keeps an answer to be rated; its id
 
 
 def ask_router(service: Service) -> APIRouter:
@@ -32,9 +36,9 @@ def ask_router(service: Service) -> APIRouter:
         responses={
             200: {
                 "model": AnswerOut,
-                "description": "The answer as `python -m crag ask --json` prints it. With `stream: true`, "
-                "Server-Sent Events: `stage` ({stage}), `token` ({text}), then `done` (this object) or "
-                "`error` (this object with `complete: false` and `error`).",
+                "description": "The answer as `python -m crag ask --json` prints it, with the `answer_id` to rate "
+                "it by (POST /feedback). With `stream: true`, Server-Sent Events: `stage` ({stage}), `token` "
+                "({text}), then `done` (this object) or `error` (this object with `complete: false` and `error`).",
                 "content": {"text/event-stream": {"schema": {"type": "string"}}},
             },
             400: {"model": ErrorOut, "description": "The scope names no folder or file of the index (all listed)."},
@@ -48,15 +52,19 @@ def ask_router(service: Service) -> APIRouter:
         history = [(turn.role, turn.content) for turn in req.history]
         # In a worker thread: the first question loads the models.
         answering = await run_in_threadpool(service.answering, req.question, history, req.web, req.scope or ())
+
+        async def keep(answer: Answer) -> str | None:  # kept to be rated: its id
+            return await run_in_threadpool(service.chats.record, req.question, history, answer)
+
         if req.stream:
-            return event_stream(_events(answering))
+            return event_stream(_events(answering, keep))
         answer = await answering.whole(request.is_disconnected)
-        return gone() if answer is None else answer_json(answer, answering.backend)
+        return gone() if answer is None else answer_json(answer, answering.backend, await keep(answer))
 
     return router
 
 
-async def _events(answering: Answering) -> AsyncIterator[ServerSentEvent]:
+async def _events(answering: Answering, keep: Keep) -> AsyncIterator[ServerSentEvent]:
     """``stage``, ``token``, then ``done`` or ``error`` with the answer's JSON."""
     async for kind, value in answering.events():
         if kind == "stage":
@@ -64,4 +72,5 @@ async def _events(answering: Answering) -> AsyncIterator[ServerSentEvent]:
         elif kind == "token":
             yield sse({"text": value}, "token")
         else:
-            yield sse(answer_json(value, answering.backend), "done" if value.complete else "error")
+            done = "done" if value.complete else "error"
+            yield sse(answer_json(value, answering.backend, await keep(value)), done)

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import threading
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import asdict, replace
 from typing import Any
@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 
 import crag
+from crag.api.feedback import Chats
 from crag.api.http import REMEDIES, ApiError, error_code, error_message
 from crag.api.schemas import BackendOut, HealthOut, IndexStats, ModelPresence, OllamaOut
 from crag.config import Settings, redacted_url
@@ -81,11 +82,13 @@ class Answering:
         web: bool | None,
         scope: Sequence[str] = (),
         slot: Slot | None = None,
+        overrides: Mapping[str, Any] | None = None,
     ) -> None:
         self.backend = pipeline.backend
         self._put: Callable[[Event | None], None] = lambda item: None
         self._stop = threading.Event()
-        self._stream = pipeline.stream(question, history, on_step=self._step, web=web, scope=scope)
+        # ``overrides``: other ``Options`` of this question (the thresholds fitted to its scope)
+        self._stream = pipeline.stream(question, history, on_step=self._step, web=web, scope=scope, **(overrides or {}))
         self._release = slot.release if slot else (lambda: None)
         # The work never started (a response that never began): the slot is given back when this is dropped.
         weakref.finalize(self, self._release)
@@ -176,6 +179,7 @@ class Service:
         self._pipeline_lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(settings.api_max_answers)
         self.builds = Builds(settings, self._embedder_for, self._after_build)
+        self.chats = Chats(settings)  # answers kept to be rated, and the thresholds fitted to a scope
 
     def pipeline(self) -> Pipeline:
         """Built on first use (it loads models) and reused, until a rebuild made elsewhere moves the index to another
@@ -224,9 +228,10 @@ class Service:
         down is a 503, an unknown scope a 400 and one answer too many a 429, not a stream. ``scope``: folders and
         files to ask (none: every document)."""
         pipeline = self.pipeline()
+        fitted = self.chats.thresholds(scope)
         slot = self.slot()
         try:
-            return Answering(pipeline, question, history, web, scope, slot)
+            return Answering(pipeline, question, history, web, scope, slot, fitted)
         except BaseException:
             slot.release()
             raise

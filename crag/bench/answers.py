@@ -59,6 +59,7 @@ from crag.bench.corpus import default_cache_dir, fetch_corpus
 from crag.bench.model import MODELS, llama_server
 from crag.bench.model import fetch as fetch_model
 from crag.bench.retrieval import HOLDOUT, NEWCOMER, QUESTIONS, Question, load_questions
+from crag.calibration import grid
 from crag.config import Settings, load_settings
 from crag.evidence import flatten, quoted_lines, split_quotes
 from crag.ingest import sync
@@ -408,7 +409,7 @@ def fit_thresholds(rows: Sequence[dict]) -> dict[str, float]:
     """Thresholds on a 0.05 grid, from the rows' scores. No out-of-scope question may be Correct (it would be
     answered from the wrong passages under a green badge); then the fewest wrong actions (an in-KB question
     called Incorrect, an out-of-scope one not called Incorrect); then the most in-KB Correct."""
-    grid = [round(-1 + 0.05 * i, 2) for i in range(41)]
+    values = grid()  # the grid a knowledge base's own ratings are fitted on (``crag.calibration``)
 
     def key(t: tuple[float, float]) -> tuple[int, int, int]:
         actions = [(r["in_kb"], decide_action(r["scores"], *t)) for r in rows]
@@ -417,7 +418,7 @@ def fit_thresholds(rows: Sequence[dict]) -> dict[str, float]:
         kb_correct = sum(1 for kb, a in actions if kb and a is Action.CORRECT)
         return (-oos_correct, -wrong, kb_correct)
 
-    pairs = [(up, lo) for up in grid for lo in grid if lo <= up]
+    pairs = [(up, lo) for up in values for lo in values if lo <= up]
     best = max(key(t) for t in pairs)
     tied = sorted(t for t in pairs if key(t) == best)
     upper, lower = tied[len(tied) // 2]  # the middle of the tied range: the farthest from both of its edges

@@ -109,6 +109,7 @@ def _build_once(checkout: Path, pdfs: dict[str, Path], extra: list[str]) -> dict
             "CRAG_FILES_DIR": str(files),
             "CRAG_CHROMA_DIR": str(db),
             "CRAG_WEB_SEARCH": "off",
+            "CRAG_WATCH": "off",  # the build timed is the one clicked, not one the watcher starts first
         }
         python = checkout / ".venv/bin/python"
         with streamlit_app(checkout, python, crag_env, subprocess.DEVNULL, extra) as url:

@@ -32,8 +32,24 @@ class PagesRead:
     ocr_pages: int = 0
 
 
+Outline = tuple[tuple[int, str, int], ...]  # a PDF's bookmarks: (level, heading, page)
+
+
+@dataclass(kw_only=True, frozen=True)
+class Catalogue:
+    """What a PDF says of itself, read without a page: its page count, its own title and its top bookmarks (both
+    empty when it has none)."""
+
+    pages: int
+    title: str = ""
+    outline: Outline = ()
+
+
 class PageReader(Protocol):
-    """A parser whose pages can be read apart (in worker processes, ``crag.ingest.workers``) and joined: PyMuPDF's."""
+    """A parser whose pages can be read apart (in worker processes, ``crag.ingest.workers``) and joined: PyMuPDF's.
+    ``catalogue`` opens the file: a ``PDFError`` when it cannot be read or is over the page cap."""
+
+    def catalogue(self, path: Path) -> Catalogue: ...
 
     def read_pages(
         self, path: Path, pages: Sequence[int] | None = None, on_page: PageProgress | None = None

@@ -1,16 +1,16 @@
 """Parse -> chunk -> embed, for the files a sync (re)indexes: ``index_files``.
 
-Every file takes one path: its parse is a stream of parts in page order, each chunked as it comes. With PyMuPDF
-and enough pages, worker processes parse every file's pages ahead (``crag.ingest.workers``) and the parts are the
-ones they hand back, each part's chunks embedded while the workers read the next; a part a worker is stuck on
-fails its file alone, and a cancel reaches the build while it waits for a part. Otherwise the file is parsed in this
-process, a stream of one part, and embedded once it is chunked. With workers the stages overlap: "parse" is the time
-from a file's start until its last page came back, chunking and embedding the first pages meanwhile, so pages per
-parse second stay a parse rate."""
+Every file takes one path: its parse is a stream of parts in page order, each chunked as it comes. With PyMuPDF,
+worker processes open every file and parse its pages ahead (``crag.ingest.workers``), however few, and the parts are
+the ones they hand back, each part's chunks embedded while the workers read the next; a file or part a worker is
+stuck on fails its file alone, and a cancel reaches the build while it waits for a worker. A parser that cannot go
+to a worker (MinerU's, a server's work) parses the file in this process, a stream of one part, embedded once it is
+chunked; so do the files left when the workers die. With workers the stages overlap: "parse" is the time from a
+file's start until its last page came back, chunking and embedding the first pages meanwhile, so pages per parse
+second stay a parse rate."""
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
@@ -22,7 +22,7 @@ import pymupdf
 
 from crag.config import Settings
 from crag.errors import BuildCancelled
-from crag.ingest.base import PageReader, PagesRead, Parser, PDFError
+from crag.ingest.base import Catalogue, PageReader, PagesRead, Parser, PDFError
 from crag.ingest.chunking import Chunker
 from crag.ingest.workers import ParseAhead
 from crag.models import Embedder, count_tokens
@@ -86,7 +86,7 @@ def index_files(
     try:
         for index, item in enumerate(plan, start=1):
             if ahead is not None and not _index_file(ctx, item, index, _FromWorkers(ctx, item, index, ahead)):
-                ahead.close()  # a worker died (killed, or out of memory): this file and the rest parse here
+                _workers_done(ahead, embedder)  # the workers died: this file and the rest parse here
                 ahead = None
             if ahead is None:
                 _index_file(ctx, item, index, _InProcess(ctx, item, index))
@@ -101,9 +101,15 @@ def index_files(
             )
     finally:
         if ahead is not None:
-            ahead.close()
-            embedder.use_threads()  # every core again, for the questions to come, however the build ended
+            _workers_done(ahead, embedder)
     return ctx.built
+
+
+def _workers_done(ahead: ParseAhead, embedder: Embedder) -> None:
+    """The workers let go (``ParseAhead.close``), and the embedder on every core again (it embeds on one while they
+    read): for the files left, when they died, and for the questions to come, however the build ended."""
+    ahead.close()
+    embedder.use_threads()
 
 
 def _chunker(item: Planned, ctx: BuildContext) -> Chunker:
@@ -124,8 +130,7 @@ def _record(item: Planned, result: FileResult, parser_version: str) -> FileResul
     return replace(result, hash=item.hash, size=item.size, mtime_ns=item.mtime_ns, parser_version=parser_version)
 
 
-def _indexed(item: Planned, parsed: ParsedPDF, chunks: int, seconds: float) -> FileResult:
-    title, outline = read_outline(item.path)
+def _indexed(item: Planned, parsed: ParsedPDF, opened: Catalogue, chunks: int, seconds: float) -> FileResult:
     result = FileResult(
         file=item.name,
         status="indexed",
@@ -134,32 +139,10 @@ def _indexed(item: Planned, parsed: ParsedPDF, chunks: int, seconds: float) -> F
         seconds=seconds,
         warnings=parsed.warnings,
         ocr_pages=parsed.ocr_pages,
-        title=title,
-        outline=outline,
+        title=opened.title,
+        outline=opened.outline,
     )
     return _record(item, replace(result, parser=parsed.parser), parsed.parser_version)
-
-
-OUTLINE_LEVELS = 2  # bookmark levels kept: an overview lists the top ones
-OUTLINE_KEPT = 300
-_NO_TITLE = re.compile(r"^(?:untitled|microsoft word|title)\b|\.(?:docx?|tex|dvi|pdf|odt|indd)$", re.IGNORECASE)
-
-
-def read_outline(path: Path) -> tuple[str, tuple[tuple[int, str, int], ...]]:
-    """A PDF's own title and the top levels of its bookmarks, from its catalogue (no page is read); nothing when
-    it has none or they cannot be read: questions about the whole document then use the headings found."""
-    try:
-        with pymupdf.open(path) as doc:
-            toc, title = doc.get_toc(simple=True), (doc.metadata or {}).get("title") or ""
-    except Exception:  # noqa: BLE001 - an outline only helps; the parser has read the file already
-        return "", ()
-    title = " ".join(title.split())
-    outline = tuple(
-        (int(level), " ".join(str(heading).split()), int(page))
-        for level, heading, page, *_ in toc
-        if level <= OUTLINE_LEVELS and page > 0 and str(heading).strip()
-    )
-    return ("" if len(title) < 3 or _NO_TITLE.search(title) else title[:200]), outline[:OUTLINE_KEPT]
 
 
 def _labelled(chunks: Sequence[Chunk], parsed: ParsedPDF) -> list[Chunk]:
@@ -197,6 +180,10 @@ class _Parse:
     def parsed(self) -> ParsedPDF:
         raise NotImplementedError
 
+    def catalogue(self) -> Catalogue:
+        """The file's title and bookmarks (and page count), once it is parsed."""
+        raise NotImplementedError
+
     def _say(self, stage: str, done: int, total: int) -> None:
         """A page on the bar; the last said is kept, to be said again while the next part is awaited."""
         self._shown = Progress(
@@ -226,6 +213,17 @@ class _InProcess(_Parse):
 
     def parsed(self) -> ParsedPDF:
         return self._parsed
+
+    def catalogue(self) -> Catalogue:
+        """Read here, as the file was: only a parser that cannot go to a worker, or a build whose workers died."""
+        from crag.ingest.pymupdf import read_outline  # loaded already: MinerU's parser falls back on PyMuPDF's
+
+        try:
+            with pymupdf.open(self.item.path) as doc:
+                title, outline = read_outline(doc)
+        except Exception:  # noqa: BLE001 - an outline only helps; the parser has read the file already
+            return Catalogue(pages=self._parsed.pages)
+        return Catalogue(pages=self._parsed.pages, title=title, outline=outline)
 
     def _say_page(self, done: int, total: int, stage: str = "parsing") -> None:
         self._say(stage, done, total)
@@ -260,6 +258,9 @@ class _FromWorkers(_Parse):
     def parsed(self) -> ParsedPDF:
         # ParseAhead.start takes parsers that read pages apart only
         return cast("PageReader", self.ctx.parser).parsed(self.item.path, self.parts)
+
+    def catalogue(self) -> Catalogue:
+        return self.ahead.catalogue(self.item.path)
 
     def _show(self, part: PagesRead) -> None:
         """The part's pages, as parsing in this process says them: a page OCR read as "ocr", then as parsed."""
@@ -310,7 +311,7 @@ def _index_file(ctx: BuildContext, item: Planned, index: int, stream: _Parse) ->
 
     vectors += _embed(ctx, chunks, len(vectors), stream.ahead, say)
     ctx.timed("write", ctx.add, _labelled(chunks, parsed), vectors)
-    built.results.append(_indexed(item, parsed, len(chunks), _since(start)))
+    built.results.append(_indexed(item, parsed, stream.catalogue(), len(chunks), _since(start)))
     built.pages += parsed.pages
     return True
 

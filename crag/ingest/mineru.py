@@ -153,7 +153,7 @@ def models_url(url: str) -> str:
     URL ends with ``/`` (a proxy prefix). See ``HttpVlmClient._parse_server_url``.
     """
     normalized = url.strip().rstrip("/")
-    versioned = re.fullmatch(r"(https?://[^/]+(?:/.+?)?)/(v\d+)", normalized)
+    versioned = re.fullmatch(r"^(https?://[^/]+(?:/.+?)?)/(v\d+)", normalized)
     if versioned:
         return f"{versioned.group(1)}/{versioned.group(2)}/models"
     host = re.match(r"^(https?://[^/]+)", normalized)

@@ -23,7 +23,7 @@ import pymupdf4llm  # noqa: F401 - importing it activates the layout model in Py
 from pymupdf4llm.helpers import document_layout
 
 from crag.config import cpu_threads
-from crag.ingest.base import PageProgress, PagesRead, Parser, PDFError
+from crag.ingest.base import Catalogue, Outline, PageProgress, PagesRead, Parser, PDFError
 from crag.ingest.spans import BOLD, MONOSPACED, Piece, box_pieces, clean, note_marks, spans
 from crag.text import split_sentences
 from crag.types import Block, ParsedPDF
@@ -143,6 +143,27 @@ def open_pdf(path: Path, max_pages: int | None = None) -> Iterator[pymupdf.Docum
         yield doc
     finally:
         doc.close()
+
+
+OUTLINE_LEVELS = 2  # bookmark levels kept: an overview lists the top ones
+OUTLINE_KEPT = 300
+_NO_TITLE = re.compile(r"^(?:untitled|microsoft word|title)\b|\.(?:docx?|tex|dvi|pdf|odt|indd)$", re.IGNORECASE)
+
+
+def read_outline(doc: pymupdf.Document) -> tuple[str, Outline]:
+    """A PDF's own title and the top levels of its bookmarks, from its catalogue (no page is read); nothing when
+    it has none or they cannot be read: questions about the whole document then use the headings found."""
+    try:
+        toc, title = doc.get_toc(simple=True), (doc.metadata or {}).get("title") or ""
+    except Exception:  # noqa: BLE001 - an outline only helps; the file's pages may read all the same
+        return "", ()
+    title = " ".join(title.split())
+    outline = tuple(
+        (int(level), " ".join(str(heading).split()), int(page))
+        for level, heading, page, *_ in toc
+        if level <= OUTLINE_LEVELS and page > 0 and str(heading).strip()
+    )
+    return ("" if len(title) < 3 or _NO_TITLE.search(title) else title[:200]), outline[:OUTLINE_KEPT]
 
 
 def page_sizes(path: Path, max_pages: int | None = None) -> list[tuple[float, float]]:
@@ -316,6 +337,12 @@ class PyMuPDFParser(Parser):
 
     def parse(self, path: Path, pages: Sequence[int] | None = None, on_page: PageProgress | None = None) -> ParsedPDF:
         return self.parsed(path, [self.read_pages(path, pages, on_page)])
+
+    def catalogue(self, path: Path) -> Catalogue:
+        """The file's page count, title and bookmarks; a ``PDFError`` as ``open_pdf`` gives (over the page cap too)."""
+        with open_pdf(path, self.max_pages) as doc:
+            title, outline = read_outline(doc)
+            return Catalogue(pages=doc.page_count, title=title, outline=outline)
 
     def read_pages(
         self, path: Path, pages: Sequence[int] | None = None, on_page: PageProgress | None = None

@@ -1,7 +1,8 @@
 """The build: Files/ -> layout blocks -> chunks -> a new index generation.
 
 ``sync`` is incremental: new files are parsed, changed files re-parsed, deleted files dropped, files
-that failed tried again, and unchanged files carried over from the active generation. A file whose
+that failed tried again, and unchanged files carried over from the active generation, under their new name when
+they were moved or renamed (the same content: nothing is read or embedded again). A file whose
 size and modification time match the manifest is not even read; another is hashed, and carried over
 when its content did not change. Every file gets a status and, when it fails, a reason; one bad file
 never stops the others. The parsing, chunking and embedding are in ``build``.
@@ -29,6 +30,7 @@ from crag.types import Chunk, FileResult, OnProgress, Progress
 
 log = logging.getLogger(__name__)
 SETTLED_NS = 2_000_000_000  # a file's modification time is trusted once this old (2 s)
+HELD = ("indexed", "unchanged")  # statuses of files whose passages the index holds
 PARSER_RANK = {"pymupdf": 0, "mineru": 1}  # MinerU reads layout, tables and equations better
 
 
@@ -132,13 +134,17 @@ def sync(
         report(Progress(stage="scanning"))
         previous = _previous(store, embedder, chunking, rebuild)
         survey = _survey(settings, parser, previous)
-        staging = _Staging(store, embedder, chunking, previous.reader if previous else None, survey.carried)
+        staging = _Staging(store, embedder, chunking, previous.reader if previous else None, survey)
         built = index_files(survey.plan, parser, embedder, staging.add, settings, report)
         if previous and staging.writer is None and not (rebuild or survey.changed):
             # Nothing changed (files that failed before failed again): no new generation, the cost was the hashes.
             return _finish(_results(survey, built), previous.reader.generation, 0.0, started, report, notes=notes)
         generation = _commit(staging, survey, built, report)
         stages = built.stages | staging.stages
+        notes += tuple(
+            f"{old} was moved to {new}: its passages were kept, nothing was read again."
+            for new, old in survey.moved.items()
+        )
         return _finish(_results(survey, built), generation, _parse_rate(built), started, report, stages, notes)
 
 
@@ -205,11 +211,14 @@ class _Survey:
     # Failed last time with the same content: tried again, in case the fault was passing.
     retried: set[str] = field(default_factory=set)
     removed: list[FileResult] = field(default_factory=list)
+    moved: dict[str, str] = field(default_factory=dict)  # a file's name now: its name in the manifest
+    found: list[str] = field(default_factory=list)  # files imported without their PDF, whose PDF is there now
 
     @property
     def changed(self) -> bool:
-        """Whether the folder changed: a file removed, new or changed (not only failed files tried again)."""
-        return bool(self.removed or {p.name for p in self.plan} - self.retried)
+        """Whether the folder changed: a file removed, moved, new, changed or found (not only failed files tried
+        again)."""
+        return bool(self.removed or self.moved or self.found or {p.name for p in self.plan} - self.retried)
 
 
 def _survey(settings: Settings, parser: Parser, previous: _Previous | None) -> _Survey:
@@ -235,8 +244,23 @@ def _survey(settings: Settings, parser: Parser, previous: _Previous | None) -> _
             seen_hashes[item.hash] = name
             _carry_or_plan(item, old, parser, survey)
     current = {r.file for r in survey.results} | {c.file for c in survey.carried} | {p.name for p in survey.plan}
-    survey.removed = [FileResult(file=f, status="removed") for f in old_by_file if f not in current]
+    survey.removed = _gone([m for f, m in old_by_file.items() if f not in current], survey, parser)
     return survey
+
+
+def _gone(gone: list[FileResult], survey: _Survey, parser: Parser) -> list[FileResult]:
+    """The files of the manifest no longer in the folder: removed, unless moved or renamed (a new file with the same
+    content takes over its passages, read and embedded once only) or detached (imported without its PDF: kept)."""
+    held = {old.hash: old for old in gone if old.status in HELD and old.hash and _keeps(old, parser)}
+    for item in [p for p in survey.plan if p.hash in held]:
+        old = held.pop(item.hash)
+        survey.plan.remove(item)
+        survey.carried.append(replace(old, file=item.name, size=item.size, mtime_ns=item.mtime_ns, detached=False))
+        survey.moved[item.name] = old.file
+    kept = [old for old in gone if old.detached and old.status in HELD and old.file not in survey.moved.values()]
+    survey.carried += kept
+    left = {old.file for old in kept} | set(survey.moved.values())
+    return [FileResult(file=old.file, status="removed") for old in gone if old.file not in left]
 
 
 def _indexed_first(settings: Settings, old_by_file: dict[str, FileResult]) -> list[Path]:
@@ -277,8 +301,10 @@ def _duplicate(item: Planned, original: str) -> FileResult:
 
 def _carry_or_plan(item: Planned, old: FileResult | None, parser: Parser, survey: _Survey) -> None:
     """An indexed file with the same content keeps its chunks; any other is parsed."""
-    if old and old.hash == item.hash and old.status in ("indexed", "unchanged") and _keeps(old, parser):
-        survey.carried.append(replace(old, size=item.size, mtime_ns=item.mtime_ns))
+    if old and old.hash == item.hash and old.status in HELD and _keeps(old, parser):
+        survey.carried.append(replace(old, size=item.size, mtime_ns=item.mtime_ns, detached=False))
+        if old.detached:
+            survey.found.append(old.file)
     else:
         survey.plan.append(item)
         if old and old.hash == item.hash and old.status == "failed":
@@ -297,8 +323,9 @@ class _Staging:
     its end), with the unchanged files carried over then: a sync that only tried failed files again, and saw
     them fail again, leaves the index as it was."""
 
-    def __init__(self, store: Store, embedder: Embedder, chunking: dict, reader: Any, carried: list[FileResult]):
-        self.store, self.embedder, self.chunking, self.reader, self.carried = store, embedder, chunking, reader, carried
+    def __init__(self, store: Store, embedder: Embedder, chunking: dict, reader: Any, survey: _Survey):
+        self.store, self.embedder, self.chunking, self.reader = store, embedder, chunking, reader
+        self.carried, self.moved = survey.carried, survey.moved
         self.writer: Any = None
         self.stages = {"carry": 0.0}
 
@@ -307,7 +334,8 @@ class _Staging:
             mark = time.perf_counter()
             self.writer = self.store.writer(self.embedder.name, self.embedder.dimension, self.chunking)
             for old in self.carried:
-                self.writer.carry(self.reader, old.file)
+                was = self.moved.get(old.file)
+                self.writer.carry(self.reader, was or old.file, as_file=old.file if was else "")
             self.stages["carry"] += time.perf_counter() - mark
         return self.writer
 

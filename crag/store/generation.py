@@ -10,7 +10,8 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from contextlib import suppress
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -85,6 +86,8 @@ class GenerationWriter:
         with blocked_is_said(store.where):
             self.collection = store.client.create_collection(self.id, metadata=metadata, embedding_function=None)
         self.chunks: list[Chunk] = []
+        # The lexical index to commit, when it comes made (an imported archive's); else it is built from the chunks.
+        self.lexical: LexicalIndex | None = None
 
     def _prepare(self) -> None:
         """Whatever the backend needs before the collection exists."""
@@ -93,7 +96,7 @@ class GenerationWriter:
         """Per-chunk metadata; ``first`` is the position of ``chunks[0]`` in the generation."""
         return [{"file": c.file} for c in chunks]
 
-    def add(self, chunks: Sequence[Chunk], embeddings: Sequence[Sequence[float]]) -> None:
+    def add(self, chunks: Sequence[Chunk], embeddings: Sequence[Sequence[float]] | np.ndarray) -> None:
         if not chunks:
             return
         for start in range(0, len(chunks), WRITE_BATCH):
@@ -107,12 +110,26 @@ class GenerationWriter:
                 )
         self.chunks.extend(chunks)
 
-    def carry(self, reader: IndexReader, file: str) -> int:
-        """Copy an unchanged file's chunks and vectors from the active generation: no parsing, no embedding."""
+    def carry(self, reader: IndexReader, file: str, as_file: str = "") -> int:
+        """Copy an unchanged file's chunks and vectors from the active generation: no parsing, no embedding.
+        ``as_file``: the file's name now, when it was moved or renamed (its chunks keep their ids: they are named
+        after its content)."""
         chunks = [c for c in reader.chunks if c.file == file]
         if chunks:
-            self.add(chunks, reader.vectors([c.id for c in chunks]))
+            vectors = reader.vectors([c.id for c in chunks])
+            self.add([replace(c, file=as_file) for c in chunks] if as_file else chunks, vectors)
         return len(chunks)
+
+    def abort(self) -> None:
+        """Remove what this writer wrote, never committed (an import refused halfway): the index that answers stays,
+        and nothing is left for the next build to collect. A failure here leaves a leftover that the next build
+        removes."""
+        with suppress(Exception):
+            self.store.client.delete_collection(self.id)
+        self._discard()
+
+    def _discard(self) -> None:
+        """Whatever the backend wrote besides the collection."""
 
     def generation(self, manifest: list[FileResult]) -> Generation:
         return Generation(
@@ -231,6 +248,14 @@ class IndexReader:
                 record = next((m for m in self.manifest if m.file == file), None)
                 self._overviews[file] = overview(file, self._by_file.get(file, []), record)
             return self._overviews[file]
+
+    def save_lexical(self, folder: Path) -> bool:
+        """Write the generation's lexical index (BM25) into ``folder``, as the embedded index keeps it; False when it
+        has none (no chunks)."""
+        if self._bm25 is None:
+            return False
+        self._bm25.save(folder)
+        return True
 
     def vectors(self, ids: Sequence[str]) -> list[list[float]]:
         """The stored vectors of these chunks, in order."""

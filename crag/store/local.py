@@ -362,6 +362,9 @@ class LocalWriter(GenerationWriter):
         with blocked_is_said(self.store.where):
             self.folder.mkdir(parents=True)
 
+    def _discard(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
     def commit(self, manifest: list[FileResult]) -> Generation:
         """Write the lexical index and the manifest, sync them to the disk, then make this generation the active
         one. The generation that answered until now stays, for a pointer whose files a power loss cut short."""
@@ -372,7 +375,7 @@ class LocalWriter(GenerationWriter):
         with (self.folder / "chunks.jsonl").open("w", encoding="utf-8") as fh:
             for chunk in self.chunks:
                 fh.write(json.dumps(chunk_to_json(chunk), ensure_ascii=False) + "\n")
-        lexical = build_lexical(self.chunks)
+        lexical = self.lexical or build_lexical(self.chunks)
         if lexical is not None:
             lexical.save(self.folder / "bm25")
         entries = [dataclasses.asdict(m) for m in manifest]

@@ -1,0 +1,7 @@
+"""The Evaluate page as Streamlit runs a page of ``st.navigation``: a script, run by ``ui.page.main``."""
+
+from ui.evaluation import main
+from ui.page import link
+
+if __name__ == "__main__":  # run as the page; imported (by a test that walks the modules), it draws nothing
+    main(link)
