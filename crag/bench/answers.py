@@ -65,6 +65,7 @@ from crag.evidence import flatten, quoted_lines, split_quotes
 from crag.ingest import sync
 from crag.pipeline import Pipeline
 from crag.refine import injection_reason
+from crag.sections import Section, ask_words, sections
 from crag.steps import decide_action
 from crag.store import open_store
 from crag.support import claims
@@ -173,9 +174,38 @@ def _median(values: Sequence[float | None]) -> float | None:
     return round(statistics.median(present), 3) if present else None
 
 
+def section_spans(pipeline: Pipeline) -> dict[str, list[tuple[str, int, int]]]:
+    """Each file's sections as (title, first page, last page): a section runs to the page the next one starts on."""
+    reader = pipeline.retriever.current()
+    spans: dict[str, list[tuple[str, int, int]]] = {}
+    if reader is None:
+        return spans
+    by_file: dict[str, list[Section]] = {}
+    for s in sections(reader.chunks, reader.manifest):
+        by_file.setdefault(s.file, []).append(s)
+    for file, found in by_file.items():
+        starts = sorted({s.page for s in found})
+        for s in found:
+            later = [p for p in starts if p > s.page]
+            spans.setdefault(file, []).append((ask_words(s.title), s.page, later[0] if later else 10**6))
+    return spans
+
+
+def suggestion_hit(answer: Answer, q: Question, spans: dict[str, list[tuple[str, int, int]]]) -> bool | None:
+    """Whether a section offered under the answer holds an answering page of the question (None: no in-KB question)."""
+    if not q.in_kb:
+        return None
+    for s in answer.suggestions:
+        held = [(first, last) for title, first, last in spans.get(s.file, []) if title == s.title and first == s.page]
+        if s.file == q.file and any(first <= p <= last for first, last in held for p in q.pages):
+            return True
+    return False
+
+
 def run_questions(pipeline: Pipeline, questions: Sequence[Question], progress: bool = False) -> list[dict[str, Any]]:
     """One row per question; ``progress`` prints a line per question on stderr (a written run takes many minutes)."""
     rows = []
+    spans = section_spans(pipeline)
     for i, q in enumerate(questions, 1):
         with pipeline.stream(q.question, web=False) as stream:
             for _ in stream:
@@ -223,6 +253,18 @@ def run_questions(pipeline: Pipeline, questions: Sequence[Question], progress: b
                 "key_fact_written": has_key_fact(stream.written, q.must_contain) if stream.written else None,
                 "notes": list(trace.notes),
                 "answer": answer.text,
+                "read_s": trace.timings.get("read"),  # the model's reading of the question
+                "expansions": [asdict(e) for e in trace.expansions],
+                "verdicts": [
+                    {
+                        "verdict": g.verdict.value if g.verdict else None,
+                        "quoted": bool(g.answering),
+                        "model": g.from_model,
+                    }
+                    for g in trace.retrieved
+                ],
+                "suggestions": [[s.title, s.file, s.page] for s in answer.suggestions],
+                "suggestion_hit": suggestion_hit(answer, q, spans),
             }
         )
         if progress:
@@ -300,10 +342,27 @@ def summarize(rows: Sequence[dict]) -> dict[str, Any]:
                 "incorrect": _rate(group, lambda r: r["action"] == "incorrect"),
             }
     out["grade_spread"] = grade_spread(rows)
+    out["suggestions"] = suggestion_figures(rows)
     out["correct_without_key_fact"] = correct_without_key_fact(rows)
     if categories := by_category(rows):
         out["by_category"] = categories
     return out
+
+
+def suggestion_figures(rows: Sequence[dict]) -> dict[str, Any]:
+    """The sections offered under answers not Correct: how often, and how often one holds the answering page, for the
+    in-KB answers without their key fact (and the how-to ones among them), which a user would ask again."""
+    unsure = [r for r in rows if r["action"] != "correct"]
+    wrong = [r for r in rows if r["in_kb"] and not r["key_fact"] and r.get("suggestion_hit") is not None]
+    howto = [r for r in wrong if r.get("category") == "howto"]
+    return {
+        "not_correct": len(unsure),
+        "offered": _rate(unsure, lambda r: r.get("suggestions")),
+        "wrong": len(wrong),
+        "hit@3_wrong": _rate(wrong, lambda r: r["suggestion_hit"]),
+        "howto_wrong": len(howto),
+        "hit@3_howto_wrong": _rate(howto, lambda r: r["suggestion_hit"]),
+    }
 
 
 def correct_without_key_fact(rows: Sequence[dict]) -> dict[str, Any]:
