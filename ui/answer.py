@@ -15,7 +15,6 @@ import streamlit as st
 
 from crag.blocks import markdown_table, table_rows
 from crag.export import answer_markdown, follows_up
-from crag.markdown import model_markdown
 from crag.messages import unsupported_message
 from crag.models import PACKAGED_LABEL
 from crag.quotes import Quote, answer_parts
@@ -32,6 +31,7 @@ from ui.text import (
     md_coded,
     md_escape,
     no_images,
+    page_markdown,
     remedy_text,
     shorten,
 )
@@ -53,7 +53,7 @@ def text(content: str, kind: AnswerKind) -> None:
             if not section.strip():
                 continue
             written, quotes = split_quotes(section)
-            st.markdown(model_markdown(written))
+            st.markdown(page_markdown(written))
             if quotes:
                 st.markdown(quotes_markdown(quotes))
 
