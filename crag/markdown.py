@@ -63,7 +63,7 @@ class _Found:
         self.inline_spots.add((len(self.inline) - 1, at))
 
 
-def _found(state: StateInline | StateBlock) -> _Found | None:
+def _found(state: StateInline | StateBlock | StateCore) -> _Found | None:
     found = state.env.get(_FOUND)
     return found if isinstance(found, _Found) else None
 
@@ -163,7 +163,7 @@ def _html_block(rule: BlockRule) -> BlockRule:
 def _inline(state: StateCore) -> None:
     """markdown-it's own rule, which also keeps the inline tokens in order: a rule that finds a link is told which
     token's content it reads."""
-    found = _found(state)  # type: ignore[arg-type]  # StateCore has the same env
+    found = _found(state)
     for token in state.tokens:
         if token.type == "inline":
             if found is not None:
@@ -339,17 +339,12 @@ def _escaped(text: str, html: bool) -> _Escaped:
         deep = 0
     if deep is not None:
         spots = sorted({*(at for at in spots if at < starts[deep]), *_markup(src, starts[deep], page=not html)})
-    settled = min((starts[t.map[0]] for _, tokens in parses for t in tokens if _open(t, src, deep)), default=len(src))
+    # A paragraph that runs to the last line is open: the next line could still join it, or make its last line a
+    # table's head. Every other block is as it will stay, and so are its backslashes.
+    lines, last = len(starts) - src.endswith("\n"), len(starts) if deep is None else deep
+    opened = (t.map for _, tokens in parses for t in tokens if t.type == "paragraph_open" and t.map)
+    settled = min((starts[first] for first, end in opened if end >= lines and first < last), default=len(src))
     return _Escaped(text, tuple(back(at) for at in spots), back(settled))
-
-
-def _open(token: Token, src: str, deep: int | None) -> bool:
-    """Whether a paragraph runs to the last line of ``src``: the next line could still join it, or make its last line
-    a table's head."""
-    lines = src.count("\n") + (not src.endswith("\n"))
-    return (token.type == "paragraph_open" and token.map is not None and token.map[1] >= lines) and (
-        deep is None or token.map[0] < deep
-    )
 
 
 def _parse(src: str, html: bool, tables: bool, math: bool) -> tuple[_Found, list[Token]]:
@@ -457,23 +452,31 @@ def safe_stream(deltas: Iterable[str], html: bool = False) -> Iterator[str]:
     as it comes in, up to a "(" or ":" after a "]" or a "<" whose paragraph is still open: from there it waits for the
     line that ends that paragraph (or for the end), and what the parse then decides comes out at once. An empty delta
     passes as "": the stream is alive, and its reader may stop it there."""
-    text, done = "", 0  # text[:done] has been given out
+    text, done, read = "", 0, 0  # text[:done] has been given out; text[:read], its lines looked at
     for delta in deltas:
         if not delta:
             yield ""
             continue
         text += delta
-        piece = ""
-        if "\n" in delta and _next_markup(text, done, page=not html) < len(text):
-            lines = _escaped(text[: text.rfind("\n") + 1], html)
-            if lines.settled > done:
-                piece, done = lines.shown(done, lines.settled), lines.settled
+        piece, lines = "", text[read : text.rfind("\n") + 1]
+        read += len(lines)
+        if _may_end(lines) and _next_markup(text, done, page=not html) < len(text):
+            whole = _escaped(text[:read], html)
+            if whole.settled > done:
+                piece, done = whole.shown(done, whole.settled), whole.settled
         end = _next_markup(text, done, page=not html)
         piece, done = piece + text[done:end], max(done, end)
         if piece:
             yield piece
     if rest := _escaped(text, html).shown(done):
         yield rest
+
+
+def _may_end(lines: str) -> bool:
+    """Whether a paragraph could end at one of these (whole) lines: a blank one, or one that opens with what could
+    open a block (a marker, a digit, a fence, a pipe). A line that opens with a letter goes on the paragraph before
+    it, so a long paragraph is not parsed again line after line."""
+    return any(not line.strip() or not line.lstrip()[0].isalpha() for line in lines.split("\n")[:-1])
 
 
 def _next_markup(text: str, start: int, page: bool) -> int:

@@ -53,8 +53,9 @@ def test_the_grader_never_reads_what_refinement_drops_as_injection() -> None:
             "See [https://cran.r-project.org](https://evil.example).",
             r"[https://cran.r-project.org]\(https://evil.example)",
         ),
-        ("See [the manual][m].\n\n[m]: https://evil.example", r"[the manual]\[m].\n\n[m]\: https://evil.example"),
-        ("![pixel](https://attacker.example/p.png)", r"!\[pixel]\(https://attacker.example/p.png)"),
+        # The definition shows as text, so no "[m]" becomes a link
+        ("See [the manual][m].\n\n[m]: https://evil.example", r"[the manual][m].\n\n[m]\: https://evil.example"),
+        ("![pixel](https://attacker.example/p.png)", r"![pixel]\(https://attacker.example/p.png)"),
     ],
 )
 def test_a_written_answer_shows_its_links_as_typed(answer: str, shown: str) -> None:
@@ -64,13 +65,13 @@ def test_a_written_answer_shows_its_links_as_typed(answer: str, shown: str) -> N
 def test_code_in_an_answer_is_left_as_it_is() -> None:
     code = "```python\nhandlers[name](event)\n```\n"
     assert model_markdown(f"Call it so:\n\n{code}and [1](x).") == f"Call it so:\n\n{code}and [1]\\(x)."
-    assert model_markdown("Cited [1]: it needs [2] cores.") == "Cited [1]\\: it needs [2] cores."
+    assert model_markdown("Cited [1]: it needs [2] cores.") == "Cited [1]: it needs [2] cores."  # no definition
 
 
 def test_a_link_split_across_streamed_pieces_is_caught() -> None:
     pieces = ["See [the manual]", "(https://evil.example)", " and ", "!", "[x](y)", " [1]"]
     streamed = "".join(safe_stream(pieces))
-    assert streamed == model_markdown("".join(pieces)) == "See [the manual]\\(https://evil.example) and !\\[x]\\(y) [1]"
+    assert streamed == model_markdown("".join(pieces)) == "See [the manual]\\(https://evil.example) and ![x]\\(y) [1]"
 
 
 def test_the_page_shows_a_written_answer_s_link_target(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
