@@ -156,12 +156,15 @@ def test_no_text_renders_an_image_or_a_link(text: str) -> None:
 @PROPERTY
 @given(TEXTS)
 def test_text_without_markup_gains_no_backslash(text: str) -> None:
+    """For the page, only where its renderer could read more than CommonMark: a code span that opens inside a web
+    address (GFM links the address, backtick and all), a directive or math."""
     env: dict = {}
     tokens = [t for md in (MD, GFM) for t in _all(md.parse(text, env))]
     if not env.get("references") and not any(t.type in ("image", "link_open") for t in tokens):
-        assert model_markdown(text) == text
         if not any(t.type in ("html_inline", "html_block") for t in tokens):
             assert model_markdown(text, html=True) == text
+        if not re.search(r"[:$]|www\.", text):
+            assert model_markdown(text) == text
 
 
 @PROPERTY
