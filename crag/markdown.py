@@ -6,14 +6,17 @@ documents): no click needed. A link's text could hide where it leads. So whereve
 renderer (the app's page, the API's /v1 and MCP clients) it goes through ``model_markdown``: ``![x](url)`` shows as
 ``![x](url)``.
 
-What is code, and what a link, is decided the way a renderer decides it: markdown-it-py parses the answer (CommonMark
-with GFM's tables), and a backslash goes where the parse found an image, a link, a link's definition, an autolink or
-(for renderers that pass HTML through) HTML, and nowhere else. A guess line by line cannot know that "``` x ```" opens
-no fence, and it stopped escaping there. Code stays as typed: a renderer shows an image in it as text.
+What is code, and what a link, is decided the way a renderer decides it: markdown-it-py parses the answer, and a
+backslash goes where the parse found an image, a link, a link's definition, an autolink or (for renderers that pass
+HTML through) HTML, and nowhere else. A guess line by line cannot know that "``` x ```" opens no fence, and it stopped
+escaping there. Renderers differ in what they read beyond CommonMark, and each difference can move what is code: the
+answer is read with GFM's tables and without, with remark-math's math and without (the page renders math), until no
+reading finds more. The page's renderer (Streamlit's) also reads directives and links bare web addresses: what could
+open a directive is escaped there, and a code span that opens inside an address is not trusted to be code.
 
-Every backslash goes before one of three characters: the "(" that follows a link's "]" ("[a]\\(b)"), the ":" that
-follows a definition's "]" ("[a]\\: b"), and the "<" of an autolink or tag ("\\<img>"). Nothing else changes:
-citations such as "[1]" stay as they are.
+Every backslash goes before one of these characters: the "(" that follows a link's "]" ("[a]\\(b)"), the ":" that
+follows a definition's "]" ("[a]\\: b"), the "<" of an autolink or tag ("\\<img>"), and for the page the ":" of a
+directive. Nothing else changes: citations such as "[1]" stay as they are, and code keeps its text.
 """
 
 from __future__ import annotations
@@ -443,7 +446,9 @@ def model_markdown(markdown: str, html: bool = False) -> str:
     """A model's answer as Markdown to show, with images and links as the text that was typed: the browser fetches
     no address a document or web page could have dictated, and a link's target is in view, never hidden behind its
     text (``[the manual](https://elsewhere)`` shows whole). Code is left as it is: it renders no link.
-    ``html``: HTML tags are shown as typed too, for readers whose renderer would pass them through."""
+    ``html``: HTML tags are shown as typed too, for readers whose renderer would pass them through (API clients);
+    without it, the text is for the app's page, whose renderer shows HTML as text but reads Streamlit's directives
+    and links bare web addresses."""
     return _escaped(markdown, html).shown()
 
 
