@@ -254,11 +254,12 @@ def _code_span(rule: InlineRule) -> InlineRule:
 
 def _in_address(src: str, at: int) -> bool:
     """Whether ``at`` is inside what GFM could take for a web address: a run without spaces or "<" that holds
-    "www." or "://" before it."""
-    start = at
-    while start > 0 and not src[start - 1].isspace() and src[start - 1] != "<":
-        start -= 1
+    "www." or "://" before it, within ``_ADDRESS`` characters (each code span looks back that far at most)."""
+    start = max([at - _ADDRESS, *(src.rfind(char, 0, at) + 1 for char in " \t\n<")])
     return "www." in src[start:at] or "://" in src[start:at]
+
+
+_ADDRESS = 2000  # characters: longer than any web address an answer holds
 
 
 def _letter(char: str) -> bool:
@@ -363,39 +364,33 @@ def _parse(src: str, html: bool, tables: bool, math: bool) -> tuple[_Found, list
 
 def _offsets(src: str, found: _Found) -> set[int]:
     """Where in ``src`` the backslashes go that a parse found. A rule that reads a paragraph sees its content, without
-    the line's indent, list marker or ">": an offset there is the nth "(" or "<" of its line, counted after those
-    that earlier cells of a table row hold (a line's markers hold none)."""
+    the line's indent, list marker or ">": an offset there is the nth "(", "<" or ":" of its line, counted after
+    those that earlier cells of a table row hold (a line's markers hold none)."""
     starts = _line_starts(src)
     spots = set(found.spots)
     by_token: dict[int, list[int]] = {}
     for index, at in found.inline_spots:
         by_token.setdefault(index, []).append(at)
     taken: Counter[tuple[int, str]] = Counter()
+    where: dict[tuple[int, str], list[int]] = {}  # a line's offsets of a character
     for index, token in enumerate(found.inline):
         content, first = token.content, token.map[0] if token.map else -1
+        rows = _line_starts(content)
         for at in by_token.get(index, ()):
-            char, row = content[at], content.count("\n", 0, at)
-            nth = taken[first + row, char] + content.count(char, content.rfind("\n", 0, at) + 1, at)
-            spot = _nth(src, starts, first + row, char, nth) if first >= 0 else None
-            if spot is None:  # never seen: the parse and the text disagree; escape it all
+            char, row = content[at], bisect_left(rows, at + 1) - 1
+            line = first + row
+            if (line, char) not in where and 0 <= line < len(starts):
+                end = starts[line + 1] if line + 1 < len(starts) else len(src)
+                where[line, char] = [i for i in range(starts[line], end) if src[i] == char]
+            nth = taken[line, char] + content.count(char, rows[row], at)
+            if first < 0 or nth >= len(where.get((line, char), ())):  # the parse and the text disagree
                 found.deep = 0
                 return spots
-            spots.add(spot)
-        for row, line in enumerate(content.split("\n")):
+            spots.add(where[line, char][nth])
+        for row, text in enumerate(content.split("\n")):
             for char in "(<:":
-                taken[first + row, char] += line.count(char)
+                taken[first + row, char] += text.count(char)
     return spots
-
-
-def _nth(src: str, starts: list[int], line: int, char: str, nth: int) -> int | None:
-    if not 0 <= line < len(starts):
-        return None
-    at, end = starts[line] - 1, starts[line + 1] if line + 1 < len(starts) else len(src)
-    for _ in range(nth + 1):
-        at = src.find(char, at + 1, end)
-        if at < 0:
-            return None
-    return at
 
 
 def _original(spots: list[int], offsets: Iterable[int]) -> Iterator[int]:
