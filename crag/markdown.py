@@ -39,8 +39,10 @@ from markdown_it.token import Token
 
 from crag.types import Answer
 
-# What an image, a link, a definition, an autolink or HTML needs: text holding none of these is left alone unparsed.
+# What an image, a link, a definition, an autolink or HTML needs: text holding none of these is left alone unparsed,
+# unless it is for the page and could open a directive (which a parse escapes whatever follows it).
 _MARKUP = ("](", "]:", "<")
+_DIRECTIVE = re.compile(r":[A-Za-z]")
 # Parses of one text at most: escaping a link can make an enclosing one ("[a [b](c)](d)" then "[a [b]\(c)](d)"), one
 # round per level of nesting; past the parser's own nesting limit the text is escaped without parsing anyway.
 _ROUNDS = 32
@@ -320,7 +322,7 @@ class _Escaped:
 def _escaped(text: str, html: bool) -> _Escaped:
     """Where ``text`` needs backslashes, found by parsing it again with each round's backslashes in, until a parse
     finds no more. From a block nested past the parser's limit on, every character that could make markup gets one."""
-    if not any(markup in text for markup in _MARKUP):
+    if not any(markup in text for markup in _MARKUP) and (html or not _DIRECTIVE.search(text)):
         return _Escaped(text, (), len(text))
     src, back = _normal(text)
     starts = _line_starts(src)

@@ -175,6 +175,13 @@ def test_a_stream_gives_what_the_whole_gives(text: str, data: st.DataObject) -> 
         assert "".join(safe_stream(pieces, html=html)) == model_markdown(text, html=html), pieces
 
 
+def test_a_streamed_directive_waits_for_its_paragraph() -> None:
+    """For the page, a directive is escaped once markup could follow it: its paragraph is not given out before."""
+    text = ":x[text][r]\n]("
+    for pieces in ([text], [":x[text][r]\n", "]("]):
+        assert "".join(safe_stream(pieces)) == model_markdown(text) == "\\:x[text][r]\n]("
+
+
 @PROPERTY
 @given(TEXTS, st.data())
 def test_a_stream_holds_nothing_back_once_its_paragraph_ends(text: str, data: st.DataObject) -> None:
