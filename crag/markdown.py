@@ -12,11 +12,12 @@ HTML through) HTML, and nowhere else. A guess line by line cannot know that "```
 escaping there. Renderers differ in what they read beyond CommonMark, and each difference can move what is code: the
 answer is read with GFM's tables and without, with remark-math's math and without (the page renders math), until no
 reading finds more. The page's renderer (Streamlit's) also reads directives and links bare web addresses: what could
-open a directive is escaped there, and a code span that opens inside an address is not trusted to be code.
+open a directive is escaped there, and so are the backticks of a code span that opens inside an address.
 
 Every backslash goes before one of these characters: the "(" that follows a link's "]" ("[a]\\(b)"), the ":" that
 follows a definition's "]" ("[a]\\: b"), the "<" of an autolink or tag ("\\<img>"), and for the page the ":" of a
-directive. Nothing else changes: citations such as "[1]" stay as they are, and code keeps its text.
+directive and the backticks of a code span that opens in a web address. Nothing else changes: citations such as "[1]"
+stay as they are, and code keeps its text.
 """
 
 from __future__ import annotations
@@ -239,17 +240,27 @@ def _directive_line(state: StateBlock, line: int, end: int, silent: bool) -> boo
 
 
 def _code_span(rule: InlineRule) -> InlineRule:
-    """The rule for code spans, which for the page marks what could make markup in a span that opens inside a web
-    address: the page's renderer links "www.x.org/`a" as one address, so the span that this parse reads there
-    is text there."""
+    """The rule for code spans, which for the page escapes the backticks of a span that opens inside a web address:
+    the page's renderer links "www.x.org/`a" as one address, backtick and all, so no span opens there, and a later
+    backtick opens one where this parse would close it. Escaped, no renderer opens one."""
 
     def code_span(state: StateInline, silent: bool) -> bool:
-        found, start = _found(state), state.pos
-        matched = rule(state, silent)
-        if matched and not silent and found is not None and not found.html and _in_address(state.src, start):
-            for at in _markup(state.src[: state.pos], start + 1, page=True):
+        found, src, start = _found(state), state.src, state.pos
+        if found is None or found.html or src[start] != "`" or not _in_address(src, start):
+            return rule(state, silent)
+        run = start
+        while run < state.posMax and src[run] == "`":
+            run += 1
+        opens = rule(state, True) and state.pos > run  # past its run: a span, closed by a run as long
+        state.pos = start
+        if not opens:
+            return rule(state, silent)
+        if not silent:
+            for at in range(start, run):
                 found.mark(state, at)
-        return matched
+            state.pending += src[start:run]
+        state.pos = run
+        return True
 
     return code_span
 
@@ -366,7 +377,7 @@ def _parse(src: str, html: bool, tables: bool, math: bool) -> tuple[_Found, list
 
 def _offsets(src: str, found: _Found) -> set[int]:
     """Where in ``src`` the backslashes go that a parse found. A rule that reads a paragraph sees its content, without
-    the line's indent, list marker or ">": an offset there is the nth "(", "<" or ":" of its line, counted after
+    the line's indent, list marker or ">": an offset there is the nth "(", "<", ":" or "`" of its line, counted after
     those that earlier cells of a table row hold (a line's markers hold none)."""
     starts = _line_starts(src)
     spots = set(found.spots)
@@ -390,7 +401,7 @@ def _offsets(src: str, found: _Found) -> set[int]:
                 return spots
             spots.add(where[line, char][nth])
         for row, text in enumerate(content.split("\n")):
-            for char in "(<:":
+            for char in "(<:`":
                 taken[first + row, char] += text.count(char)
     return spots
 
@@ -483,14 +494,19 @@ def _may_end(lines: str) -> bool:
 
 def _next_markup(text: str, start: int, page: bool) -> int:
     """Where the first character that may get a backslash is, from ``start`` on: a "<", or a "(" or ":" after a "]";
-    for the page, a ":" before a letter, or last (the next delta may bring the letter). The length of ``text`` when
-    there is none."""
+    for the page, a ":" before a letter, or last (the next delta may bring the letter), and a backtick in a web
+    address. The length of ``text`` when there is none."""
     found = [text.find("<", start)]
     found += [at + 1 for at in (text.find(pair, max(start - 1, 0)) for pair in ("](", "]:")) if at >= 0]
-    at = text.find(":", start) if page else -1
-    while at >= 0 and at + 1 < len(text) and not _letter(text[at + 1]):
-        at = text.find(":", at + 1)
-    return min((at for at in [*found, at] if at >= start), default=len(text))
+    if page:
+        at = text.find(":", start)
+        while at >= 0 and at + 1 < len(text) and not _letter(text[at + 1]):
+            at = text.find(":", at + 1)
+        tick = text.find("`", start)
+        while tick >= 0 and not _in_address(text, tick):
+            tick = text.find("`", tick + 1)
+        found += [at, tick]
+    return min((at for at in found if at >= start), default=len(text))
 
 
 def outgoing(answer: Answer) -> Answer:

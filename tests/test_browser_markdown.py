@@ -81,6 +81,7 @@ FOUND = [
     f"` x\n:::note\n[text]({ADDRESS}) `",
     f"$$\n```\n$$\n![x]({ADDRESS})\n```",
     f"www.{HOST}/`x [text]({ADDRESS}) `",
+    f"https://{HOST}/`a ` b ` ![x]({ADDRESS}) `",
     f'$$\n> > www.{HOST}/`x$x$[1][text]({ADDRESS} "title `")',
 ]
 

@@ -119,12 +119,12 @@ def _cuts(text: str, data: st.DataObject) -> list[str]:
 
 
 def _inserted_backslashes(before: str, after: str) -> bool:
-    """Whether ``after`` is ``before`` with backslashes put before some "(", ":" or "<"."""
+    """Whether ``after`` is ``before`` with backslashes put before some "(", ":", "<" or "`" (the page's)."""
     i = 0
     for j, char in enumerate(after):
         if i < len(before) and before[i] == char:
             i += 1
-        elif char != "\\" or after[j + 1 : j + 2] not in ("(", ":", "<"):
+        elif char != "\\" or after[j + 1 : j + 2] not in ("(", ":", "<", "`"):
             return False
     return i == len(before)
 
