@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -49,13 +50,24 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+# A Host header, as RFC 9110 has it: a name (or an IPv4 address) or an IPv6 address in brackets, then a port. Nothing
+# else: read as a URL's authority, "evil.com@127.0.0.1" (a user before "@") or "127.0.0.1#@evil.com" (a fragment) would
+# be 127.0.0.1, a name a browser never sends for them.
+_HOST = re.compile(r"(?:(?P<name>[A-Za-z0-9._-]+)|\[(?P<ip>[0-9A-Fa-f:.]+)\])(?::[0-9]{0,5})?")
+
+
 def host_name(host: str) -> str | None:
     """The name in a ``Host`` header or an address, lower-cased, without its port or brackets
-    (``[::1]:8000`` -> ``::1``); None when there is none."""
-    try:
-        return urlsplit(f"//{host.strip()}").hostname or None
-    except ValueError:  # an unclosed "[": no name
+    (``[::1]:8000`` -> ``::1``); None when there is none, or when it holds more than a name and a port."""
+    found = _HOST.fullmatch(host.strip())
+    if found is None:
         return None
+    if found["ip"] is not None:
+        try:
+            return str(ipaddress.IPv6Address(found["ip"]))
+        except ValueError:
+            return None
+    return found["name"].lower()
 
 
 # Query parameters that carry a credential in a base URL (?api_key=..., ?key=..., ?access_token=..., ?sig=...).
@@ -248,7 +260,7 @@ class Settings(BaseSettings):
         names = []
         for host in map(str, given):
             name = host_name(host)
-            if name is None or any(c.isspace() or c in "/?#@\\" for c in host):
+            if name is None:
                 raise ValueError(f"{host[:80]!r} is not a host name such as kb.example.org")
             names.append(name)
         return names

@@ -279,16 +279,23 @@ def pages_label(pages: Iterable[int]) -> str:
 # Prompts and questions
 
 
-# A tag ends at its ">", or where the next tag starts: each "<source" is scanned up to the next one at most, so a run
-# of them without a ">" costs no more than once through the text.
-SOURCE_TAG = re.compile(r"</?\s*+source\b(?:[^<>]|<(?!/?\s*+source\b))*+(?:>|(?=</?\s*+source\b))", re.IGNORECASE)
+# Any spelling of a source tag, opening or closing ("</source>", "< /SOURCE>", "< / source id=9>"). A tag ends at its
+# ">", or where the next tag starts: each "<source" is scanned up to the next one at most, so a run of them without a
+# ">" costs no more than once through the text.
+SOURCE_TAG = re.compile(
+    r"<\s*+/?\s*+source\b(?:[^<>]|<(?!\s*+/?\s*+source\b))*+(?:>|(?=<\s*+/?\s*+source\b))", re.IGNORECASE
+)
 
 
 def quote(text: str) -> str:
-    """Source text cannot close its own tag: what is inside stays data. No tag ends after the last ">": the text
-    after it is left alone, or each "<source" there would be scanned to the end."""
+    """Source text cannot close its own tag: what is inside stays data. Until none is left: a tag cut out of the
+    middle of another would join its halves into a new one ("<</source>/source>"). No tag ends after the last ">":
+    the text after it is left alone, or each "<source" there would be scanned to the end."""
     end = text.rfind(">") + 1
-    return SOURCE_TAG.sub(" ", text[:end]) + text[end:]
+    head = text[:end]
+    while SOURCE_TAG.search(head):
+        head = SOURCE_TAG.sub(" ", head)
+    return head + text[end:]
 
 
 MAX_QUESTION_CHARS = 2000  # a question, not a document: longer text would crowd the sources out of the context

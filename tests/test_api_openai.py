@@ -107,7 +107,8 @@ def test_streamed_answer_comes_in_several_chunks_then_sources_and_the_trace(sett
         plain = ask(client).choices[0].message.content
     with_choices = [c for c in chunks if c.choices]
     texts = [c.choices[0].delta.content for c in with_choices if c.choices[0].delta.content]
-    assert len(texts) >= 4 and "".join(texts).replace(" \n", "\n") == plain
+    # The answer's sentence (grounding lets each out whole), its quotes, the sources
+    assert len(texts) >= 3 and "".join(texts).replace(" \n", "\n") == plain
     assert texts[-1] == "\n\n**Sources**\n\n- [1] manual.pdf, page 1"
     stages = [c.model_extra["crag"]["stage"] for c in with_choices[:-1] if c.model_extra.get("crag")]
     assert stages == ["reading the question", "retrieving", "grading", "refining", "generating"]

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import ipaddress
 import json
 import os
 import re
+import socket
+import ssl
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -192,9 +199,9 @@ def test_every_redirect_target_is_checked_before_it_is_asked(pages: Pages, monke
     checked: list[str] = []
     real_check = fetch_module._check_url
 
-    def check(url: str, allow_private: bool) -> None:
+    def check(url: str, allow_private: bool) -> str:
         checked.append(url)
-        real_check(url, allow_private=len(checked) == 1)  # the page found is let in; where it sends us is not
+        return real_check(url, allow_private=len(checked) == 1)  # the page found is let in; where it sends us is not
 
     monkeypatch.setattr(fetch_module, "_check_url", check)
     assert fetch_main_text(pages.url + "/redirect", timeout=5) == ""
@@ -234,3 +241,133 @@ def test_fetch_pages_with_nothing_to_do() -> None:
     assert fetch_pages([], top_n=3) == []
     done = [WebResult(title="a", url="http://127.0.0.1:1/", snippet="s", text="already")]
     assert fetch_pages(done, top_n=3) == done
+
+
+# ---------------------------------------------------------------------------------------------
+# The address that was checked is the address asked (DNS rebinding)
+
+
+NAME = "rebind.test"
+
+
+def resolving(monkeypatch: pytest.MonkeyPatch, *answers: str) -> list[str]:
+    """``NAME`` resolves to each of ``answers`` in turn (the last one from then on); returns the addresses given.
+    127.0.0.1 stands for a public server (the fetch's check lets it in), any other address for one on this machine
+    or its network (a model server, a router page)."""
+    monkeypatch.setattr(ipaddress.IPv4Address, "is_global", property(lambda address: str(address) == "127.0.0.1"))
+    real = socket.getaddrinfo
+    given: list[str] = []
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        if host != NAME:
+            return real(host, port, *args, **kwargs)
+        given.append(answers[min(len(given), len(answers) - 1)])
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (given[-1], port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return given
+
+
+@contextlib.contextmanager
+def served(address: str, port: int, handler: type[BaseHTTPRequestHandler], tls: ssl.SSLContext | None = None):
+    server = ThreadingHTTPServer((address, port), handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def recording(seen: list[tuple[str, str]]) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            seen.append((self.path, self.headers["Host"]))
+            if self.path == "/redirect":
+                self.send_response(302)
+                self.send_header("Location", "/article")
+                self.end_headers()
+                return
+            body = ARTICLE.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    return Handler
+
+
+def test_the_connection_goes_to_the_address_that_was_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DNS rebinding: the name resolves to one address when it is checked, to another a moment later."""
+    given = resolving(monkeypatch, "127.0.0.1", "127.0.0.2")
+    checked: list[tuple[str, str]] = []
+    rebound: list[tuple[str, str]] = []
+    with served("127.0.0.1", 0, recording(checked)) as port, served("127.0.0.2", port, recording(rebound)):
+        text = fetch_main_text(f"http://{NAME}:{port}/article", timeout=5)
+    assert "Camellia sinensis" in text
+    assert rebound == [] and given == ["127.0.0.1"]  # looked up once; where it led next was never asked
+    assert checked == [("/article", f"{NAME}:{port}")]  # asked at the address checked, by its name
+
+
+def test_each_hop_of_a_redirect_is_looked_up_checked_and_asked_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    given = resolving(monkeypatch, "127.0.0.1")
+    seen: list[tuple[str, str]] = []
+    with served("127.0.0.1", 0, recording(seen)) as port:
+        assert "Camellia sinensis" in fetch_main_text(f"http://{NAME}:{port}/redirect", timeout=5)
+    assert seen == [("/redirect", f"{NAME}:{port}"), ("/article", f"{NAME}:{port}")]  # a relative Location: the name
+    assert given == ["127.0.0.1"] * 2  # once a hop: the look-up checked is the one connected to
+
+
+def _certificate(tmp_path: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for ``NAME`` and its key, in PEM files."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, NAME)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(NAME)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_file, key_file
+
+
+def test_tls_asks_for_and_checks_the_name_at_the_checked_address(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    resolving(monkeypatch, "127.0.0.1", "127.0.0.2")
+    cert_file, key_file = _certificate(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert_file))  # httpx trusts it, as a system's own CA
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert_file, key_file)
+    asked_for: list[str | None] = []
+    tls.sni_callback = lambda sock, name, context: asked_for.append(name)
+    seen: list[tuple[str, str]] = []
+    with served("127.0.0.1", 0, recording(seen), tls) as port:
+        text = fetch_main_text(f"https://{NAME}:{port}/article", timeout=5)
+        assert fetch_main_text(f"https://127.0.0.1:{port}/article", timeout=5) == ""  # a name the certificate lacks
+    assert "Camellia sinensis" in text  # the certificate was checked against the name, and held
+    assert asked_for[0] == NAME and seen == [("/article", f"{NAME}:{port}")]

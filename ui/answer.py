@@ -18,7 +18,6 @@ from crag.conversations import Conversations
 from crag.errors import CragError
 from crag.export import answer_markdown, follows_up
 from crag.feedback import NOTE_CHARS, WRONG_WORDS, Label, Rating, Wrong, rating_words
-from crag.markdown import model_markdown
 from crag.messages import unsupported_message
 from crag.models import PACKAGED_LABEL
 from crag.quotes import Quote, answer_parts
@@ -35,6 +34,7 @@ from ui.text import (
     md_coded,
     md_escape,
     no_images,
+    page_markdown,
     remedy_text,
     shorten,
 )
@@ -56,7 +56,7 @@ def text(content: str, kind: AnswerKind) -> None:
             if not section.strip():
                 continue
             written, quotes = split_quotes(section)
-            st.markdown(model_markdown(written))
+            st.markdown(page_markdown(written))
             if quotes:
                 st.markdown(quotes_markdown(quotes))
 

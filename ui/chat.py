@@ -24,7 +24,6 @@ from crag.config import Settings
 from crag.conversations import Conversations, Message, Stop, title_of
 from crag.errors import CragError
 from crag.feedback import THUMBS, generation_of
-from crag.markdown import safe_stream
 from crag.models.loops import own_event_loop
 from crag.scope import UnknownScope
 from crag.text import MAX_QUESTION_CHARS, clean_question
@@ -32,7 +31,7 @@ from crag.types import Answer, AnswerKind
 from ui import state
 from ui.scope import ALL, choose
 from ui.settings import WEB_LABEL
-from ui.text import ACTIONS, error_text, gist, md_escape, stage_label, stop_of, stopped, user_stopped
+from ui.text import ACTIONS, error_text, gist, md_escape, page_stream, stage_label, stop_of, stopped, user_stopped
 
 if TYPE_CHECKING:
     import crag.pipeline
@@ -359,7 +358,7 @@ def show(
         else:
             written = st.empty()
             with written.container():
-                st.write_stream(safe_stream(saving(stream, store, reply)))
+                st.write_stream(page_stream(saving(stream, store, reply)))
             if stream.answer is not None:  # set as it is replayed: the quotes under it (or instead of it) as quotes
                 with written.container():
                     answer_ui.text(stream.answer.text, stream.answer.kind)

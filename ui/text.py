@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
 from crag.conversations import Conversation, Message, Stop
 from crag.errors import CragError, Remedy, said
+from crag.markdown import model_markdown, safe_stream
 from crag.text import language
 from crag.types import Action, FileResult, Progress, TermCheck
 
@@ -89,6 +90,29 @@ def _escaped_but(pattern: re.Pattern[str], text: str, markdown: Callable[[re.Mat
         out += [MD_SPECIAL.sub(r"\\\1", text[last : found.start()]), markdown(found)]
         last = found.end()
     return "".join([*out, MD_SPECIAL.sub(r"\\\1", text[last:])])
+
+
+def page_markdown(markdown: str) -> str:
+    """A model's Markdown as the page shows it: ``model_markdown`` of the text Streamlit renders. ``st.markdown``
+    dedents and strips what it is given, so an answer's indented first line is no code block there: escaped as it
+    were one, an image in it would render."""
+    return model_markdown(markdown.lstrip())
+
+
+def page_stream(deltas: Iterable[str]) -> Iterator[str]:
+    """``safe_stream`` of what ``st.write_stream`` renders: the answer from its first character that is not white
+    space on, as ``page_markdown`` reads it."""
+    started = False
+
+    def stripped() -> Iterator[str]:
+        nonlocal started
+        for delta in deltas:
+            if not started:
+                delta = delta.lstrip()
+                started = bool(delta)
+            yield delta
+
+    return safe_stream(stripped())
 
 
 def no_images(markdown: str) -> str:

@@ -23,7 +23,7 @@ from fastapi import HTTPException
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from crag.api.http import error_response
+from crag.api.http import error_response, refuse
 from crag.config import host_name, is_loopback
 
 _CHANGES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -72,13 +72,13 @@ class HostCheck:
                 "If a reverse proxy forwards that name here, start the server with `--allowed-host NAME` (or set "
                 "CRAG_ALLOWED_HOSTS), or set CRAG_API_TOKEN."
             )
-            await error_response(scope["path"], 421, message, code="misdirected_request")(scope, receive, send)
+            await refuse(error_response(scope["path"], 421, message, code="misdirected_request"), scope, receive, send)
         elif origin is not None and not self.rule.allows(_origin_name(origin), local):
             message = (
                 f"Requests from web pages of other sites ({origin[:100]}) are refused. Call the API from a program "
                 "or from this machine, or allow the page's host with `--allowed-host`."
             )
-            await error_response(scope["path"], 403, message, code="forbidden_origin")(scope, receive, send)
+            await refuse(error_response(scope["path"], 403, message, code="forbidden_origin"), scope, receive, send)
         else:
             await self.app(scope, receive, send)
 

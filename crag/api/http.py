@@ -148,9 +148,10 @@ def gone() -> Response:
 
 
 class BearerAuth:
-    """Every request, /docs and /openapi.json included, must carry ``Authorization: Bearer <token>``.
+    """Every request, /docs and /openapi.json included, must carry ``Authorization: Bearer <token>``, and so must a
+    websocket's handshake.
 
-    Pure ASGI rather than a route dependency, so it also covers the docs routes and unknown paths.
+    Pure ASGI rather than a route dependency, so it also covers the docs routes, unknown paths and websockets.
     """
 
     def __init__(self, app: ASGIApp, token: str) -> None:
@@ -158,7 +159,7 @@ class BearerAuth:
         self.token = token.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):  # the server's lifespan: no request
             await self.app(scope, receive, send)
             return
         given = dict(scope["headers"]).get(b"authorization")
@@ -176,4 +177,13 @@ class BearerAuth:
             )
             code = "missing_api_key"
         response = error_response(scope["path"], 401, message, code=code, headers={"WWW-Authenticate": "Bearer"})
-        await response(scope, receive, send)
+        await refuse(response, scope, receive, send)
+
+
+async def refuse(response: Response, scope: Scope, receive: Receive, send: Send) -> None:
+    """Send a refusal: the response; to a websocket, the same response instead of the handshake when the server can
+    send one (ASGI's "websocket.http.response"), else a close before it (1008, policy violation)."""
+    if scope["type"] == "websocket" and "websocket.http.response" not in scope.get("extensions", {}):
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    await response(scope, receive, send)

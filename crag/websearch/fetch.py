@@ -1,7 +1,9 @@
 """Reading the pages a search found: download an HTML page, keep its main text (trafilatura) as plain text.
 
 Everything that comes from the web is data for the answer model, never instructions for this code: it is
-only extracted and returned as plain text. Only public http(s) addresses are fetched.
+only extracted and returned as plain text. Only public http(s) addresses are fetched: each request goes to the
+address its check found, so a name cannot resolve to a public address for the check and to a private one for the
+connection (DNS rebinding).
 """
 
 from __future__ import annotations
@@ -44,42 +46,55 @@ class _Blocked(Exception):
     """A URL this module refuses to fetch."""
 
 
-def _check_url(url: str, allow_private: bool) -> None:
+def _check_url(url: str, allow_private: bool) -> str:
+    """The address to connect to for ``url``: the first its host resolves to, when every one is public (or
+    ``allow_private``). A search result could point at this machine or the local network (a model server, a router
+    page); only public addresses are fetched."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise _Blocked(f"not an http(s) URL: {url!r}")
-    if allow_private:
-        return
-    # A search result could point at this machine or the local network (a model server, a router page);
-    # only public addresses are fetched. The check is per lookup, so DNS rebinding is not covered.
     try:
         infos = socket.getaddrinfo(parts.hostname, parts.port or 443, proto=socket.IPPROTO_TCP)
     except (OSError, UnicodeError) as exc:
         raise _Blocked(f"cannot resolve {parts.hostname}: {exc}") from None
-    for info in infos:
-        address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
+    addresses = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
+    for address in addresses if not allow_private else ():
         if not address.is_global:
             raise _Blocked(f"{parts.hostname} resolves to the non-public address {address}")
+    if not addresses:
+        raise _Blocked(f"{parts.hostname} resolves to no address")
+    return str(addresses[0])
 
 
 def _download(url: str, timeout: float, max_bytes: int, allow_private: bool) -> tuple[bytes, str | None] | None:
     """The body and declared charset of an HTML page, or None when it is not a small HTML page.
 
     Redirects are followed here rather than by httpx, so every target is checked before it is asked (a public
-    page cannot bounce the fetch to a private address) and a redirect's own body is never read.
+    page cannot bounce the fetch to a private address) and a redirect's own body is never read. Each request goes
+    to the address its check found, not to what the name resolves to a moment later (DNS rebinding), on a
+    connection of its own.
     """
     # httpx's timeout bounds each socket operation; the deadline bounds the whole fetch (a server that drips bytes).
     deadline = time.monotonic() + timeout
-    with httpx.Client(headers=_HEADERS, timeout=timeout) as client:
-        for _ in range(1 + MAX_REDIRECTS):
-            _check_url(url, allow_private)
-            if time.monotonic() > deadline:
-                return None
-            with client.stream("GET", url) as response:
-                if response.next_request is None:
-                    return _read_html(response, max_bytes, deadline)
-                url = str(response.next_request.url)
+    for _ in range(1 + MAX_REDIRECTS):
+        address = _check_url(url, allow_private)
+        if time.monotonic() > deadline:
+            return None
+        target = httpx.URL(url)
+        with httpx.Client(headers=_HEADERS, timeout=timeout) as client, _pinned(client, target, address) as response:
+            if not response.has_redirect_location:
+                return _read_html(response, max_bytes, deadline)
+            url = str(target.join(response.headers["Location"]))
     return None  # too many redirects
+
+
+def _pinned(client: httpx.Client, url: httpx.URL, address: str) -> contextlib.AbstractContextManager[httpx.Response]:
+    """GET ``url`` from ``address``: the connection goes to the address, while the request names the host (its Host
+    header, and for https the name TLS asks for and checks the certificate against, SNI)."""
+    name = url.raw_host.decode("ascii")  # an international name as DNS and TLS have it (xn--...)
+    host = (f"[{name}]" if ":" in name else name) + ("" if url.port is None else f":{url.port}")
+    extensions = {"sni_hostname": name} if url.scheme == "https" else {}
+    return client.stream("GET", url.copy_with(host=address), headers={"Host": host}, extensions=extensions)
 
 
 def _read_html(response: httpx.Response, max_bytes: int, deadline: float) -> tuple[bytes, str | None] | None:
