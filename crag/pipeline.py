@@ -311,7 +311,9 @@ class Pipeline:
         if expansion is not None and expansion.queries:
             legs = [hits, *(self.retriever.retrieve(q, k, mode, scope=scope) for q in expansion.queries)]
             plain = {h.chunk.id: h for h in hits}
-            hits = [plain.get(h.chunk.id) or replace(h, from_model=True) for h in fuse_top(legs, [1.0] * len(legs), k)]
+            fused = [plain.get(h.chunk.id) or replace(h, from_model=True) for h in fuse_top(legs, [1.0] * len(legs), k)]
+            # The question's own best passage is never left out, however few are kept.
+            hits = fused if not hits or hits[0] in fused else [hits[0], *fused][:k]
         return self.retriever.anchor(asked, hits, scope=scope)
 
     def evaluate(

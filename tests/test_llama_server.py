@@ -72,6 +72,9 @@ def settings_for(server: LlamaServer, index: Path, **overrides: object) -> Setti
             "web_search": False,
             "top_k": 2,
             "max_answer_tokens": 16,
+            # These tests are of the protocol, not of speed: a loaded machine must not turn a request into a fallback.
+            "model_search_timeout": 600,
+            "grade_timeout": 600,
         }
         | overrides
     )
@@ -90,12 +93,16 @@ def env_for(server: LlamaServer, index: Path) -> dict[str, str]:
         "CRAG_WEB_SEARCH": "off",
         "CRAG_TOP_K": "2",
         "CRAG_MAX_ANSWER_TOKENS": "16",
+        "CRAG_MODEL_SEARCH_TIMEOUT": "600",
+        "CRAG_GRADE_TIMEOUT": "600",
     }
 
 
 @pytest.mark.integration
 def test_a_follow_up_is_condensed_by_the_model(llama: LlamaServer, index: Path, real_models) -> None:
-    pipeline = Pipeline.from_settings(settings_for(llama, index, evaluator="similarity"))
+    # Of condensing alone: the model's search words are checked through the server by the tests below.
+    settings = settings_for(llama, index, evaluator="similarity", model_search=False)
+    pipeline = Pipeline.from_settings(settings)
     history = [("user", QUESTION), ("assistant", "Eight hundred megabytes [1].")]
     before = llama.chat_requests()
     answer = pipeline.ask("And how many cores?", history=history)
@@ -133,7 +140,7 @@ def test_a_question_graded_by_the_model_and_streamed_through_our_openai_endpoint
 ) -> None:
     """/v1/chat/completions of `crag serve`, driven by the official `openai` client, with the model server behind:
     every passage graded by the model, then the answer written by it, token by token, with its sources."""
-    settings = settings_for(llama, index)
+    settings = settings_for(llama, index, upper_threshold=-0.95, lower_threshold=-1.0)  # whatever its verdicts
     with serving_app(create_app(settings)) as url, openai.OpenAI(base_url=url, api_key="unused") as client:
         chunks = list(
             client.chat.completions.create(
@@ -144,7 +151,8 @@ def test_a_question_graded_by_the_model_and_streamed_through_our_openai_endpoint
     answer = chunks[-1].model_extra["crag"]
     assert answer["complete"] and answer["kind"] == "generated" and chunks[-1].choices[0].finish_reason == "stop"
     assert answer["scores"] and {s["method"] for s in answer["scores"]} == {GRADED}, "graded by the model"
-    assert answer["llm_calls"] == 2, "one grading request for every passage, one answer"
+    assert answer["llm_calls"] == 3, "the question read, one grading request for every passage, one answer"
+    assert answer["search_words"] and not answer["search_words"][0]["error"], "the model's words, through the server"
     assert len(texts) > 2 and "".join(texts[:-1]).strip() == answer["answer"], "streamed as it was written"
     assert len(texts) - 1 <= settings.max_answer_tokens, "the server keeps to the answer's cap (a token a chunk)"
     assert texts[-1].startswith("\n\n**Sources**\n\n- [1] widget.pdf, page"), "with its numbered sources"
@@ -160,6 +168,8 @@ def test_crag_ask_json_grades_every_passage_through_the_model(llama: LlamaServer
     proc = run_cli("ask", QUESTION, "--json", env=env_for(llama, index))
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert out["backend"] == "openai" and out["kind"] == "generated" and out["complete"], out
+    # Written or quoted, as the tiny model's verdicts fall: the requests are what is checked here.
+    assert out["backend"] == "openai" and out["complete"], out
     assert out["scores"] and {s["method"] for s in out["scores"]} == {GRADED}
+    assert out["search_words"] and not out["search_words"][0]["error"], "the model's words, through the server"
     assert llama.refused() == []
