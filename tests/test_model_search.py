@@ -361,3 +361,12 @@ def test_offline_the_search_asks_no_model_and_searcher_stays_idle(settings) -> N
     p = pipeline(settings, GUIDE, [0.1, -0.9, -0.9, -0.9], backend="embedded", searcher=searcher)
     p.ask("How do I hide the navigation icons?", web=False)
     assert searcher.queries == []
+
+
+def test_the_questions_own_best_passage_is_kept_however_few_are_graded(settings) -> None:
+    """With one passage to grade, the model's two rankings outvote the question's: its best stays all the same."""
+    model = ScriptedModel(structured=reading(STAFF_WORDS))
+    p = over_words(settings, model, ByText({"staff-size": 0.9, "score": 0.1}))
+    answer = p.ask(QUESTION, top_k=1, web=False)
+    [kept] = answer.trace.retrieved
+    assert not kept.from_model and kept.chunk.text in (SCORE, PAPER)
