@@ -103,7 +103,6 @@ def _scope(args: argparse.Namespace, settings: Settings):
 
 def _index(args: argparse.Namespace) -> int:
     from crag.ingest import sync
-    from crag.models import rebuild_offer
     from crag.retriever import index_embedder
     from crag.types import Progress
 
@@ -132,8 +131,6 @@ def _index(args: argparse.Namespace) -> int:
         print(f"{report.total_chunks} chunks; {report.pages_per_second} pages/s; {report.seconds} s")
         for note in report.notes:
             print(f"note: {note}", file=sys.stderr)
-    if offer := rebuild_offer(embedder.name):  # an incremental build keeps MiniLM: say how to leave it
-        print(f"note: {offer} {REMEDIES[Remedy.FULL_REBUILD]}", file=sys.stderr)
     return 0
 
 
@@ -182,8 +179,6 @@ def _ask(args: argparse.Namespace) -> int:
     pipeline = Pipeline.from_settings(settings)
     stages: list[str] = []
     web = False if args.no_web else None
-    if pipeline.retriever.upgrade:  # said once, here: the answer's notes are about the answer
-        print(f"note: {pipeline.retriever.upgrade} {REMEDIES[Remedy.FULL_REBUILD]}", file=sys.stderr)
     with pipeline.stream(args.question, on_step=stages.append, web=web, scope=_scope(args, settings)) as stream:
         if args.json:
             for _ in stream:

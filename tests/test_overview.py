@@ -95,7 +95,7 @@ def _bookmarked_manual(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def two_manuals(tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    from crag.models import LocalEmbedder
+    from crag.models import USEEmbedder
 
     root = tmp_path_factory.mktemp("overview")
     files = root / "Files"
@@ -103,7 +103,7 @@ def two_manuals(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     _bookmarked_manual(files / "sheepcounter-guide.pdf")
     manual_pdf(files / "widget.pdf", topic="widget", pages=3)
     settings = offline_kb(root)
-    sync(settings, LocalEmbedder())
+    sync(settings, USEEmbedder())
     return settings
 
 
