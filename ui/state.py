@@ -104,6 +104,13 @@ def ask_alone(question: str) -> None:
     st.session_state[ALONE] = question
 
 
+def answering() -> bool:
+    """Whether this run of the page writes an answer: a question was just asked (the chat box, or a button under an
+    answer that asks again). The sidebar is drawn before it."""
+    ss = st.session_state
+    return bool(ss.get("question")) or bool(ss.get("reask")) or bool(ss.get(ALONE))
+
+
 # ---------------------------------------------------------------------------------------------
 # Settings
 
