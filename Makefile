@@ -44,10 +44,11 @@ LLAMA_BUILT := $(LLAMA_CACHE)/.built
 $(LLAMA_BUILT): requirements-embedded.txt | $(BIN)/python
 	@if ls $(LLAMA_CACHE)/*.whl >/dev/null 2>&1; then echo "Using $(LLAMA) as built before ($(LLAMA_CACHE))"; else \
 	    echo "Building $(LLAMA) (a few minutes; log: $(VENV)/llama-build.log)"; \
-	    rm -rf $(VENV)/llama-wheel; \
+	    rm -rf $(VENV)/llama-wheel; began=$$(date +%s); \
 	    CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip wheel --no-deps --no-cache-dir -w $(VENV)/llama-wheel \
 	        "$(LLAMA)" > $(VENV)/llama-build.log 2>&1 \
 	        || { tail -n 40 $(VENV)/llama-build.log; echo "llama-cpp-python did not build: see $(VENV)/llama-build.log"; exit 1; }; \
+	    echo "Built $(LLAMA) in $$(( $$(date +%s) - began )) s"; \
 	    mkdir -p $(LLAMA_CACHE) && for w in $(VENV)/llama-wheel/*.whl; do \
 	        cp "$$w" $(LLAMA_CACHE)/.partial && mv $(LLAMA_CACHE)/.partial "$(LLAMA_CACHE)/$$(basename "$$w")"; done; \
 	    rm -rf $(VENV)/llama-wheel; \
