@@ -327,10 +327,11 @@ def test_chunks_fed_page_by_page_equal_those_of_the_whole_file() -> None:
 
 # Real text: the benchmark corpus, the built-in embedder's own tokenizer ------------------------------
 
-# Pages whose text can overflow the chunk window: a table of contents read as a table (4,439 tokens on bzip2's
-# page 3, left out of the chunks), and paragraphs under long Chinese and English heading paths.
+# Pages whose text can overflow the chunk window: a table of contents read as a table (bzip2's page 3, left out of
+# the chunks), a listing longer than the window (bzip2's page 18), and paragraphs under long Chinese and English
+# heading paths.
 REAL_PAGES = {
-    "bzip2-manual.pdf": [3, 5, 11],
+    "bzip2-manual.pdf": [3, 5, 11, 18],
     "ctex-faq.pdf": [1, 2, 9, 41],
     "asymptote-faq-zh-cn.pdf": [6],
     "debian-faq.en.pdf": [19, 20, 50, 51],
@@ -366,7 +367,7 @@ def test_real_chunks_fit_the_window_with_their_heading() -> None:
         paged = [c for p in pages for c in chunker.add([b for b in doc.blocks if b.page == p])] + chunker.finish()
         assert [(c.text, c.section) for c in paged] == [(c.text, c.section) for c in chunks]
     # Without the window, the same pages overflow: the test would catch a regression.
-    doc = parser.parse(pdfs["debian-faq.en.pdf"], [20])
+    doc = parser.parse(pdfs["bzip2-manual.pdf"], [18])
     assert max(count_tokens(index_text(c)) for c in chunk_blocks(doc, "b", "f" * 64, count_tokens, 220, 32)) > window
 
 

@@ -64,7 +64,7 @@ def embedded_gguf_path(settings: Settings) -> Path:
 
 
 PACKAGED_LABEL = "SmolLM2-135M-Instruct (Q4_1)"  # the packaged model, weak: every answer it writes says so
-NOT_INSTALLED_LABEL = "not installed"  # the model of the offline default when `make embedded` has not run
+NOT_INSTALLED_LABEL = "no chat model"  # the offline default's, when `make embedded` has not run: answers are quotes
 INSTALL = "make embedded"  # the command that installs it (requirements-embedded.txt, llama.cpp built for this CPU)
 
 
