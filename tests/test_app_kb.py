@@ -91,19 +91,21 @@ class Gate:
 
 def fake_sync(calls: list, clock: list[float] | None = None):
     """A build of two files: one indexed, one failed. It reports progress as the real one does; with ``clock``, it sets
-    the time of each step there (for the build's pace, ``crag.jobs.monotonic``): ten minutes to read a third of the
+    the time of each step there (for the build's pace, ``crag.jobs.monotonic``): ten minutes to read two thirds of the
     second file."""
 
     def sync(settings, embedder, *, rebuild=False, on_progress=None):
         calls.append({"rebuild": rebuild, "embedder": embedder.name})
         good = dict(file="good.pdf", file_index=2, file_count=2, pages_total=30)
-        read = dict(pages_read=10, pages_chunked=10, passages=40, embedded=40, embed_seconds=100.0)
+        first = dict(pages_read=2, pages_chunked=2, passages=8)
+        read = dict(pages_read=20, pages_chunked=20, passages=80, embedded=80, embed_seconds=100.0)
         done = dict(pages_read=30, pages_chunked=30, passages=120, embedded=120, embed_seconds=300.0)
         for t, p in [
             (0, Progress(stage="scanning")),
             (0, Progress(stage="parsing", file="bad.pdf", file_index=1, file_count=2, pages_total=32)),
             (5, Progress(stage="parsing", **good)),
-            (600, Progress(stage="parsing", page=10, page_count=30, **good, **read)),
+            (60, Progress(stage="parsing", page=2, page_count=30, **good, **first)),
+            (600, Progress(stage="parsing", page=20, page_count=30, **good, **read)),
             (1100, Progress(stage="parsing", page=30, page_count=30, **good, **dict(done, embedded=80))),
             (1200, Progress(stage="embedding", page=80, page_count=120, **good, **dict(done, embedded=80))),
             (1300, Progress(stage="writing", file_count=2, **done)),
@@ -134,7 +136,7 @@ def test_a_rebuild_runs_in_the_background_with_live_progress_while_questions_are
     use_pipeline(monkeypatch, [0.9])
     calls: list = []
     clock = [0.0]
-    gate = Gate(fake_sync(calls, clock), pause_at=4)
+    gate = Gate(fake_sync(calls, clock), pause_at=5)
     monkeypatch.setattr(crag.ingest, "sync", gate)
     monkeypatch.setattr(crag.jobs, "monotonic", lambda: clock[0])
     manual_pdf(files / "waiting.pdf")
@@ -146,10 +148,10 @@ def test_a_rebuild_runs_in_the_background_with_live_progress_while_questions_are
     assert not at.exception
     assert calls == [{"rebuild": False, "embedder": "fake:hash"}]  # incremental, with the pipeline's embedder
     [bar] = at.sidebar.get("progress")
-    # 10 pages read in ten minutes, 100 s of it embedding 40 passages: 50 s a page and 2.5 s a passage, 20 pages and
-    # 80 passages left
-    assert bar.proto.text == "Reading **good\\.pdf** · file 2/2 · page 10/30 · about 20 min left"
-    assert bar.proto.value == 33, "the bar: the time spent, of the time it takes"
+    # From the first pages read (at 60 s) on: 18 pages in 540 s, 100 s of it embedding 80 passages, so 24.4 s a page
+    # and 1.25 s a passage; 10 pages and 40 passages left: 294 s
+    assert bar.proto.text == "Reading **good\\.pdf** · file 2/2 · page 20/30 · about 5 min left"
+    assert bar.proto.value == 67, "the bar: the time spent, of the time it takes"
     assert at.button(key="rebuild").disabled and at.button(key="cancel_build")
     assert at.selectbox(key="remove_file").disabled and at.button(key="remove").disabled  # the build reads them
     # Nothing indexed yet: the page says a build runs, rather than "files waiting" with a button to build them

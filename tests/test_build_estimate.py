@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from crag.jobs import ESTIMATE_AFTER_PAGES, Pace
+from crag.jobs import ESTIMATE_AFTER_PAGES, ESTIMATE_AFTER_PASSAGES, Pace
 from crag.types import Progress
 from ui.text import time_left
 
@@ -115,14 +115,14 @@ def test_after_a_fifth_of_the_build_the_estimate_is_within_half_the_real_time_le
 
 
 def test_nothing_is_said_before_a_few_pages_are_read_and_passages_embedded() -> None:
-    build = FakeBuild([(40, 0.5, 4.0, 0.1)])
+    build = FakeBuild([(60, 0.5, 4.0, 0.1)])
     pace, said = Pace(clock=build.clock), []
     for p in build.steps():
         pace.see(p)
         said.append((p.pages_read, p.embedded, pace.left()))
     first = next(i for i, (_, _, left) in enumerate(said) if left is not None)
     pages, embedded, _ = said[first]
-    assert pages >= ESTIMATE_AFTER_PAGES and embedded > 0
+    assert pages > ESTIMATE_AFTER_PAGES and embedded >= ESTIMATE_AFTER_PASSAGES, "a single file: its first batch"
     assert all(left is None for _, _, left in said[:first])
     assert said[-1][2] == 0.0, "done: nothing left"
 
@@ -130,18 +130,21 @@ def test_nothing_is_said_before_a_few_pages_are_read_and_passages_embedded() -> 
 def test_between_two_steps_the_estimate_counts_down_and_the_bar_never_goes_back() -> None:
     clock = Clock(100.0)
     pace = Pace(clock=clock)
-    counts = dict(pages_total=100, pages_chunked=10, passages=40, embedded=40, embed_seconds=20.0)
-    pace.see(Progress(stage="parsing", file="a.pdf", file_index=1, file_count=1, pages_total=100))
-    clock.now = 150.0  # 10 pages in 50 s, 20 of them embedding: 3 s a page, 0.5 s a passage
-    pace.see(Progress(stage="parsing", file="a.pdf", file_index=1, file_count=1, page=10, pages_read=10, **counts))
-    assert pace.left() == pytest.approx(90 * 3.0 + 90 * 4 * 0.5)
-    assert time_left(pace.left()) == "about 8 min left"
+    at = dict(stage="parsing", file="a.pdf", file_index=1, file_count=1, pages_total=100)
+    pace.see(Progress(**at))
+    clock.now = 110.0  # the first part, 8 pages, after the workers' start: the rates count from here
+    pace.see(Progress(**at, page=8, pages_read=8, pages_chunked=8, passages=32))
+    counts = dict(pages_read=28, pages_chunked=28, passages=112, embedded=80, embed_seconds=40.0)
+    clock.now = 160.0  # 20 more pages in 50 s, 40 of them embedding 80 passages: 0.5 s a page, 0.5 s a passage
+    pace.see(Progress(**at, page=28, **counts))
+    assert pace.left() == pytest.approx(72 * 0.5 + (72 * 4 + 32) * 0.5)
+    assert time_left(pace.left()) == "about 3 min left"
     shown = pace.share(0.05)
-    assert shown == pytest.approx(50 / (50 + 450))
-    clock.now = 160.0  # an embedding batch of 10 s, no step meanwhile
-    assert pace.left() == pytest.approx(440.0)
-    slower = dict(counts, embed_seconds=60.0)  # the next step: embedding turned out slower
-    pace.see(Progress(stage="parsing", file="a.pdf", file_index=1, file_count=1, page=10, pages_read=10, **slower))
-    assert pace.left() > 440.0 and pace.share(0.05) == shown, "a longer estimate holds the bar, never moves it back"
+    assert shown == pytest.approx(60 / (60 + 196))
+    clock.now = 170.0  # an embedding batch of 10 s, no step meanwhile
+    assert pace.left() == pytest.approx(186.0)
+    slower = dict(counts, embed_seconds=48.0)  # the next step: embedding turned out slower
+    pace.see(Progress(**at, page=28, **slower))
+    assert pace.left() > 186.0 and pace.share(0.05) == shown, "a longer estimate holds the bar, never moves it back"
     clock.now = 10_000.0
     assert pace.left() == 0.0 and time_left(pace.left()) == "less than a minute left"
