@@ -37,10 +37,9 @@ def monotonic() -> float:
     return time.monotonic()
 
 
-# Pages read after the first ones, and passages embedded, before a build's rates say its time left: fewer gave estimates
-# a quarter of the time really left (the first small batch embeds faster than the rest).
+# Pages read after the first ones (and some passages embedded) before a build's rates say its time left. The workers
+# hand back their first parts together: after 8 pages, an estimate was a quarter of the time really left.
 ESTIMATE_AFTER_PAGES = 16
-ESTIMATE_AFTER_PASSAGES = 64
 
 
 @dataclass
@@ -50,8 +49,8 @@ class Pace:
     left are known (the files' page counts); the passages left are the pages not yet chunked times the passages each
     page made so far, plus those made and not yet embedded. The reading rate is measured from the first pages read
     on: the time before them is the workers' start (seconds, a minute on a busy machine), which comes once. Nothing is
-    said before ``ESTIMATE_AFTER_PAGES`` more pages are read and ``ESTIMATE_AFTER_PASSAGES`` passages embedded (or
-    every passage made so far): there is no rate to go by yet. Between two steps the estimate counts down."""
+    said before ``ESTIMATE_AFTER_PAGES`` more pages are read and some passages embedded: there is no rate to go by
+    yet. Between two steps the estimate counts down."""
 
     clock: Callable[[], float] = field(default_factory=lambda: monotonic)
     started: float | None = None  # the first file began: the scan of the folder before is done for good
@@ -76,7 +75,7 @@ class Pace:
             return None
         since, pages, embedding = self.first
         if not self.ready:  # once there is an estimate, there is one to the end
-            if p.pages_read - pages < ESTIMATE_AFTER_PAGES or p.embedded < min(ESTIMATE_AFTER_PASSAGES, p.passages):
+            if p.pages_read - pages < ESTIMATE_AFTER_PAGES:
                 return None
             self.ready = True
         per_page = max(now - since - (p.embed_seconds - embedding), 0.0) / (p.pages_read - pages)
