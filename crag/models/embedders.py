@@ -150,7 +150,7 @@ class USEEmbedder(PackagedEmbedder):
         return model
 
     def use_threads(self, threads: int = 0) -> None:
-        # USE limits the BLAS threads through threadpoolctl around each call, from this count (torch's is not used).
+        # USE limits the BLAS threads through threadpoolctl around each call, from this count.
         self.load()
         self._model._model.threads = threads or self.threads or cpu_threads()
 
