@@ -130,7 +130,6 @@ def _index(args: argparse.Namespace) -> int:
 
 def _sync(settings: Settings, rebuild: bool, as_json: bool = False) -> int:
     from crag.ingest import sync
-    from crag.models import rebuild_offer
     from crag.retriever import index_embedder
     from crag.types import Progress
 
@@ -151,8 +150,6 @@ def _sync(settings: Settings, rebuild: bool, as_json: bool = False) -> int:
     else:
         print(file=sys.stderr)
         _print_report(report)
-    if offer := rebuild_offer(embedder.name):  # an incremental build keeps MiniLM: say how to leave it
-        print(f"note: {offer} {REMEDIES[Remedy.FULL_REBUILD]}", file=sys.stderr)
     return 0
 
 
@@ -215,8 +212,6 @@ def _ask(args: argparse.Namespace) -> int:
     pipeline = Pipeline.from_settings(settings)
     stages: list[str] = []
     web = False if args.no_web else None
-    if pipeline.retriever.upgrade:  # said once, here: the answer's notes are about the answer
-        print(f"note: {pipeline.retriever.upgrade} {REMEDIES[Remedy.FULL_REBUILD]}", file=sys.stderr)
     with pipeline.stream(args.question, on_step=stages.append, web=web, scope=_scope(args, settings)) as stream:
         if args.json:
             for _ in stream:

@@ -199,7 +199,7 @@ class Settings(BaseSettings):
     )
 
     chunk_tokens: int = Field(
-        220, ge=32, le=4096, description="Chunk size in tokens (MiniLM's window is 256, headings included)."
+        220, ge=32, le=4096, description="Chunk size in tokens, as the built-in embedder's tokenizer counts them."
     )
     chunk_overlap: int = Field(32, ge=0, le=512, description="Tokens of whole sentences shared by adjacent chunks.")
 

@@ -48,6 +48,76 @@ class Trigger(StrEnum):
     WATCH = "watch"  # the watcher (``crag.watch``): the files folder changed
 
 
+def monotonic() -> float:
+    """The clock of a build's pace (a test sets another)."""
+    return time.monotonic()
+
+
+# Pages read after the first ones (and some passages embedded) before a build's rates say its time left. The workers
+# hand back their first parts together: after 8 pages, an estimate was a quarter of the time really left.
+ESTIMATE_AFTER_PAGES = 16
+
+
+@dataclass
+class Pace:
+    """A build's time left, from its own rates: seconds per page read (parsing, chunking, waiting for the parse
+    workers: everything but embedding) and seconds per passage embedded, each times what is left of it. The pages
+    left are known (the files' page counts); the passages left are the pages not yet chunked times the passages each
+    page made so far, plus those made and not yet embedded. The reading rate is measured from the first pages read
+    on: the time before them is the workers' start (seconds, a minute on a busy machine), which comes once. Nothing is
+    said before ``ESTIMATE_AFTER_PAGES`` more pages are read and some passages embedded: there is no rate to go by
+    yet. Between two steps the estimate counts down."""
+
+    clock: Callable[[], float] = field(default_factory=lambda: monotonic)
+    started: float | None = None  # the first file began: the scan of the folder before is done for good
+    first: tuple[float, int, float] | None = None  # when the first pages were read: time, pages, seconds embedding
+    seen: float = 0.0  # when ``estimate`` was made
+    estimate: float | None = None  # seconds left then
+    shown: float = 0.0  # the share of the build the bar showed last: it never goes back
+    ready: bool = False  # enough is done to estimate from
+
+    def see(self, p: Progress) -> None:
+        now = self.clock()
+        if self.started is None and p.stage in ("parsing", "ocr"):
+            self.started = now
+        if self.first is None and p.pages_read:
+            self.first = (now, p.pages_read, p.embed_seconds)
+        self.seen, self.estimate = now, self._left(p, now)
+
+    def _left(self, p: Progress, now: float) -> float | None:
+        if p.stage == "done":
+            return 0.0
+        if self.first is None or not p.pages_chunked or not p.embedded:
+            return None
+        since, pages, embedding = self.first
+        if not self.ready:  # once there is an estimate, there is one to the end
+            if p.pages_read - pages < ESTIMATE_AFTER_PAGES:
+                return None
+            self.ready = True
+        per_page = max(now - since - (p.embed_seconds - embedding), 0.0) / (p.pages_read - pages)
+        per_passage = p.embed_seconds / p.embedded
+        passages_per_page = p.passages / p.pages_chunked
+        pages_left = max(p.pages_total - p.pages_read, 0)
+        passages_left = max(p.pages_total - p.pages_chunked, 0) * passages_per_page + max(p.passages - p.embedded, 0)
+        return pages_left * per_page + passages_left * per_passage
+
+    def left(self) -> float | None:
+        """Seconds left, or None while there is no rate to go by."""
+        if self.estimate is None:
+            return None
+        return max(self.estimate - (self.clock() - self.seen), 0.0)
+
+    def share(self, fraction: float) -> float:
+        """The share of the build done, for its bar: the time spent of the time it takes, once there is an estimate
+        (else ``fraction``, the progress's own); never less than shown before."""
+        left = self.left()
+        if left is not None and self.started is not None:
+            spent = self.clock() - self.started
+            fraction = spent / (spent + left) if spent + left > 0 else 1.0
+        self.shown = max(self.shown, min(fraction, 1.0))
+        return self.shown
+
+
 @dataclass(frozen=True, kw_only=True)
 class Job:
     """A background build. Replaced whole on every update, so a reader always sees one consistent state."""
@@ -67,7 +137,8 @@ class Job:
     error: str = ""
     remedy: Remedy | None = None  # of the error, which each edge says in its own words
     detail: str = ""  # the exception behind an unexpected failure: for a local user, never sent over HTTP
-    began: float = field(default_factory=time.monotonic)  # when it started, for the time it has left
+    pace: Pace = field(default_factory=Pace, compare=False, repr=False)  # its time left, from its progress so far
+    began: float = field(default_factory=time.monotonic)  # when it started: a watched change after it is not synced
 
     def to_json(self) -> dict[str, Any]:
         p = self.progress
@@ -214,10 +285,14 @@ class Builds:
 
     def _progress(self, job_id: str) -> Callable[[Progress], None]:
         cancelled = self._cancel[job_id]
+        job = self.get(job_id)
+        assert job is not None  # registered by start
+        pace = job.pace
 
         def on_progress(p: Progress) -> None:
             if cancelled.is_set():
                 raise BuildCancelled("The build was cancelled: the previous knowledge base still answers.")
+            pace.see(p)
             if p.result is not None:
                 job = self.get(job_id)
                 assert job is not None  # a running job stays registered

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from crag.errors import Remedy
+from crag.errors import CragError, Remedy
 from crag.models import BackendInfo
 from crag.steps import Knowledge
 from crag.text import language
@@ -105,6 +105,8 @@ def remedy(knowledge: Knowledge) -> Remedy | None:
 
 
 def model_failure_message(backend: BackendInfo, exc: Exception) -> str:
+    if isinstance(exc, CragError):  # it says what to do itself: the embedded model not installed, with the command
+        return str(exc)
     fix = (
         "check that Ollama is running (`ollama serve`) and ask again"
         if backend.name == "ollama"

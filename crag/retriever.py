@@ -1,10 +1,9 @@
 """CRAG step 1, retrieval: top-k chunks from the active index, which the retriever follows across rebuilds.
 
 The index keeps the embedder it was built with: only a full rebuild chooses another. When that embedder cannot be
-had (an index built with Ollama's bge-m3, Ollama down), the retriever searches the lexical (BM25) half alone and
-says so; the built-in embedder then scores text for grading and refinement, never against the index's vectors. An
-index built with the former built-in embedder (MiniLM) answers with it, and ``upgrade`` says that a full rebuild
-moves it to the multilingual one."""
+had (an index built with Ollama's bge-m3, Ollama down; or with MiniLM, the former built-in embedder, no longer
+installed), the retriever searches the lexical (BM25) half alone and says so; the built-in embedder then scores text
+for grading and refinement, never against the index's vectors."""
 
 from __future__ import annotations
 
@@ -21,7 +20,6 @@ from crag.models import (
     build_embedder,
     embedder_named,
     local_embedder,
-    rebuild_offer,
 )
 from crag.overview import Overview
 from crag.scope import EVERYTHING, Scope, UnknownScope
@@ -47,12 +45,6 @@ class Retriever:
     def lexical_only(self) -> str:
         """The note for an answer found without the index's embedder ("" when it is at hand)."""
         return str(self.missing) if self.missing else ""
-
-    @property
-    def upgrade(self) -> str:
-        """The offer of a full rebuild to the multilingual embedder, for an index that answers with the English-only
-        MiniLM it was built with ("" otherwise)."""
-        return "" if self.missing else rebuild_offer(self.embedder.name)
 
     def current(self) -> IndexReader | None:
         """The generation that answers now, opened (None when nothing is built)."""

@@ -373,6 +373,13 @@ class Progress:
     page: int = 0
     page_count: int = 0
     result: FileResult | None = None  # with stage "finished"
+    # The whole build so far, for its time left (``crag.jobs.Pace``); 0 where not known (a build's first steps).
+    pages_total: int = 0  # pages of the files it reads, less those of files that failed before they were read
+    pages_read: int = 0
+    passages: int = 0  # passages made (chunked) so far, from ``pages_chunked`` pages
+    pages_chunked: int = 0
+    embedded: int = 0  # passages embedded so far
+    embed_seconds: float = 0.0  # the time spent embedding them
 
     @property
     def fraction(self) -> float:

@@ -96,10 +96,10 @@ def settings(tmp_path: Path, closed_port_url: str) -> Settings:
 
 @pytest.fixture(scope="session")
 def scoped_kb(tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    """Real PDFs in folders (tests/pdfs.py ``folders_of_pdfs``), indexed with the packaged MiniLM; then a folder
+    """Real PDFs in folders (tests/pdfs.py ``folders_of_pdfs``), indexed with the built-in USE embedder; then a folder
     ``pending`` added, not indexed. The embedded backend, web search off: answers are quoted evidence."""
     from crag.ingest import sync
-    from crag.models import LocalEmbedder
+    from crag.models import USEEmbedder
     from tests.pdfs import folders_of_pdfs, manual_pdf
 
     root = tmp_path_factory.mktemp("scoped")
@@ -107,7 +107,7 @@ def scoped_kb(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     files.mkdir()
     folders_of_pdfs(files)
     settings = offline_kb(root)
-    sync(settings, LocalEmbedder())
+    sync(settings, USEEmbedder())
     (files / "pending").mkdir()
     manual_pdf(files / "pending" / "later.pdf", topic="later")
     return settings

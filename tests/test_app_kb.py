@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import crag.ingest
+import crag.jobs
 import crag.models
 import crag.retriever
 from crag.ingest import SyncReport
@@ -33,7 +34,6 @@ from tests.apptest import (
     use_pipeline,
 )
 from tests.pdfs import manual_pdf
-from ui import builds
 
 # ---------------------------------------------------------------------------------------------
 # Empty knowledge base
@@ -89,21 +89,30 @@ class Gate:
         return self.sync(settings, embedder, rebuild=rebuild, on_progress=report)
 
 
-def fake_sync(calls: list):
-    """A build of two files: one indexed, one failed. It reports progress as the real one does."""
+def fake_sync(calls: list, clock: list[float] | None = None):
+    """A build of two files: one indexed, one failed. It reports progress as the real one does; with ``clock``, it sets
+    the time of each step there (for the build's pace, ``crag.jobs.monotonic``): ten minutes to read two thirds of the
+    second file."""
 
     def sync(settings, embedder, *, rebuild=False, on_progress=None):
         calls.append({"rebuild": rebuild, "embedder": embedder.name})
-        for p in [
-            Progress(stage="scanning"),
-            Progress(stage="parsing", file="bad.pdf", file_index=1, file_count=2),
-            Progress(stage="parsing", file="good.pdf", file_index=2, file_count=2),
-            Progress(stage="parsing", file="good.pdf", file_index=2, file_count=2, page=1, page_count=3),
-            Progress(stage="parsing", file="good.pdf", file_index=2, file_count=2, page=3, page_count=3),
-            Progress(stage="embedding", file="good.pdf", file_index=2, file_count=2, page=0, page_count=4),
-            Progress(stage="writing", file_count=2),
-            Progress(stage="done"),
+        good = dict(file="good.pdf", file_index=2, file_count=2, pages_total=30)
+        first = dict(pages_read=2, pages_chunked=2, passages=8)
+        read = dict(pages_read=20, pages_chunked=20, passages=80, embedded=80, embed_seconds=100.0)
+        done = dict(pages_read=30, pages_chunked=30, passages=120, embedded=120, embed_seconds=300.0)
+        for t, p in [
+            (0, Progress(stage="scanning")),
+            (0, Progress(stage="parsing", file="bad.pdf", file_index=1, file_count=2, pages_total=32)),
+            (5, Progress(stage="parsing", **good)),
+            (60, Progress(stage="parsing", page=2, page_count=30, **good, **first)),
+            (600, Progress(stage="parsing", page=20, page_count=30, **good, **read)),
+            (1100, Progress(stage="parsing", page=30, page_count=30, **good, **dict(done, embedded=80))),
+            (1200, Progress(stage="embedding", page=80, page_count=120, **good, **dict(done, embedded=80))),
+            (1300, Progress(stage="writing", file_count=2, **done)),
+            (1305, Progress(stage="done")),
         ]:
+            if clock is not None:
+                clock[0] = t
             on_progress(p)
         return SyncReport(
             files=[
@@ -126,9 +135,10 @@ def test_a_rebuild_runs_in_the_background_with_live_progress_while_questions_are
 ) -> None:
     use_pipeline(monkeypatch, [0.9])
     calls: list = []
-    gate = Gate(fake_sync(calls), pause_at=4)
+    clock = [0.0]
+    gate = Gate(fake_sync(calls, clock), pause_at=5)
     monkeypatch.setattr(crag.ingest, "sync", gate)
-    monkeypatch.setattr(builds, "elapsed", lambda job: 600.0)  # the build has run ten minutes
+    monkeypatch.setattr(crag.jobs, "monotonic", lambda: clock[0])
     manual_pdf(files / "waiting.pdf")
     at = app()
     assert "1 new file in the folder" in texts(at.sidebar.info)
@@ -138,9 +148,10 @@ def test_a_rebuild_runs_in_the_background_with_live_progress_while_questions_are
     assert not at.exception
     assert calls == [{"rebuild": False, "embedder": "fake:hash"}]  # incremental, with the pipeline's embedder
     [bar] = at.sidebar.get("progress")
-    # 63 % done in ten minutes (one file of two, a third of the other's pages): about six minutes left
-    assert bar.proto.text == "Reading **good\\.pdf** · file 2/2 · page 1/3 · about 6 min left"
-    assert 0 < bar.proto.value < 100
+    # From the first pages read (at 60 s) on: 18 pages in 540 s, 100 s of it embedding 80 passages, so 24.4 s a page
+    # and 1.25 s a passage; 10 pages and 40 passages left: 294 s
+    assert bar.proto.text == "Reading **good\\.pdf** · file 2/2 · page 20/30 · about 5 min left"
+    assert bar.proto.value == 67, "the bar: the time spent, of the time it takes"
     assert at.button(key="rebuild").disabled and at.button(key="cancel_build")
     assert at.selectbox(key="remove_file").disabled and at.button(key="remove").disabled  # the build reads them
     # Nothing indexed yet: the page says a build runs, rather than "files waiting" with a button to build them
@@ -166,7 +177,6 @@ def test_a_running_build_shows_its_progress_at_the_top_of_the_sidebar(
     use_pipeline(monkeypatch, [0.9])
     gate = Gate(fake_sync([]), pause_at=2)  # reading the first file, no page of it read yet
     monkeypatch.setattr(crag.ingest, "sync", gate)
-    monkeypatch.setattr(builds, "elapsed", lambda job: 600.0)
     at = ask(app())  # a chat listed in the sidebar
     at.button(key="rebuild").click().run()
     assert gate.paused.wait(30)
@@ -179,6 +189,23 @@ def test_a_running_build_shows_its_progress_at_the_top_of_the_sidebar(
     gate.go.set()
     at = settle(at)
     assert not at.sidebar.get("progress") and "1 indexed · 1 failed" in texts(at.sidebar.warning)
+
+
+WAITS = "An answer is being written: a build you start now begins when it ends."
+
+
+def test_while_an_answer_is_written_the_rebuild_button_says_when_a_build_would_start(
+    monkeypatch: pytest.MonkeyPatch, files: Path
+) -> None:
+    """The page cannot answer a click while it writes an answer (26 to 40 s offline): what a click does is said
+    beforehand, beside the button, and only then."""
+    use_pipeline(monkeypatch, [0.9])
+    at = app()
+    assert WAITS not in plain(texts(at.sidebar.caption))
+    at = ask(at)  # the run that writes the answer draws the sidebar first
+    assert WAITS in plain(texts(at.sidebar.caption))
+    at.run()  # the next run (a click, a reload) writes no answer
+    assert WAITS not in plain(texts(at.sidebar.caption))
 
 
 def test_a_rebuild_started_while_an_answer_is_written_lets_the_answer_end(
@@ -200,7 +227,9 @@ def test_a_rebuild_started_while_an_answer_is_written_lets_the_answer_end(
                 click_while_running("rebuild", fragment="rebuild_controls")
 
     monkeypatch.setattr(ui.chat, "saving", clicked_rebuild)
-    at = ask(app())
+    at = app()
+    assert WAITS not in texts(at.sidebar.caption), "no answer is being written"
+    at = ask(at)
     assert not at.exception and clicks
     # The click's run (the page redrawn once the build started) shows the answer written on after the click, whole,
     # and nothing says it stopped.
@@ -234,7 +263,7 @@ def test_the_files_list_follows_a_build_and_says_which_pages_were_read_with_ocr(
     at.run()  # the list's own look, every second in the browser
     assert file_statuses(at) == {
         "a scan.pdf": "✅ read: in use when the build ends",  # done, while the build goes on
-        "b manual.pdf": "⏳ being read · page 2/3",
+        "b manual.pdf": "⏳ being read",  # its page is on the progress bar: one counter
     }
     gate.go.set()
     at = settle(at)
@@ -263,7 +292,7 @@ def test_a_full_rebuild_lists_the_files_it_has_not_read_again_as_waiting(
     assert gate.paused.wait(60)
     at.run()
     assert file_statuses(at) == {
-        "a manual.pdf": "⏳ being read · page 1/2",
+        "a manual.pdf": "⏳ being read",
         "b manual.pdf": "🕒 waiting to be read again",
     }
     gate.go.set()

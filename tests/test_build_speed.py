@@ -1,5 +1,5 @@
-"""The faster build's promises: MiniLM's batches by token count give the vectors it gives one text at a time, and
-pages parsed in worker processes make the same chunks as pages parsed in this one."""
+"""The faster build's promises: the embedder loads when first used and embeds on the build's threads, and pages
+parsed in worker processes make the same chunks as pages parsed in this one."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from crag.config import Settings, cpu_threads
@@ -17,52 +16,22 @@ from crag.ingest import workers
 from crag.ingest.build import Planned, index_files
 from crag.ingest.pymupdf import PyMuPDFParser
 from crag.ingest.workers import ParseAhead
-from crag.models import LocalEmbedder
+from crag.models import USEEmbedder
 from tests.fakes import HashEmbedder
 from tests.pdfs import manual_pdf
 from tests.stuck_parser import StuckParser, alive, calls
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # real parse workers, real builds
-SAMPLE = [
-    "How much memory does the widget need?",
-    "R FAQ\nR is a system for statistical computation and graphics. It consists of a language plus a run-time "
-    "environment with graphics, a debugger, access to certain system functions, and the ability to run programs "
-    "stored in script files.",
-    'Installing packages\nPackages are installed with install.packages("name"), or from a source tarball with '
-    "R CMD INSTALL name_1.0.tar.gz; the library() function then attaches an installed package.",
-    "bzip2 compresses files using the Burrows-Wheeler block sorting text compression algorithm, and Huffman "
-    "coding. Compression is generally considerably better than that achieved by more conventional LZ77/LZ78-based "
-    "compressors.",
-    "Memory management\nbzip2 compresses large files in blocks. The block size affects both the compression ratio "
-    "achieved, and the amount of memory needed for compression and decompression. " * 3,
-    "dpkg-buildpackage -us -uc builds the source and binary packages without signing them.",
-    "如何插入图片？使用 graphicx 宏包的 \\includegraphics 命令。",
-    "Debian 新维护者手册：本文档将描述如何构建 Debian 软件包。",
-    "a",
-]  # texts as chunks are: never empty (an empty text's vector is 0.982 of torch's)
-
-
-def test_batches_by_tokens_give_the_vectors_of_one_text_at_a_time() -> None:
-    """The embedder batches texts of like token counts, each batch padded to its longest: a text's vector must not
-    depend on its batch. Against sentence-transformers' own encode, one text per call (no padding at all)."""
-    embedder = LocalEmbedder()
-    ours = np.array(embedder.embed_documents(SAMPLE * 3))  # more texts than one pass takes, in mixed order
-    alone = np.array([embedder._model.encode([text], normalize_embeddings=True)[0] for text in SAMPLE])
-    cosines = (ours.reshape(3, len(SAMPLE), -1) * alone).sum(axis=2)
-    assert cosines.min() > 0.9999, cosines
-    assert np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-3)
 
 
 def test_the_model_loads_on_first_use_and_threads_follow_the_build() -> None:
-    import torch
-
-    embedder = LocalEmbedder()
-    assert "_model" not in embedder.__dict__  # made without loading torch's model: a build's workers start first
+    embedder = USEEmbedder()
+    assert "_model" not in embedder.__dict__  # made without loading its table: a build's workers start first
     assert embedder.dimension == len(embedder.embed(["a question"])[0])
     embedder.use_threads(1)
-    assert torch.get_num_threads() == 1
+    assert embedder._model._model.threads == 1
     embedder.use_threads()
-    assert torch.get_num_threads() == cpu_threads()
+    assert embedder._model._model.threads == cpu_threads()
 
 
 def _chunks(settings: Settings, parser: PyMuPDFParser, pdf: Path) -> list[tuple]:

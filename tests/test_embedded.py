@@ -1,8 +1,7 @@
-"""The embedded stack for real: llama.cpp with the packaged GGUF, and the packaged MiniLM."""
+"""The embedded chat backend for real: llama.cpp with the packaged GGUF (the embedder: test_use_embedder.py)."""
 
 from __future__ import annotations
 
-import math
 import shutil
 from dataclasses import replace
 from importlib import resources
@@ -14,7 +13,6 @@ from pydantic_ai import Agent, NativeOutput
 
 from crag.models import (
     PACKAGED_GGUF,
-    LocalEmbedder,
     embedded_chat,
     embedded_chat_model,
     embedded_label,
@@ -91,30 +89,6 @@ def test_unit_tests_cannot_reach_the_real_model(settings) -> None:
     """Without the `real_models` opt-in the embedded model refuses, like every real model."""
     with pytest.raises(RuntimeError, match="ALLOW_MODEL_REQUESTS"):
         Agent(embedded_chat_model(settings)).run_sync("hi")
-
-
-@pytest.fixture(scope="module")
-def embedder() -> LocalEmbedder:
-    return LocalEmbedder()
-
-
-def _cos(a: list[float], b: list[float]) -> float:
-    return sum(x * y for x, y in zip(a, b, strict=True))
-
-
-def test_embeddings_of_english_and_chinese(embedder: LocalEmbedder) -> None:
-    vectors = embedder.embed(["The cat sits on the mat.", "猫坐在垫子上。"])
-    assert embedder.dimension == 384
-    assert [len(v) for v in vectors] == [384, 384]
-    assert all(math.isclose(_cos(v, v), 1.0, abs_tol=1e-4) for v in vectors)
-    assert vectors[0] != vectors[1]
-
-
-def test_embeddings_rank_meaning(embedder: LocalEmbedder) -> None:
-    query, near, far = embedder.embed(
-        ["How do I install the package?", "Installation: run pip install to set up the package.", "Bananas are yellow."]
-    )
-    assert _cos(query, near) > _cos(query, far)
 
 
 def test_a_gguf_named_by_the_setting_writes_an_answer_held_to_its_sources(settings, real_models, tmp_path) -> None:

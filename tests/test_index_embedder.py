@@ -3,8 +3,9 @@ then Ollama stopped: questions are answered from the lexical index with a note t
 two ways out, an incremental build refuses to mix embedders, and the index is left as it was. Only a full rebuild,
 which the user asks for, moves it to the built-in embedder.
 
-An index built with MiniLM, the built-in embedder before USE: it answers as built, an incremental build keeps
-MiniLM, and the page, the CLI and /health say once that a full rebuild moves it to the multilingual embedder."""
+An index built with MiniLM, the built-in embedder before USE, which is no longer installed: it is answered from its
+lexical half with a note, as when Ollama is down, an incremental build refuses, and the page, the CLI and /health
+offer the full rebuild that moves it to the multilingual embedder."""
 
 from __future__ import annotations
 
@@ -26,13 +27,14 @@ from crag.config import Settings, load_settings
 from crag.ingest import sync
 from crag.ingest.sync import EmbedderMismatch
 from crag.mcp import ToolBackend
-from crag.models import EmbedderUnavailable, LocalEmbedder, USEEmbedder, local_embedder, minilm_embedder
+from crag.models import MINILM, EmbedderUnavailable, USEEmbedder, local_embedder
 from crag.pipeline import Pipeline
 from crag.retriever import index_embedder
 from crag.store import open_store
 from crag.text import lexical_tokens
 from tests.apiclient import LOCAL, mcp_call, wait_for_job
 from tests.apptest import app, texts
+from tests.fakes import HashEmbedder
 from tests.helpers import hold_closed, http_server
 from tests.pdfs import manual_pdf
 
@@ -186,43 +188,48 @@ def files_env(built: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[None
 # ---------------------------------------------------------------------------------------------
 # An index built with MiniLM
 
-OFFER = ("MiniLM", "full rebuild", USEEmbedder.name)
+OFFER = ("MiniLM", "no longer installs", "lexical (BM25)", "full rebuild", USEEmbedder.name)
+
+
+class FormerMiniLM(HashEmbedder):
+    """What an index built with MiniLM, the built-in embedder before USE, records: its name (the model is gone)."""
+
+    name = MINILM
 
 
 @pytest.fixture
 def minilm(tmp_path: Path, closed_port_url: str) -> Settings:
-    """An index built with MiniLM, as the built-in embedder made them before USE; Ollama is not there."""
+    """An index built with MiniLM; Ollama is not there."""
     (tmp_path / "Files").mkdir()
     manual_pdf(tmp_path / "Files" / "widget.pdf")
     settings = load_settings(
         files_dir=tmp_path / "Files", chroma_dir=tmp_path / "chroma_db", ollama_url=closed_port_url, web_search=False
     )
-    sync(settings, minilm_embedder(settings))
-    assert open_store(settings).active().embedder == LocalEmbedder.name
+    sync(settings, FormerMiniLM())
+    assert open_store(settings).active().embedder == MINILM
     return settings
 
 
-def test_a_minilm_index_answers_as_built_and_only_a_full_rebuild_moves_it(minilm: Settings) -> None:
+def test_a_minilm_index_answers_from_its_lexical_half_with_the_full_rebuild_offer(minilm: Settings) -> None:
     assert index_embedder(minilm, rebuild=True).name == USEEmbedder.name, "a new index gets the multilingual one"
     pipeline = Pipeline.from_settings(minilm)
-    assert pipeline.retriever.embedder.name == LocalEmbedder.name, "opened with the embedder it was built with"
-    assert all(part in pipeline.retriever.upgrade for part in OFFER), pipeline.retriever.upgrade
+    assert pipeline.retriever.embedder.name == USEEmbedder.name, "the built-in embedder scores text meanwhile"
     answer = pipeline.ask(QUESTION)
-    assert answer.sources and "eight hundred megabytes" in answer.text
-    assert not [n for n in answer.trace.notes if "MiniLM" in n], "said once, by the page or the command, not per answer"
+    assert answer.sources and "eight hundred megabytes" in answer.text, "found by its words"
+    note = next(n for n in answer.trace.notes if "MiniLM" in n)
+    assert all(part in note for part in OFFER), note
 
-    # An incremental build (a new file) keeps MiniLM: vectors of two embedders are never mixed, nor swapped silently.
+    # An incremental build (a new file) cannot run: vectors of two embedders are never mixed.
     manual_pdf(minilm.files_dir / "gadget.pdf", topic="gadget")
     before = open_store(minilm).active()
-    sync(minilm, index_embedder(minilm))
-    after = open_store(minilm).active()
-    assert after.id != before.id and after.files == 2 and after.embedder == LocalEmbedder.name
+    with pytest.raises(EmbedderUnavailable, match="MiniLM.*no longer installs.*full rebuild"):
+        index_embedder(minilm)
+    assert open_store(minilm).active().id == before.id
 
     sync(minilm, index_embedder(minilm, rebuild=True), rebuild=True)
     assert open_store(minilm).active().embedder == USEEmbedder.name
-    again = Pipeline.from_settings(minilm)
-    assert again.retriever.embedder.name == USEEmbedder.name and again.retriever.upgrade == ""
-    assert "eight hundred megabytes" in again.ask(QUESTION).text
+    again = pipeline.ask(QUESTION)  # the same pipeline: both halves answer again, without the note
+    assert "eight hundred megabytes" in again.text and not [n for n in again.trace.notes if "MiniLM" in n]
 
 
 def test_a_rebuild_made_elsewhere_with_another_embedder_is_followed_by_the_api_and_mcp(minilm: Settings) -> None:
@@ -233,7 +240,8 @@ def test_a_rebuild_made_elsewhere_with_another_embedder_is_followed_by_the_api_a
     assert "eight hundred megabytes" in stdio.search(QUESTION, None, None).text
     with TestClient(create_app(minilm), base_url=LOCAL) as client:
         assert client.post("/ask", json={"question": QUESTION}).status_code == 200
-        assert client.get("/health").json()["embedder"] == LocalEmbedder.name
+        # MiniLM is gone: the index answers from its words, the built-in embedder scoring text meanwhile.
+        assert client.get("/health").json()["embedder"] == USEEmbedder.name and stdio.pipeline().retriever.missing
         assert not stdio.pipeline().retriever.moved()
 
         sync(minilm, index_embedder(minilm, rebuild=True), rebuild=True)  # neither server built it
@@ -249,9 +257,10 @@ def test_a_rebuild_made_elsewhere_with_another_embedder_is_followed_by_the_api_a
     found = stdio.search(QUESTION, None, None)
     assert "eight hundred megabytes" in found.text and stdio.pipeline().retriever.embedder.name == USEEmbedder.name
     assert stdio.pipeline().retriever.current().generation.id == generation.id
+    assert not stdio.pipeline().retriever.missing, "both halves answer again"
 
 
-def test_the_cli_and_the_api_offer_the_full_rebuild_once(
+def test_the_cli_and_the_api_offer_the_full_rebuild(
     minilm: Settings, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for name, value in {"CRAG_FILES_DIR": minilm.files_dir, "CRAG_CHROMA_DIR": minilm.chroma_dir}.items():
@@ -262,12 +271,12 @@ def test_the_cli_and_the_api_offer_the_full_rebuild_once(
     assert main(["ask", QUESTION]) == 0
     out = capsys.readouterr()
     assert "eight hundred megabytes" in out.out
-    assert all(part in out.err for part in OFFER) and out.err.count("MiniLM") == 1, out.err
-    assert "`python -m crag index --rebuild`" in out.err, "how, in the command line's words"
-    assert main(["index"]) == 0
-    err = capsys.readouterr().err
-    assert all(part in err for part in OFFER), "the incremental build kept MiniLM: it says so"
-    assert open_store(minilm).active().embedder == LocalEmbedder.name
+    assert all(part in out.err for part in OFFER), out.err
+    assert main(["index"]) == 2
+    refused = capsys.readouterr().err
+    assert all(part in refused for part in OFFER), "the incremental build refuses, saying why"
+    assert "`python -m crag index --rebuild`" in refused, "how, in the command line's words"
+    assert open_store(minilm).active().embedder == MINILM
 
     with TestClient(create_app(minilm), base_url=LOCAL) as client:
         health = client.get("/health").json()
@@ -294,10 +303,13 @@ def test_the_page_offers_the_full_rebuild(minilm: Settings, monkeypatch: pytest.
     try:
         at = app()
         assert not at.exception
-        assert all(part in texts(at.sidebar.info) for part in OFFER), texts(at.sidebar.info)
+        said = texts(at.sidebar.warning) + texts(at.sidebar.info)
+        assert all(part in said for part in OFFER), said
+        assert said.count("MiniLM") == 1, "said once"
         settle(at.button(key="rebuild_multilingual").click().run())
         assert open_store(minilm).active().embedder == USEEmbedder.name
-        assert "MiniLM" not in texts(at.sidebar.info) and USEEmbedder.name in plain(texts(at.sidebar.caption))
+        assert "MiniLM" not in texts(at.sidebar.info) + texts(at.sidebar.warning)
+        assert USEEmbedder.name in plain(texts(at.sidebar.caption))
     finally:
         st.cache_resource.clear()
         st.cache_data.clear()

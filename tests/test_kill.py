@@ -15,7 +15,7 @@ import pytest
 
 from crag.config import load_settings
 from crag.ingest import sync
-from crag.models import LocalEmbedder
+from crag.models import USEEmbedder
 from crag.retriever import Retriever
 from crag.store import Store
 from tests.pdfs import manual_pdf
@@ -38,7 +38,7 @@ def test_kill_9_during_rebuild_keeps_the_old_index(tmp_path: Path) -> None:
     files.mkdir()
     manual_pdf(files / "widget.pdf", topic="widget")
     settings = load_settings(files_dir=files, chroma_dir=db, parser="pymupdf")
-    embedder = LocalEmbedder()
+    embedder = USEEmbedder()
     first = sync(settings, embedder)
     for n in range(EXTRA_FILES):  # more work for the rebuild, so it can be caught halfway
         manual_pdf(files / f"extra-{n}.pdf", topic=f"gizmo{n}", pages=6)

@@ -270,6 +270,8 @@ def test_configuration_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         MinerUParser()
     both = MinerUParser(server_url="http://127.0.0.1:1", model_path=tmp_path / "missing")
     assert (both.server_url, both.model_path) == ("http://127.0.0.1:1", None)  # the server wins
+    # transformers, which `make run` does not install, as a user of the local model has it
+    monkeypatch.setattr("crag.ingest.mineru.importlib.util.find_spec", lambda name: object())
     with pytest.raises(ConfigError, match="is not a folder"):
         MinerUParser(model_path=tmp_path / "missing")
     monkeypatch.setattr("crag.ingest.mineru.importlib.util.find_spec", lambda name: None)

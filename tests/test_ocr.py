@@ -320,7 +320,7 @@ def corpus_scans(tmp_path_factory: pytest.TempPathFactory) -> dict:
         pytest.skip("the corpus comes from Debian packages (apt-get)")
     from crag.bench.corpus import default_cache_dir, fetch_corpus
     from crag.ingest import choose_parser
-    from crag.models import LocalEmbedder
+    from crag.models import USEEmbedder
 
     pdfs = fetch_corpus(default_cache_dir())
     root = tmp_path_factory.mktemp("ocr")
@@ -329,7 +329,7 @@ def corpus_scans(tmp_path_factory: pytest.TempPathFactory) -> dict:
         scanned_copy(pdfs[name], root / "Files" / f"scan-{lang}.pdf", pages)
     settings = load_settings(files_dir=root / "Files", chroma_dir=root / "db", parser="pymupdf")
     parser = Recording(choose_parser(settings))
-    embedder = LocalEmbedder()
+    embedder = USEEmbedder()
     report = sync(settings, embedder, parser=parser)
     return {"pdfs": pdfs, "settings": settings, "embedder": embedder, "report": report, "parser": parser}
 

@@ -15,7 +15,7 @@ from crag.config import Settings, load_settings
 from crag.ingest import sync
 from crag.ingest.base import PDFError
 from crag.ingest.pymupdf import PyMuPDFParser
-from crag.models import LocalEmbedder
+from crag.models import USEEmbedder
 from crag.retriever import Retriever
 from crag.store import RebuildNeeded, Store
 from tests.pdfs import manual_pdf
@@ -24,12 +24,12 @@ pytestmark = [pytest.mark.reliability, pytest.mark.integration]
 
 
 @pytest.fixture(scope="module")
-def embedder() -> LocalEmbedder:
-    return LocalEmbedder()
+def embedder() -> USEEmbedder:
+    return USEEmbedder()
 
 
 @pytest.fixture
-def kb(tmp_path: Path, embedder: LocalEmbedder) -> Settings:
+def kb(tmp_path: Path, embedder: USEEmbedder) -> Settings:
     files = tmp_path / "Files"
     files.mkdir()
     manual_pdf(files / "widget.pdf", topic="widget")
@@ -70,7 +70,7 @@ DAMAGE = {
 
 
 @pytest.mark.parametrize("damage", list(DAMAGE))
-def test_damaged_index_is_detected_and_rebuilt(kb: Settings, embedder: LocalEmbedder, damage: str) -> None:
+def test_damaged_index_is_detected_and_rebuilt(kb: Settings, embedder: USEEmbedder, damage: str) -> None:
     before = files_digest(kb.files_dir)
     assert Store(kb.chroma_dir).verify() is None
     DAMAGE[damage](kb)
@@ -84,7 +84,7 @@ def test_damaged_index_is_detected_and_rebuilt(kb: Settings, embedder: LocalEmbe
     assert files_digest(kb.files_dir) == before, "Files/ is never touched"
 
 
-def test_queries_during_a_rebuild_answer_from_the_old_index_then_the_new(kb: Settings, embedder: LocalEmbedder) -> None:
+def test_queries_during_a_rebuild_answer_from_the_old_index_then_the_new(kb: Settings, embedder: USEEmbedder) -> None:
     old = Store(kb.chroma_dir).active().id
     for n in range(4):
         manual_pdf(kb.files_dir / f"sprocket-{n}.pdf", topic=f"sprocket{n}", pages=3)

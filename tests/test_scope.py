@@ -1,6 +1,6 @@
 """Folders as knowledge bases: a scope filters both halves of retrieval before the top k, and the near-miss check
 judges a question against the scope's documents. Real PDFs (English and Chinese) in two folders, a nested one and
-the top level; PyMuPDF, the packaged MiniLM, Chroma (embedded and a `chroma run` server) and BM25."""
+the top level; PyMuPDF, the built-in USE embedder, Chroma (embedded and a `chroma run` server) and BM25."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from crag.config import Settings, load_settings
 from crag.ingest import sync
 from crag.messages import near_miss_note, never_mentioned, no_answer_message
-from crag.models import LocalEmbedder
+from crag.models import USEEmbedder
 from crag.pipeline import Pipeline
 from crag.retriever import Retriever
 from crag.scope import TOP_LEVEL, EmptyScope, Scope, UnknownScope, knowledge_bases, resolve
@@ -42,8 +42,8 @@ def settings_for(root: Path, **overrides: object) -> Settings:
 
 
 @pytest.fixture(scope="module")
-def embedder() -> LocalEmbedder:
-    return LocalEmbedder()
+def embedder() -> USEEmbedder:
+    return USEEmbedder()
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def kb(scoped_kb: Settings) -> Settings:
 
 
 @pytest.fixture(scope="module")
-def retriever(kb: Settings, embedder: LocalEmbedder) -> Retriever:
+def retriever(kb: Settings, embedder: USEEmbedder) -> Retriever:
     return Retriever(kb, embedder)
 
 
@@ -116,7 +116,7 @@ def test_the_lexical_half_keeps_the_index_scores_in_a_scope(reader: IndexReader)
     ids=["narrow", "wide"],
 )
 def test_the_dense_half_ranks_the_scope_as_the_whole_index_would(
-    reader: IndexReader, embedder: LocalEmbedder, paths: list[str]
+    reader: IndexReader, embedder: USEEmbedder, paths: list[str]
 ) -> None:
     scope = Scope.of(paths)
     vector = embedder.embed([WIDGET])[0]
@@ -127,7 +127,7 @@ def test_the_dense_half_ranks_the_scope_as_the_whole_index_would(
 
 
 def test_a_wide_scope_the_graph_misses_is_searched_exactly(
-    reader: IndexReader, embedder: LocalEmbedder, monkeypatch: pytest.MonkeyPatch
+    reader: IndexReader, embedder: USEEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     scope, vector = Scope.of(["projects", "courses"]), embedder.embed([WIDGET])[0]
     expected = [h.chunk.id for h in reader.dense(vector, 3, scope)]
@@ -198,7 +198,7 @@ def test_an_unknown_scope_lists_the_knowledge_bases(kb: Settings, retriever: Ret
 
 
 @pytest.mark.slow  # `chroma run`
-def test_a_scope_on_a_chroma_server(tmp_path: Path, embedder: LocalEmbedder) -> None:
+def test_a_scope_on_a_chroma_server(tmp_path: Path, embedder: USEEmbedder) -> None:
     (tmp_path / "Files").mkdir()
     folders_of_pdfs(tmp_path / "Files")
     with chroma_server(tmp_path / "server") as url:

@@ -13,7 +13,7 @@ import pytest
 
 from crag.config import load_settings
 from crag.ingest import sync
-from crag.models import LocalEmbedder
+from crag.models import USEEmbedder
 from crag.retriever import Retriever
 from crag.store import BuildInProgress, IndexUnavailable, RebuildNeeded, ServerStore, open_store
 from crag.store.lease import Lease
@@ -152,7 +152,7 @@ def test_a_damaged_server_index_is_detected_and_rebuilt(tmp_path: Path, server: 
     files.mkdir()
     manual_pdf(files / "widget.pdf", topic="widget")
     settings = load_settings(files_dir=files, chroma_dir=tmp_path / "db", parser="pymupdf", chroma_url=server)
-    embedder = LocalEmbedder()
+    embedder = USEEmbedder()
     s = open_store(settings)
     for damage in ("generation dropped", "pointer garbled"):
         sync(settings, embedder, rebuild=True)

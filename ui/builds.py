@@ -7,7 +7,6 @@ fragment refreshes its progress every second, and the page redraws when it ends.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import streamlit as st
@@ -82,6 +81,10 @@ def controls(settings: Settings) -> None:
     )
     if clicked and not running:
         start(settings, full)
+    elif not running and state.answering():
+        # A click now reruns this fragment once the answer has ended, and nothing on the page moves until then: said
+        # here beforehand, since the page cannot answer the click while the answer is being written.
+        st.caption(":material/schedule: An answer is being written: a build you start now begins when it ends.")
 
 
 def seen(job: Job | None) -> tuple[str, str] | None:
@@ -123,8 +126,10 @@ def status(settings: Settings, live: bool = True) -> None:
         elif job.trigger is Trigger.WATCH:
             what = "Syncing the changes in the files folder"
         st.markdown(f":material/hourglass_top: **{what}**")
-        left = time_left(job.progress.fraction, elapsed(job))
-        st.progress(job.progress.fraction, text=progress_text(job.progress) + (f" · {left}" if left else ""))
+        left = time_left(job.pace.left())
+        st.progress(
+            job.pace.share(job.progress.fraction), text=progress_text(job.progress) + (f" · {left}" if left else "")
+        )
         if live and st.button("Cancel the build", key="cancel_build", icon=":material/stop_circle:", width="stretch"):
             runner.cancel(job.id)
             st.caption("Cancelling: the build stops at its next step; the current knowledge base keeps answering.")
@@ -132,11 +137,6 @@ def status(settings: Settings, live: bool = True) -> None:
             st.caption("Questions are answered from the current knowledge base until the build is done.")
         return
     outcome(job, state.watcher(settings) is not None)
-
-
-def elapsed(job: Job) -> float:
-    """Seconds since the build started."""
-    return time.monotonic() - job.began
 
 
 def outcome(job: Job, watched: bool = False) -> None:

@@ -12,7 +12,7 @@ from streamlit.delta_generator import DeltaGenerator
 
 from crag.config import Settings
 from crag.errors import CragError
-from crag.models import PACKAGED_LABEL, rebuild_offer
+from crag.models import NOT_INSTALLED_LABEL, PACKAGED_LABEL, embedded_missing, rebuild_offer
 from crag.types import AnswerKind
 from ui import archive, builds, files, state, watching
 from ui import settings as answer_settings
@@ -60,10 +60,13 @@ def knowledge_base(
         )
     else:
         st.caption(f"Not built yet. Parser: {settings.parser}.")
-    if pipeline is not None and pipeline.retriever.missing:  # the index's embedder is missing: say the way out
-        st.warning(error_text(pipeline.retriever.missing), icon=":material/manage_search:")
+    missing = pipeline.retriever.missing if pipeline is not None else None
+    if missing and gen is not None and gen.embedder != missing.embedder:
+        missing = None  # rebuilt since with another embedder: the next question finds it (``Retriever.current``)
+    if missing:  # the index's embedder is missing: say the way out
+        st.warning(error_text(missing), icon=":material/manage_search:")
     if gen is not None:  # a fragment, as the Rebuild button is: its click leaves an answer being written alone
-        st.fragment(offer_multilingual)(settings, gen.embedder)
+        st.fragment(offer_multilingual)(settings, gen.embedder, said=missing is not None)
     files.files_list(settings, watching.listed(settings, kb.files))
     follow = watching.line(settings)
     # A running build reads the folder already; a watched folder is synced without a click.
@@ -86,12 +89,14 @@ def knowledge_base(
     return then
 
 
-def offer_multilingual(settings: Settings, embedder: str) -> None:
-    """For an index built with the English-only MiniLM: what a full rebuild changes, and a button that starts it."""
+def offer_multilingual(settings: Settings, embedder: str, said: bool = False) -> None:
+    """For an index built with the English-only MiniLM: what a full rebuild changes (unless the warning of its missing
+    embedder ``said`` it), and a button that starts it."""
     offer = rebuild_offer(embedder)
     if not offer:
         return
-    st.info(offer, icon=":material/translate:")
+    if not said:
+        st.info(offer, icon=":material/translate:")
     running = state.builds(settings).running is not None
     if st.button(
         "Full rebuild with multilingual embeddings",
@@ -122,7 +127,7 @@ def loading_status(settings: Settings) -> None:
         st.rerun()  # the whole page: the model's status, the chat box's state, the index checked
     st.markdown(
         f":blue[:material/hourglass_top:] **Loading the models** · {loading.seconds:.0f} s  \n"
-        "The embedder and the chat model load in the background. Questions asked meanwhile wait for them."
+        "The embedder loads and the index opens in the background. Questions asked meanwhile wait for them."
     )
 
 
@@ -134,6 +139,8 @@ def model_status(settings: Settings, pipeline: crag.pipeline.Pipeline | None) ->
         st.caption(backend.reason)
         if pipeline.answer_kind(ss.get(answer_settings.ANSWER_MODE.key)) is AnswerKind.EVIDENCE:
             st.markdown(":blue[:material/format_quote:] Answers quote your documents: no model writes them.")
+        elif backend.name == "embedded" and backend.model == NOT_INSTALLED_LABEL:  # written answers asked for
+            st.warning(embedded_missing(settings), icon=":material/download:")
         elif backend.name == "embedded" and backend.model == PACKAGED_LABEL:
             st.warning(
                 "The built-in 135M model writes the answers: it is weak and may invent facts. "

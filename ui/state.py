@@ -118,6 +118,13 @@ def thresholds(store: Conversations, settings: Settings, options: dict[str, Any]
     return overrides(*answering(Thresholds(settings.lower_threshold, settings.upper_threshold), applied, chosen))
 
 
+def answering() -> bool:
+    """Whether this run of the page writes an answer: a question was just asked (the chat box, or a button under an
+    answer that asks again). The sidebar is drawn before it."""
+    ss = st.session_state
+    return bool(ss.get("question")) or bool(ss.get("reask")) or bool(ss.get(ALONE))
+
+
 # ---------------------------------------------------------------------------------------------
 # Settings
 

@@ -385,10 +385,9 @@ def file_status(
         done = finished[f.file]
         return (READ if done.status == "indexed" else FILE_STATUS.get(done.status, done.status)), done
     if progress is not None and progress.file == f.file and progress.stage in ("parsing", "ocr", "embedding"):
-        if progress.stage == "embedding":
-            return f"{READING} · embedding", f
-        page = f"page {progress.page}/{progress.page_count}" if progress.page_count else ""
-        return f"{READING}{' · OCR ' if progress.stage == 'ocr' else ' · '}{page}".rstrip(" ·"), f
+        # Its page is on the build's progress bar, the one page counter: this list is redrawn at other moments, and a
+        # second counter would disagree with it.
+        return READING + {"embedding": " · embedding", "ocr": " · OCR"}.get(progress.stage, ""), f
     if progress is not None and f.status == "new":
         return QUEUED, f
     if progress is not None and rebuild and f.status not in ("missing", "removed"):
@@ -441,15 +440,10 @@ def progress_text(p: Progress) -> str:
     return p.stage
 
 
-ESTIMATE_FROM = 0.05  # share of a build done before its pace says anything of the time it has left
-
-
-def time_left(fraction: float, seconds: float) -> str:
-    """A build's time left, from its pace so far (``fraction`` done in ``seconds``): "" until enough is done to
-    estimate from, and while it writes the index (its last step, which the pace does not count)."""
-    if not ESTIMATE_FROM <= fraction < 0.99 or seconds <= 0:
+def time_left(left: float | None) -> str:
+    """A build's time left in words, from its rates so far (``crag.jobs.Pace``): "" while it has none."""
+    if left is None:
         return ""
-    left = seconds * (1 - fraction) / fraction
     if left < 60:
         return "less than a minute left"
     return f"about {round(left / 60)} min left"

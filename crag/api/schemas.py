@@ -202,7 +202,8 @@ class HealthOut(BaseModel):
     index_error: str | None
     index_upgrade: str | None = Field(
         None,
-        description="Set when the index answers with the English-only MiniLM it was built with: a full rebuild "
-        "(POST /index with rebuild) moves it to the multilingual built-in embedder.",
+        description="Set for an index built with the English-only MiniLM, which is no longer installed (it answers "
+        "from its lexical index): a full rebuild (POST /index with rebuild) moves it to the multilingual built-in "
+        "embedder.",
     )
     build_running: str | None = Field(description="The id of the build job that runs now.")

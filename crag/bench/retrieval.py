@@ -4,7 +4,7 @@ A question is found at rank r when the r-th chunk comes from the expected file a
 expected pages. The floor is what a minimal RAG does: each page's plain text cut into fixed windows
 of words, ranked by BM25.
 
-    python -m crag.bench.retrieval [--out DIR] [--embedder configured|minilm]
+    python -m crag.bench.retrieval [--out DIR]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from crag.bench.corpus import default_cache_dir, fetch_corpus
 from crag.config import Settings, load_settings
 from crag.ingest import sync
 from crag.ingest.pymupdf import page_texts
-from crag.models import Embedder, build_embedder, minilm_embedder
+from crag.models import Embedder, build_embedder
 from crag.retriever import Retriever
 from crag.store import Mode, bm25_rank
 from crag.text import lexical_tokens
@@ -191,17 +191,11 @@ def table(results: dict) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m crag.bench.retrieval", description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
-    parser.add_argument(
-        "--embedder",
-        choices=("configured", "minilm"),
-        default="configured",
-        help="configured: the one CRAG_EMBED_BACKEND gives a new index; minilm: the former built-in one, to compare",
-    )
     args = parser.parse_args(argv)
     pdfs = fetch_corpus(default_cache_dir())
     with tempfile.TemporaryDirectory() as tmp:
         settings = load_settings(files_dir=Path(tmp) / "Files", chroma_dir=Path(tmp) / "db", parser="pymupdf")
-        embedder = minilm_embedder(settings) if args.embedder == "minilm" else build_embedder(settings)
+        embedder = build_embedder(settings)
         results = evaluate(settings, embedder, pdfs, load_questions())
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "retrieval.json").write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")

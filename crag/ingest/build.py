@@ -50,6 +50,13 @@ class Built:
     results: list[FileResult] = field(default_factory=list)
     stages: dict[str, float] = field(default_factory=lambda: {"parse": 0.0, "chunk": 0.0, "embed": 0.0, "write": 0.0})
     pages: int = 0  # pages parsed of the files indexed
+    # So far, for the build's time left (``Progress``): pages to read, read, given to the chunker; passages made and
+    # embedded. A file that fails is counted as read as far as it was.
+    pages_total: int = 0
+    pages_read: int = 0
+    pages_chunked: int = 0
+    passages: int = 0
+    embedded: int = 0
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -64,12 +71,30 @@ class BuildContext:
     count: int  # files planned
     built: Built = field(default_factory=Built)
 
+    def say(self, progress: Progress) -> None:
+        """Report where the build is, with its counts so far."""
+        b = self.built
+        self.report(
+            replace(
+                progress,
+                pages_total=b.pages_total,
+                pages_read=b.pages_read,
+                passages=b.passages,
+                pages_chunked=b.pages_chunked,
+                embedded=b.embedded,
+                embed_seconds=b.stages["embed"],
+            )
+        )
+
     def timed(self, stage: str, work: Callable[..., _T], *args: object) -> _T:
         """``work(*args)``, its seconds added to the stage's."""
         mark = time.perf_counter()
         done = work(*args)
         self.built.stages[stage] += _since(mark)
         return done
+
+
+PAGE_COUNT_WAIT = 5.0  # seconds a build waits at most for its files' page counts, for its time left
 
 
 def index_files(
@@ -83,14 +108,22 @@ def index_files(
     """Index the planned files through ``add``; every file gets a result, a failure never stops the others."""
     ctx = BuildContext(parser=parser, embedder=embedder, add=add, settings=settings, report=report, count=len(plan))
     ahead = ParseAhead.start(parser, [item.path for item in plan], settings.parse_part_timeout)
+    # The pages to read, for the time left: as the workers count them (a PDF that hangs MuPDF hangs a worker, never
+    # the build), or here when no worker reads them (MinerU parses here anyway). Corrected as each file is read.
+    counts = ahead.page_counts(PAGE_COUNT_WAIT) if ahead is not None else {}
+    planned = [counts[item.path] if item.path in counts else _page_count(item.path, ahead) for item in plan]
+    ctx.built.pages_total = sum(planned)
     try:
         for index, item in enumerate(plan, start=1):
+            before = ctx.built.pages_read
             if ahead is not None and not _index_file(ctx, item, index, _FromWorkers(ctx, item, index, ahead)):
                 _workers_done(ahead, embedder)  # the workers died: this file and the rest parse here
                 ahead = None
+                ctx.built.pages_read = before  # its pages are read again
             if ahead is None:
                 _index_file(ctx, item, index, _InProcess(ctx, item, index))
-            report(
+            ctx.built.pages_total += ctx.built.pages_read - before - planned[index - 1]  # as read, failed or not
+            ctx.say(
                 Progress(
                     stage="finished",
                     file=item.name,
@@ -110,6 +143,18 @@ def _workers_done(ahead: ParseAhead, embedder: Embedder) -> None:
     read): for the files left, when they died, and for the questions to come, however the build ended."""
     ahead.close()
     embedder.use_threads()
+
+
+def _page_count(path: Path, ahead: ParseAhead | None) -> int:
+    """The file's pages, for the build's time left, where no worker counts them; 0 where the workers have not yet
+    (the file is counted once it is read), or when it cannot be opened (its parse says why)."""
+    if ahead is not None:
+        return 0
+    try:
+        with pymupdf.open(path) as doc:
+            return int(doc.page_count)
+    except Exception:  # noqa: BLE001 - only an estimate
+        return 0
 
 
 def _chunker(item: Planned, ctx: BuildContext) -> Chunker:
@@ -172,6 +217,7 @@ class _Parse:
         self.ctx, self.item, self.index = ctx, item, index
         self.pages = 0
         self.seconds = 0.0
+        self._read = 0  # pages said read, added to the build's count
         self._shown = Progress(stage="parsing", file=item.name, file_index=index, file_count=ctx.count)
 
     def __iter__(self) -> Iterator[tuple[Block, ...]]:
@@ -186,6 +232,9 @@ class _Parse:
 
     def _say(self, stage: str, done: int, total: int) -> None:
         """A page on the bar; the last said is kept, to be said again while the next part is awaited."""
+        if stage == "parsing" and done > self._read:
+            self.ctx.built.pages_read += done - self._read
+            self._read = done
         self._shown = Progress(
             stage=stage,
             file=self.item.name,
@@ -194,7 +243,7 @@ class _Parse:
             page=done,
             page_count=total,
         )
-        self.ctx.report(self._shown)
+        self.ctx.say(self._shown)
 
 
 class _InProcess(_Parse):
@@ -243,7 +292,7 @@ class _FromWorkers(_Parse):
         start = time.perf_counter()
         try:
             # While a part is awaited the progress is said again: a cancelled build raises there, not after the part.
-            for part in self.ahead.parts(self.item.path, waiting=lambda: self.ctx.report(self._shown)):
+            for part in self.ahead.parts(self.item.path, waiting=lambda: self.ctx.say(self._shown)):
                 self.seconds = _since(start)
                 self.parts.append(part)
                 self.pages += len(part.stages)
@@ -274,15 +323,16 @@ def _index_file(ctx: BuildContext, item: Planned, index: int, stream: _Parse) ->
     """One file from its parse's stream of parts: each part is chunked as it comes and, while workers read the next
     parts, its chunks embedded meanwhile. False, with nothing recorded, when the workers are gone."""
     start, built = time.perf_counter(), ctx.built
-    ctx.report(Progress(stage="parsing", file=item.name, file_index=index, file_count=ctx.count))
-    chunker, chunks = _chunker(item, ctx), []
+    ctx.say(Progress(stage="parsing", file=item.name, file_index=index, file_count=ctx.count))
+    chunker, chunks, chunked = _chunker(item, ctx), [], 0
     vectors: list[list[float]] = []
     try:
         for blocks in stream:
-            chunks += ctx.timed("chunk", chunker.add, blocks)
+            chunks += _chunked(ctx, chunker.add, blocks)
+            built.pages_chunked, chunked = built.pages_chunked + stream.pages - chunked, stream.pages
             if stream.ahead is not None:
                 vectors += _embed(ctx, chunks, len(vectors), stream.ahead)
-        chunks += ctx.timed("chunk", chunker.finish)
+        chunks += _chunked(ctx, chunker.finish)
         parsed = stream.parsed()
     except BuildCancelled:
         raise  # the whole build stops; it is not this file's failure
@@ -298,7 +348,7 @@ def _index_file(ctx: BuildContext, item: Planned, index: int, stream: _Parse) ->
         return True
 
     def say(at: int) -> None:
-        ctx.report(
+        ctx.say(
             Progress(
                 stage="embedding",
                 file=item.name,
@@ -316,6 +366,12 @@ def _index_file(ctx: BuildContext, item: Planned, index: int, stream: _Parse) ->
     return True
 
 
+def _chunked(ctx: BuildContext, work: Callable[..., list[Chunk]], *args: object) -> list[Chunk]:
+    made = ctx.timed("chunk", work, *args)
+    ctx.built.passages += len(made)
+    return made
+
+
 def _embed(
     ctx: BuildContext,
     chunks: Sequence[Chunk],
@@ -324,16 +380,20 @@ def _embed(
     say: Callable[[int], None] | None = None,
 ) -> list[list[float]]:
     """Vectors of the chunks past ``embedded``, in batches of ``EMBED_BATCH``. While the workers read (no ``say``):
-    whole batches only, under the parse's progress. Once the file is parsed: every batch left, each said before it
-    is embedded. With workers, on one thread while they read (see ``crag.ingest.workers``), on every core after."""
-    mark = time.perf_counter()
+    whole batches only (but the build's first), under the parse's progress. Once the file is parsed: every batch left,
+    each said before it is embedded. With workers, on one thread while they read (see ``crag.ingest.workers``), on
+    every core after."""
     vectors: list[list[float]] = []
-    while len(chunks) - embedded - len(vectors) >= (1 if say else EMBED_BATCH):
+    # The build's first passages are embedded as soon as they are made, a whole batch or not: from then on its time left
+    # has an embedding rate to go by (``crag.jobs.Pace``).
+    least = 1 if say or not ctx.built.embedded else EMBED_BATCH
+    while len(chunks) - embedded - len(vectors) >= least:
         at = embedded + len(vectors)
         if say is not None:
             say(at)
         if ahead is not None:
             ctx.embedder.use_threads(1 if ahead.busy() else 0)
-        vectors += ctx.embedder.embed_documents([index_text(c) for c in chunks[at : at + EMBED_BATCH]])
-    ctx.built.stages["embed"] += _since(mark)
+        batch = ctx.timed("embed", ctx.embedder.embed_documents, [index_text(c) for c in chunks[at : at + EMBED_BATCH]])
+        vectors += batch
+        ctx.built.embedded += len(batch)
     return vectors

@@ -32,8 +32,9 @@ TokenCounter = Callable[[str], int]
 # running text that the layout model calls headings are text (PyMuPDF); 5: a paragraph goes on over a page break;
 # 6: footnotes wait for the paragraph they interrupt; their raised marks leave the text (PyMuPDF); 7: a footnote's own
 # mark is raised ("²sudo …"), so that its strip ends with it; 8: code keeps its line breaks, a code block split over
-# two boxes is one, glyphs that are not text are dropped (and PyMuPDF finds code set in a monospaced font)
-CHUNKER_VERSION = 8
+# two boxes is one, glyphs that are not text are dropped (and PyMuPDF finds code set in a monospaced font); 9: sizes are
+# counted in the built-in embedder's tokens (USE's SentencePiece), no longer MiniLM's
+CHUNKER_VERSION = 9
 
 ATOMIC = ("table", "equation")
 # How a paragraph's second half may open: a lower-case word or a Chinese character, not a capital or a number.

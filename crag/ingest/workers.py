@@ -218,6 +218,17 @@ class ParseAhead:
         """The file's page count, title and bookmarks, as its worker read them before its pages."""
         return self._opened[path]
 
+    def page_counts(self, within: float) -> dict[Path, int]:
+        """The page count of each file whose catalogue is back, waiting up to ``within`` seconds for them all: the
+        catalogues are the workers' first tasks, so they come back at once unless a file hangs or they start slowly."""
+        futures = list(self._catalogues.items())
+        wait([f for _, f in futures], timeout=within)
+        return {
+            path: future.result().pages
+            for path, future in futures
+            if future.done() and not future.cancelled() and future.exception() is None
+        }
+
     def busy(self) -> bool:
         """Whether the workers still have files to open or pages to read. Once every page is read they are let go
         (``close``), a big build's layout models with them, before the end of the build, when the index being written

