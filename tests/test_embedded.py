@@ -55,7 +55,7 @@ def test_a_stopped_answer_releases_the_model_for_the_next_question(settings, rea
     # Each token let through as it comes: a sentence held until whole may be the model's last, and the stop then
     # comes after the model's stream ended.
     monkeypatch.setattr(Grounder, "feed", lambda self, delta: delta)
-    settings = settings.model_copy(update={"max_answer_tokens": 48})
+    settings = settings.model_copy(update={"max_answer_tokens": 48, "model_search": False})  # of stopping alone
     chat = embedded_chat(settings)
     p = replace(pipeline(settings, [chunk(DOC)], [0.9]), model=llama_cpp_model(chat, chat.name))
     stream = p.stream(QUESTION)
