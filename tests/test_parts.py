@@ -15,10 +15,10 @@ from markdown_it.token import Token
 
 from crag import parts as p
 from crag.contract import AnswerOut, part_out
-from crag.markdown import _API, api_markdown, api_stream, escaped_parts, literal
+from crag.markdown import api_markdown, api_stream, escaped_parts, literal
 from crag.models import BackendInfo
 from crag.types import Answer, AnswerKind
-from ui.text import _PAGE, page_blocks
+from ui.text import page_blocks, page_part
 
 ADDRESS = "https://evil.example/p.png"
 MD = MarkdownIt("commonmark")  # raw HTML passed through, as many API clients' renderers do
@@ -41,11 +41,11 @@ ONE_OF_EACH: list[p.Part] = [
 def test_every_kind_of_part_is_rendered_by_every_edge() -> None:
     kinds = {get_args(t)[0] if get_args(t) else t for t in get_args(get_args(p.Part)[0])}
     assert kinds == {type(part) for part in ONE_OF_EACH}, "a new kind of part: add it here, and render it everywhere"
-    assert (
-        set(p._TEXT) == kinds and set(_API) | {p.Written} == kinds and set(_PAGE) | {p.Written, p.Suggestions} == kinds
-    )
-    for part in ONE_OF_EACH:
+    for part in ONE_OF_EACH:  # each edge has a rendering of each kind
         assert part_out(part).kind == part.kind
+        assert isinstance(p.text_of(part), str) and isinstance(api_markdown([part]), str)
+        if not isinstance(part, p.Written | p.Suggestions):
+            assert page_part(part)
     answer = Answer(parts=tuple(ONE_OF_EACH), backend="embedded", model="m", kind=AnswerKind.GENERATED)
     out = AnswerOut.of(answer, BackendInfo("embedded", "m", "test"))
     assert [x.kind for x in out.parts] == [part.kind for part in ONE_OF_EACH]
@@ -177,3 +177,19 @@ def test_a_link_the_model_writes_across_two_sentences_is_escaped_in_each() -> No
     escaped = escaped_parts(said)
     assert not markup("".join(x.gap + x.text for x in escaped if isinstance(x, p.Written)))
     assert [x.text for x in escaped] == ["[See the manual.", f"It is here]\\({ADDRESS})."]
+
+
+def test_the_api_s_answer_carries_its_parts_beside_its_text(settings) -> None:
+    from fastapi.testclient import TestClient
+
+    from crag.api import create_app
+    from tests.apiclient import DOC, LOCAL, QUESTION, hash_embedder
+    from tests.fakes import ScriptedModel, chunk, pipeline
+
+    fake = pipeline(settings, [chunk(DOC)], [0.9], ScriptedModel(answer="It needs eight hundred megabytes [1]."))
+    app = create_app(settings, pipeline_factory=lambda s: fake, embedder_factory=hash_embedder)
+    with TestClient(app, base_url=LOCAL) as client:
+        out = client.post("/ask", json={"question": QUESTION}).json()
+    assert out["parts"][0] == {"kind": "written", "text": "It needs eight hundred megabytes [1].", "cited": [1]}
+    assert [x["kind"] for x in out["parts"][1:]] == ["lead", "quote"] and out["parts"][2]["n"] == 1
+    assert out["answer"].startswith("It needs eight hundred megabytes [1].\n\nFrom your documents:\n“")
