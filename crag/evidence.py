@@ -160,14 +160,14 @@ class Aside:
 # the count of words) stays here. A question asks for an aside when it holds a word of the aside's ``-asked`` list.
 _LICENCE = alternation("licence")
 _CONTACT_LABEL = alternation("contact-labels")
-_VERSION_WORD = alternation("version-words", "start")
+_VERSION_WORD = alternation("version-words")
 _MONTH = alternation("months")
 _REQUIREMENT = alternation("version-requirement")
 _HAN = "\u3400-\u4dbf\u4e00-\u9fff"  # Chinese characters, counted in a version line
 
 
 def _wanted(name: str) -> re.Pattern[str]:
-    return re.compile(alternation(f"{name}-asked", "start"), re.IGNORECASE)
+    return re.compile(alternation(f"{name}-asked"), re.IGNORECASE)
 
 
 ASIDES = (

@@ -23,7 +23,7 @@ from crag.types import Chunk, FileResult, Source, Strip
 
 # "What is this document about?", "Summarize it", "give me an overview of the manual", "what does the PDF cover".
 # The document is named as such ("the manual", "these files"), not any text ("the outline of a text box").
-_DOCUMENT = alternation("document-words", "none") + "s?"
+_DOCUMENT = alternation("document-words") + "s?"
 _THESE = r"(?:this|the|that|these|those|my|each|every|all|your)"
 _ABOUT_EN = re.compile(
     rf"\b(?:summar(?:y|ise|ize|ising|izing)|overview|outline|table of contents|gist|tl;?dr)\b"
@@ -34,7 +34,7 @@ _ABOUT_EN = re.compile(
     re.IGNORECASE,
 )
 # "这份文档主要讲了什么", "<file> 讲的是什么", "总结一下", "这个 PDF 的主要内容", "概述一下这本手册".
-_DOCUMENT_ZH = alternation("document-words-zh", "none")
+_DOCUMENT_ZH = alternation("document-words-zh")
 _ABOUT_ZH = re.compile(
     rf"(?:这|那|该|本|此)[份个篇本部些]?\s?{_DOCUMENT_ZH}?.{{0,8}}(?:讲|说|介绍|写|谈|讲述|关于|涉及)(?:了|的|些)*(?:是)?(?:什么|啥|哪些)"
     rf"|{_DOCUMENT_ZH}.{{0,8}}(?:讲|说|介绍|写|谈|讲述|关于|涉及)(?:了|的|些)*(?:是)?(?:什么|啥|哪些)"
@@ -202,8 +202,8 @@ _NAMES_ITSELF = re.compile(
 # A version, a date: front matter ("This manual is for R, version 4.2.2 (2022-11-10).").
 _DATED = re.compile(r"\bversion\b|\d{4}-\d{2}|(?<!\d)\d++\.\d++\.\d|版本|\d{4}\s*+年", re.IGNORECASE)
 # Front matter that says nothing of what a document is about.
-FRONT_MATTER = re.compile(alternation("front-matter", "none"), re.IGNORECASE)
-INTRODUCTION = re.compile(alternation("introduction-headings", "none"), re.IGNORECASE)
+FRONT_MATTER = re.compile(alternation("front-matter"), re.IGNORECASE)
+INTRODUCTION = re.compile(alternation("introduction-headings"), re.IGNORECASE)
 
 
 def overview(file: str, chunks: Sequence[Chunk], record: FileResult | None) -> Overview | None:
