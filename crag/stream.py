@@ -278,6 +278,7 @@ class AnswerStream:
         question about whole documents is answered from the documents themselves instead (``crag.overview``), and a
         question of several asks ask by ask (``crag.asks``)."""
         run = self.run
+        run.start = time.perf_counter()  # timings count from when the answer starts, not from when it was asked for
         documents = self.p.documents(self.question, self.options.scope, self.history)
         # The asks are asked without the conversation: only a question that stands alone is split.
         alone = not documents and (not self.history or stands_alone(self.question))
