@@ -22,8 +22,8 @@ from crag.types import Expansion
 
 # Where a second ask starts: after a question mark or a semicolon; or at "and" / "以及" / a comma when a question
 # word follows ("…, and how do I…", "…以及如何…", "…，怎么…").
-_QUESTION_WORD_EN = alternation("question-words", "none", "latin") + r"\b"
-_QUESTION_WORD_ZH = alternation("question-words", "none", "han")
+_QUESTION_WORD_EN = alternation("question-words", "latin")
+_QUESTION_WORD_ZH = alternation("question-words", "han")
 _SPLIT = re.compile(  # each way in starts once per run of spaces (possessive, after a non-space): linear on any text
     rf"(?<=[?？;；])\s*+(?=\S)"
     rf"|(?<!\s)(?:\s*+,\s*+|\s++)(?:and|also|plus)\s++(?={_QUESTION_WORD_EN})"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from crag.parts import table_text
 from crag.text import drop_glyphs, join_sentences
 
 # Anchored: tried from the start of a line only, not again from each of its leading spaces.
@@ -67,17 +68,9 @@ def cell_text(cell: str) -> str:
     return " ".join(drop_glyphs(BOLD.sub(r"\1", BREAK.sub(" ", cell))).split())
 
 
-def row_line(cells: Sequence[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
-
-
 def markdown_table(rows: Sequence[Sequence[str]]) -> str:
     """Rows (the header first) as a Markdown table, every row as wide as the widest."""
-    if not rows:
-        return ""
-    columns = max(len(r) for r in rows)
-    padded = [[*r, *[""] * (columns - len(r))] for r in rows]
-    return "\n".join([row_line(padded[0]), row_line(["---"] * columns), *(row_line(r) for r in padded[1:])])
+    return str(Table.of(rows))
 
 
 def code_text(code: str) -> str:
@@ -91,8 +84,9 @@ def code_text(code: str) -> str:
 # A passage's pieces: sentences, the questions among them, code and tables
 
 
-class Asked(str):
-    """A question sentence of the document: in a FAQ, the heading of the answer that follows it."""
+class Faq(str):
+    """A question sentence of the document: in a FAQ, the heading of the answer that follows it (``faq`` of the quote
+    after it)."""
 
 
 class Code(str):
@@ -100,7 +94,18 @@ class Code(str):
 
 
 class Table(str):
-    """A table as Markdown, its header row first: quoted whole, as a table."""
+    """A table as Markdown, its header row first: quoted whole, as a table. ``rows``: its cells, the header first, each
+    row as wide as the widest."""
+
+    rows: tuple[tuple[str, ...], ...] = ()
+
+    @classmethod
+    def of(cls, rows: Sequence[Sequence[str]]) -> Table:
+        columns = max((len(r) for r in rows), default=0)
+        padded = tuple((*r, *[""] * (columns - len(r))) for r in rows)
+        table = cls(table_text(padded))
+        table.rows = padded
+        return table
 
 
 def is_block(part: str) -> bool:

@@ -206,6 +206,7 @@ def _bench(args: argparse.Namespace) -> int:
 def _ask(args: argparse.Namespace) -> int:
     from crag.contract import AnswerOut
     from crag.messages import unsupported_message
+    from crag.parts import plain
     from crag.pipeline import Pipeline
 
     settings = _settings(args)
@@ -221,8 +222,8 @@ def _ask(args: argparse.Namespace) -> int:
         print(f"[{pipeline.backend.name}: {pipeline.backend.model} — {pipeline.backend.reason}]", file=sys.stderr)
         if missing := pipeline.retriever.missing:
             print(f"note: {said(str(missing), missing.remedy, REMEDIES)}", file=sys.stderr)
-        for delta in stream:
-            print(delta, end="", flush=True)
+        for part in stream:  # each part as the answer's text writes it, as it is made
+            print(plain([part] if part is not None else []), end="", flush=True)
         print()
     answer = stream.finished
     where = f" in {', '.join(answer.trace.scope)}" if answer.trace and answer.trace.scope else ""

@@ -1,6 +1,8 @@
 """The answer as JSON: one pydantic model, printed by ``crag ask --json`` and returned by the HTTP API.
 
 Every edge that shows an answer outside Python uses this contract, so the CLI, the API, /v1 and MCP cannot drift.
+``answer`` is the answer's text; ``parts`` the same answer as data (``crag.parts``), one object per part with its
+``kind``, for clients that lay an answer out themselves.
 ``CitationOut`` is what an answer cites, for clients that show citations apart from the text (/v1, MCP). ``Turn`` is
 one earlier turn of a conversation, as the HTTP API and MCP take it.
 """
@@ -12,8 +14,9 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from crag import parts as p
 from crag.errors import Remedy
-from crag.evidence import quoted_lines
+from crag.markdown import api_markdown, escaped_parts
 from crag.models import BackendInfo
 from crag.text import strip_invisible
 from crag.types import Answer, AnswerKind, ScoredChunk, Source
@@ -88,10 +91,107 @@ class TermsOut(_Strict):
     unknown: list[str] = Field(description="Specific terms that no passage of the knowledge base mentions.")
 
 
+class LeadOut(_Strict):
+    kind: Literal["lead"] = "lead"
+    text: str = Field(description="A line the app sets over the quotes after it.")
+
+
+class NoteOut(_Strict):
+    kind: Literal["note"] = "note"
+    text: str = Field(description="The app's own words: why there is no answer, what the documents never mention.")
+
+
+class WrittenOut(_Strict):
+    kind: Literal["written"] = "written"
+    text: str = Field(description="A sentence (or code block) the model wrote, as Markdown, with its [n] citations.")
+    cited: list[int] = Field(description="The sources it cites.")
+
+
+class QuoteOut(_Strict):
+    kind: Literal["quote"] = "quote"
+    text: str = Field(description="Sentences of a document, quoted whole: text, not Markdown.")
+    n: int = Field(description="The source it is quoted from.")
+    faq: str = Field(description="The document's question it answers (a FAQ's), or empty.")
+
+
+class CodeOut(_Strict):
+    kind: Literal["code"] = "code"
+    text: str = Field(description="Code quoted whole from a document, its lines and indentation kept.")
+    n: int
+    language: str = Field(description="Its language, when known; else empty.")
+    faq: str
+
+
+class TableOut(_Strict):
+    kind: Literal["table"] = "table"
+    header: list[str]
+    rows: list[list[str]] = Field(description="The rows under the header, each cell as text.")
+    n: int
+    faq: str
+
+
+class HeadingOut(_Strict):
+    kind: Literal["heading"] = "heading"
+    text: str = Field(description="An ask's heading, or a document's title.")
+    detail: str = Field(description="What follows a document's title on its line.")
+    ask: int = Field(description="The ask's number, from 1, for a question of several asks; else 0.")
+
+
+class OutlineEntryOut(_Strict):
+    depth: int
+    text: str = Field(description="A heading of the document, with its page.")
+
+
+class OutlineOut(_Strict):
+    kind: Literal["outline"] = "outline"
+    heading: str
+    entries: list[OutlineEntryOut]
+
+
+class SuggestionsOut(_Strict):
+    kind: Literal["suggestions"] = "suggestions"
+    items: list[SuggestionOut]
+
+
+PartOut = Annotated[
+    LeadOut | NoteOut | WrittenOut | QuoteOut | CodeOut | TableOut | HeadingOut | OutlineOut | SuggestionsOut,
+    Field(discriminator="kind"),
+]
+
+
+def part_out(part: p.Part) -> PartOut:
+    """One part as JSON: its own fields, the gap before it left out (the layout of the text, which ``answer`` has)."""
+    if isinstance(part, p.Table):
+        return TableOut(header=list(part.header), rows=[list(r) for r in part.rows[1:]], n=part.n, faq=part.faq)
+    if isinstance(part, p.Outline):
+        entries = [OutlineEntryOut(depth=d, text=t) for d, t in part.entries]
+        return OutlineOut(heading=part.heading, entries=entries)
+    if isinstance(part, p.Suggestions):
+        return SuggestionsOut(items=[SuggestionOut(title=s.title, file=s.file, page=s.page) for s in part.items])
+    out: PartOut = _OUT[type(part)].model_validate({k: v for k, v in vars(part).items() if k != "gap"})
+    return out
+
+
+_OUT: dict[type, type[LeadOut | NoteOut | WrittenOut | QuoteOut | CodeOut | HeadingOut]] = {
+    p.Lead: LeadOut,
+    p.Note: NoteOut,
+    p.Written: WrittenOut,
+    p.Quote: QuoteOut,
+    p.Code: CodeOut,
+    p.Heading: HeadingOut,
+}
+
+
 class AnswerOut(_Strict):
     """An answer, its sources, and how it was made."""
 
     answer: str
+    parts: list[PartOut] = Field(
+        [],
+        description="The answer as data, part by part, in order: what the model wrote (Markdown), and what the app "
+        "sets and the documents say (text): lead lines, notes, quotes, code, tables, headings, outlines, and the "
+        "sections suggested under an answer not found for sure.",
+    )
     kind: Literal["evidence", "generated", "no_answer"] = Field(
         description="evidence: sentences quoted from the sources, each with its [n]; generated: written by the "
         "chat model; no_answer: nothing usable was found, and the text says why."
@@ -150,13 +250,17 @@ class AnswerOut(_Strict):
         backend: BackendInfo,
         remedies: Mapping[Remedy, str] | None = None,
         answer_id: str | None = None,
+        markdown: bool = False,
     ) -> AnswerOut:
         """``remedies``: the edge's words for what the user must do, said as the hint when the answer names a remedy.
-        ``answer_id``: the id the answer was kept under, when it was."""
+        ``answer_id``: the id the answer was kept under, when it was. ``markdown``: for clients that render Markdown
+        (the API, MCP): the text as ``api_markdown`` sets it, and what the model wrote escaped as it is there."""
         trace = answer.trace
         cited = {s.n for s in answer.cited_sources}
+        shown = escaped_parts(answer.parts) if markdown else answer.parts
         return cls(
-            answer=answer.text,
+            answer=api_markdown(answer.parts) if markdown else answer.text,
+            parts=[part_out(part) for part in shown],
             kind=answer.kind.value,
             action=trace.action.value if trace and trace.action else None,
             scope=list(trace.scope) if trace else [],
@@ -238,8 +342,8 @@ def citations(answer: Answer) -> list[CitationOut]:
     """The sources the text cites, and only those: a source it was given but does not cite is no citation."""
     quoted: dict[int, list[str]] = {}
     if answer.kind is AnswerKind.EVIDENCE:
-        for line in quoted_lines(answer.text):
-            quoted.setdefault(int(line["n"]), []).append(line["quote"])
+        for part in p.quoted(answer.parts):
+            quoted.setdefault(part.n, []).extend(p.quoted_texts(part))
     return [_citation(s, quoted.get(s.n, [])) for s in answer.cited_sources]
 
 

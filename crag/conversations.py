@@ -28,7 +28,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from pydantic import TypeAdapter
 from crag.calibration import Applied, Thresholds
 from crag.errors import CragError
 from crag.feedback import NOTE_CHARS, Answered, Label, Rating, Wrong, answered, labels_from_json, labels_json, scope_key
+from crag.parts import Suggestion, Suggestions
 from crag.types import Answer, method_of
 
 SCHEMA = """
@@ -624,12 +625,20 @@ def _applied(row: Sequence[Any]) -> Applied:
 
 def _load(stored: str) -> Answer:
     """A stored answer. A trace stored before a grade's method was a kind names it in words ("similarity (fallback:
-    <why>)"): read back into the kind and its detail."""
+    <why>)"): read back into the kind and its detail. An answer stored before answers were parts holds its text
+    alone: read back into parts (``crag.legacy``), with its suggestions."""
     data = json.loads(stored)
     for scored in (data.get("trace") or {}).get("retrieved", ()):
         if "detail" not in scored:
             scored["method"], scored["detail"] = method_of(scored.get("method") or "")
-    return _ANSWER.validate_python(data)
+    if "parts" in data:
+        return _ANSWER.validate_python(data)
+    from crag.legacy import stored_parts  # the old answers' readers: loaded with the first old answer, not at start
+
+    answer = _ANSWER.validate_python({**data, "parts": []})
+    items = tuple(Suggestion(**s) for s in data.get("suggestions") or ())
+    parts = stored_parts(data.get("text", ""), answer.kind.value)
+    return replace(answer, parts=(*parts, *([Suggestions(items=items)] if items else [])))
 
 
 def _dump(answer: Answer | None) -> str | None:

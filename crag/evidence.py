@@ -21,26 +21,22 @@ from dataclasses import dataclass, replace
 
 from crag.blocks import (
     BREAK,
-    Asked,
     Code,
+    Faq,
     Table,
     code_text,
     held_open,
     is_block,
     is_code,
     joined,
-    markdown_table,
     opens,
     table_rows,
 )
 from crag.lexicons import alternation
+from crag.parts import Lead, Part
 from crag.quotes import LEADS as LEADS
-from crag.quotes import LINE as LINE
 from crag.quotes import SCOPED_LEADS as SCOPED_LEADS
-from crag.quotes import is_lead as is_lead
-from crag.quotes import passage_lines
-from crag.quotes import quoted_lines as quoted_lines
-from crag.quotes import split_quotes as split_quotes
+from crag.quotes import passage_parts, spaced
 from crag.terms import Vocabulary, is_identifier, mentions, specific_terms
 from crag.text import (
     ASKS,
@@ -88,18 +84,18 @@ def flatten(text: str) -> str:
 
 
 def pieces(text: str) -> list[str]:
-    """A strip's sentences, table markup flattened, the questions marked as ``Asked``: a question ends a quote
+    """A strip's sentences, table markup flattened, the questions marked as ``Faq``: a question ends a quote
     and is never quoted, but it is shown before the passage it heads, so the reader sees what it answers. Code and
     tables (paragraphs that keep their line breaks, see ``crag.blocks``) are one piece each, a ``Code`` or a
     ``Table``."""
     out: list[str] = []
     for paragraph in text.split("\n\n"):
         if (rows := table_rows(paragraph)) is not None:
-            out.append(Table(markdown_table(rows)))
+            out.append(Table.of(rows))
         elif is_code(paragraph):
             out.append(Code(code_text(paragraph)))
         else:
-            out += [Asked(s) if ASKS.search(s) else s for s in split_sentences(flatten(paragraph))]
+            out += [Faq(s) if ASKS.search(s) else s for s in split_sentences(flatten(paragraph))]
     return [p for p in out if p.strip()]
 
 
@@ -127,8 +123,8 @@ def headed_parts(parts: Sequence[str]) -> list[tuple[str, list[str]]]:
     out: list[tuple[str, list[str]]] = []
     current: list[str] = []
     heading = ""
-    for part in [*parts, Asked("")]:
-        if not isinstance(part, Asked):
+    for part in [*parts, Faq("")]:
+        if not isinstance(part, Faq):
             current.append(part)
             continue
         if current and worth_quoting(current):
@@ -153,32 +149,32 @@ def passages(parts: Sequence[str]) -> list[str]:
 @dataclass(frozen=True)
 class Aside:
     """A kind of sentence that is page furniture or an aside, not an answer: found by ``found``, wanted only when the
-    question matches ``asked``."""
+    question matches ``wanted``."""
 
     name: str
     found: re.Pattern[str]
-    asked: re.Pattern[str]
+    wanted: re.Pattern[str]
 
 
 # The words of each rule are lexicons (``crag/lexicons/*.txt``); what is structure (an address, a year, a date,
 # the count of words) stays here. A question asks for an aside when it holds a word of the aside's ``-asked`` list.
 _LICENCE = alternation("licence")
 _CONTACT_LABEL = alternation("contact-labels")
-_VERSION_WORD = alternation("version-words", "start")
+_VERSION_WORD = alternation("version-words")
 _MONTH = alternation("months")
 _REQUIREMENT = alternation("version-requirement")
 _HAN = "\u3400-\u4dbf\u4e00-\u9fff"  # Chinese characters, counted in a version line
 
 
-def _asked(name: str) -> re.Pattern[str]:
-    return re.compile(alternation(f"{name}-asked", "start"), re.IGNORECASE)
+def _wanted(name: str) -> re.Pattern[str]:
+    return re.compile(alternation(f"{name}-asked"), re.IGNORECASE)
 
 
 ASIDES = (
     Aside(
         "licence",
         re.compile(rf"{_LICENCE}|\bcopyright\s*(?:©|\(c\)|\d{{4}})|©\s*\d{{4}}", re.IGNORECASE),
-        _asked("licence"),
+        _wanted("licence"),
     ),
     Aside(
         "contact",
@@ -188,7 +184,7 @@ ASIDES = (
             rf"(?<![\w.+-])[\w.+-]++@(?!{alternation('example-domains')})[\w-]++(?:\.[\w-]++)+|{_CONTACT_LABEL}\s*:",
             re.IGNORECASE,
         ),
-        _asked("contact"),
+        _wanted("contact"),
     ),
     # A line of at most eight words (and eight Chinese characters, a Chinese clause being one word) that names a
     # version or a date ("Version 1.0.8, 13 July 2019.", "最后更新：2023年3月1日"), but not one that says what version
@@ -203,10 +199,10 @@ ASIDES = (
             rf"(?:\W*+\w++){{1,{TUNING.evidence.stamp_words}}}+\W*+$",
             re.IGNORECASE,
         ),
-        _asked("version"),
+        _wanted("version"),
     ),
 )
-FOOTNOTE_ASKED = _asked("footnote")
+FOOTNOTE_WANTED = _wanted("footnote")
 # Words a sentence cannot end on: a quote ending in one was cut ("…include the > repeat expr statement and the").
 UNFINISHED = re.compile(rf"\b(?:{'|'.join(sorted(EN_STOP))})\s*$", re.IGNORECASE)
 
@@ -215,7 +211,7 @@ def aside(sentence: str, question: str) -> str:
     """The kind of aside a sentence is (``licence``, ``contact``, ``version``), or "" when it is none or the question
     asks for what it is (a copyright line is also a date line)."""
     kinds = [a for a in ASIDES if a.found.search(sentence)]
-    return "" if any(a.asked.search(question) for a in kinds) else next((a.name for a in kinds), "")
+    return "" if any(a.wanted.search(question) for a in kinds) else next((a.name for a in kinds), "")
 
 
 def cut_short(sentence: str) -> bool:
@@ -279,7 +275,7 @@ def quotable(strip: Strip, question: str) -> Strip | None:
 
 def _quotable(strip: Strip, whole: Sequence[str], question: str) -> Strip | None:
     """``quotable``, of a strip already cut into its ``pieces``."""
-    if NOTE.match(strip.text) and not FOOTNOTE_ASKED.search(question):
+    if NOTE.match(strip.text) and not FOOTNOTE_WANTED.search(question):
         return None
     sentences = list(whole)
     while sentences and left_out(sentences[0], question):
@@ -304,7 +300,7 @@ def best_run(sentences: Sequence[str], question: str) -> list[str]:
     found = _best(sentences, weights, held_open(sentences)) or _best(sentences, weights, [False] * len(sentences))
     assert found is not None  # with no bracket held open, the first sentences make a run
     start, end = found
-    if start and isinstance(sentences[start - 1], Asked):
+    if start and isinstance(sentences[start - 1], Faq):
         start -= 1
     return list(sentences[start:end])
 
@@ -398,13 +394,13 @@ def _number(strip: Strip, sources: Sequence[Source]) -> int | None:
     return None
 
 
-def evidence_answer(
+def evidence_parts(
     quoted: Sequence[Strip], sources: Sequence[Source], language: str, action: Action, scope: Sequence[str] = ()
-) -> str:
-    """A lead line per kind of source, then one line per passage: “quoted sentences” [n], after the document's
+) -> list[Part]:
+    """A lead line per kind of source, then the passages: each quoted whole with its [n], after the document's
     question when the passage answers one (a FAQ). ``quoted``: the strips ``select`` chose; ``scope``: the folders or
     files the question was asked in, which the lead names. Empty when none holds a sentence worth quoting."""
-    lines: list[str] = []
+    parts: list[Part] = []
     chosen = [(strip, n) for strip in quoted if (n := _number(strip, sources)) is not None]
     source_text = {s.n: _squeezed(flatten(s.text)) for s in sources}
     for kind in ("local", "web"):
@@ -413,25 +409,32 @@ def evidence_answer(
             continue
         lead = "closest" if kind == "local" and action is not Action.CORRECT else kind
         if scope and kind == "local":
-            lines.append(SCOPED_LEADS[(language, lead)].format(places=", ".join(scope)))
+            parts.append(Lead(text=SCOPED_LEADS[(language, lead)].format(places=", ".join(scope))))
         else:
-            lines.append(LEADS[(language, lead)])
-        runs: list[tuple[int, Strip, list[str]]] = []  # neighbouring strips of one source read as one
-        for strip, n in group:
-            # A footnote is quoted on its own line: run on, "…解决³原文是…" reads as one sentence.
-            last = runs[-1] if runs else None
-            follows = last is not None and last[0] == n and last[1].order[1] + 1 == strip.order[1]
-            # Only text that runs on in the source reads as one quote: a strip trimmed at the joint does not.
-            joint = last is not None and follows and _runs_on(last[2], pieces(strip.text), source_text[n])
-            if last is not None and joint and not NOTE.match(strip.text) and not NOTE.match(last[1].text):
-                runs[-1] = (n, strip, last[2] + pieces(strip.text))
-            else:
-                runs.append((n, strip, pieces(strip.text)))
-        lines += [
-            line for n, _, parts in runs for asked, run in headed_parts(parts) for line in passage_lines(asked, run, n)
+            parts.append(Lead(text=LEADS[(language, lead)]))
+        parts += [
+            part
+            for n, _, pieces_ in _runs(group, source_text)
+            for faq, run in headed_parts(pieces_)
+            for part in passage_parts(faq, run, n)
         ]
-        lines.append("")
-    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
+    return spaced(parts)
+
+
+def _runs(group: Sequence[tuple[Strip, int]], source_text: dict[int, str]) -> list[tuple[int, Strip, list[str]]]:
+    """Neighbouring strips of one source, read as one passage when their text runs on in the source."""
+    runs: list[tuple[int, Strip, list[str]]] = []
+    for strip, n in group:
+        # A footnote is quoted on its own line: run on, "…解决³原文是…" reads as one sentence.
+        last = runs[-1] if runs else None
+        follows = last is not None and last[0] == n and last[1].order[1] + 1 == strip.order[1]
+        # Only text that runs on in the source reads as one quote: a strip trimmed at the joint does not.
+        joint = last is not None and follows and _runs_on(last[2], pieces(strip.text), source_text[n])
+        if last is not None and joint and not NOTE.match(strip.text) and not NOTE.match(last[1].text):
+            runs[-1] = (n, strip, last[2] + pieces(strip.text))
+        else:
+            runs.append((n, strip, pieces(strip.text)))
+    return runs
 
 
 def _squeezed(text: str) -> str:

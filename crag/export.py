@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from crag.conversations import Message
 from crag.feedback import rating_words
 from crag.messages import unsupported_message
-from crag.quotes import paragraphs
+from crag.parts import Code, Part, Table, text_of
 from crag.text import pages_label
 from crag.types import NOT_WRITTEN, Answer, AnswerKind, Source
 
@@ -39,11 +39,21 @@ def follows_up(answer: Answer) -> bool:
     return trace is not None and bool(trace.standalone_question) and trace.standalone_question != trace.question
 
 
+def paragraphs(parts: Sequence[Part]) -> str:
+    """An evidence answer as Markdown paragraphs: each line one, each block (code, a table) whole with its [n]."""
+    lines = [
+        line
+        for part in parts
+        for line in ([text_of(part)] if isinstance(part, Code | Table) else text_of(part).split("\n"))
+    ]
+    return "\n\n".join(line for line in lines if line.strip())
+
+
 def answer_markdown(question: str, answer: Answer, *, previous: str = "", printed: Printed | None = None) -> str:
     """One answer as Markdown, with its sources. ``previous``: the question before it in the conversation, named
     when this one was read as its follow-up."""
     # An evidence answer is a lead line and quotes, a line each: one paragraph each, or Markdown runs them together.
-    text = paragraphs(answer.text) if answer.kind is AnswerKind.EVIDENCE else answer.text
+    text = paragraphs(answer.parts) if answer.kind is AnswerKind.EVIDENCE else answer.text
     lines = [f"## {question}", ""]
     if follows_up(answer) and answer.trace is not None:
         lines += [f"*A follow-up to: {previous}*", ""] if previous else []

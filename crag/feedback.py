@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import TypeAdapter, ValidationError
 
 from crag.errors import CragError
+from crag.parts import quoted, quoted_texts, written
 from crag.types import Action, Answer, AnswerKind, Method, Trace
 
 if TYPE_CHECKING:
@@ -200,16 +201,15 @@ def replay_of(trace: Trace) -> Replay:
 
 def answering_sentence(answer: Answer) -> str:
     """What answers, in one sentence: an evidence answer's first quote, a written answer's first sentence."""
-    from crag.quotes import quoted_lines, split_quotes  # the evidence rules: with the first rating, not at start
     from crag.text import split_sentences
 
     if answer.kind is AnswerKind.EVIDENCE:
-        quotes = quoted_lines(answer.text)
-        return quotes[0].quote[:SENTENCE_CHARS] if quotes else ""
+        quotes = quoted(answer.parts)
+        return quoted_texts(quotes[0])[0][:SENTENCE_CHARS] if quotes else ""
     if answer.kind is AnswerKind.NO_ANSWER:
         return ""
-    written, _ = split_quotes(answer.text)
-    sentences = [s for line in written.splitlines() for s in split_sentences(line) if s.strip()]
+    own = written(answer.parts)
+    sentences = [s for line in own.splitlines() for s in split_sentences(line) if s.strip()]
     return sentences[0][:SENTENCE_CHARS] if sentences else ""
 
 

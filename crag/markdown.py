@@ -2,9 +2,11 @@
 
 A document or a web page can put words in a model's mouth (prompt injection). An image in its answer would make
 the reader's browser fetch an address that text dictated, with whatever it put in the query (the question, the
-documents): no click needed. A link's text could hide where it leads. So wherever an answer leaves for a Markdown
-renderer (the app's page, the API's /v1 and MCP clients) it goes through ``model_markdown``: ``![x](url)`` shows as
-``![x](url)``.
+documents): no click needed. A link's text could hide where it leads. So wherever what a model wrote leaves for a
+Markdown renderer (the app's page, the API's /v1 and MCP clients) it goes through ``model_markdown``: ``![x](url)``
+shows as ``![x](url)``. What a document says (a quote, code, a table, a heading) is never the model's Markdown: it is
+set as text by construction (``literal``, code in a fence longer than any run of backticks in it), and
+``api_markdown`` renders an answer's parts (``crag.parts``) for API clients that way.
 
 What is code, and what a link, is decided the way a renderer decides it: markdown-it-py parses the answer, and a
 backslash goes where the parse found an image, a link, a link's definition, an autolink or (for renderers that pass
@@ -26,8 +28,9 @@ import functools
 import re
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import groupby
 from typing import Any
 
 from markdown_it import MarkdownIt
@@ -38,7 +41,7 @@ from markdown_it.rules_core import StateCore
 from markdown_it.rules_inline import StateInline
 from markdown_it.token import Token
 
-from crag.types import Answer
+from crag.parts import Code, Heading, Lead, Note, Outline, Part, Quote, Suggestions, Table, Written, text_of
 
 # What an image, a link, a definition, an autolink or HTML needs: text holding none of these is left alone unparsed,
 # unless it is for the page and could open a directive (which a parse escapes whatever follows it).
@@ -509,7 +512,91 @@ def _next_markup(text: str, start: int, page: bool) -> int:
     return min((at for at in found if at >= start), default=len(text))
 
 
-def outgoing(answer: Answer) -> Answer:
-    """An answer as it leaves for a client that renders Markdown (the API's /v1 and /ask, MCP): its text with
-    images, links and HTML shown as typed. The sources listed after it are the user's own and stay links."""
-    return replace(answer, text=model_markdown(answer.text, html=True))
+# ---------------------------------------------------------------------------------------------
+# An answer's parts as Markdown for API clients (/ask, /v1, MCP)
+
+# What could open code, a link, a definition, an autolink or HTML in a line of a document's text: a backtick, a "(" or
+# ":" right after a "]", a "<" before a letter, "/", "!" or "?".
+_OPENS = re.compile(r"`|(?<=\])[(:]|<(?=[A-Za-z/!?])")
+_SPAN = re.compile(r"`[^`\n]+`")  # a command in the app's own words: "`python -m crag index`"
+
+
+def literal(text: str) -> str:
+    """A document's text (or a user's) as Markdown that any renderer shows as text, whatever it holds: a backslash
+    goes before each character that could open code, a link, a definition, an autolink or HTML, unless one escapes it
+    already. Decided character by character: no parse, so nothing in the text can make it guess wrong. Other markup
+    (emphasis) is left as it is: it changes how words look, never where a reader's browser goes."""
+    out, last = [], 0
+    for found in _OPENS.finditer(text):
+        at = found.start()
+        if _unescaped(text, at):
+            out += [text[last:at], "\\"]
+            last = at
+    return "".join([*out, text[last:]])
+
+
+def _coded(text: str) -> str:
+    """The app's words: each `command` code as it is (a span that no backslash keeps from opening), the rest
+    ``literal``."""
+    out, last = [], 0
+    for found in _SPAN.finditer(text):
+        if not _unescaped(text, found.start()):
+            continue
+        out += [literal(text[last : found.start()]), found[0]]
+        last = found.end()
+    return "".join([*out, literal(text[last:])])
+
+
+def _rows(rows: Sequence[Sequence[str]]) -> tuple[tuple[str, ...], ...]:
+    return tuple(tuple(literal(cell) for cell in row) for row in rows)
+
+
+_API: dict[type, Callable[[Any], str]] = {
+    Lead: lambda p: literal(p.text),
+    Note: lambda p: _coded(p.text),
+    Quote: lambda p: text_of(replace(p, text=literal(p.text), faq=literal(p.faq))),
+    Code: lambda p: text_of(replace(p, faq=literal(p.faq))),  # in a fence longer than any run of backticks in it
+    Table: lambda p: text_of(replace(p, rows=_rows(p.rows), faq=literal(p.faq))),
+    Heading: lambda p: text_of(replace(p, text=literal(p.text), detail=literal(p.detail))),
+    Outline: lambda p: text_of(
+        replace(p, heading=literal(p.heading), entries=tuple((d, literal(e)) for d, e in p.entries))
+    ),
+    Suggestions: lambda p: "",  # under the answer, not in it: the contract's ``suggestions``
+}
+
+
+def api_stream(parts: Iterable[Part | None], html: bool = True) -> Iterator[str]:
+    """An answer's parts as the Markdown API clients get, as they come: what the model wrote through ``safe_stream``
+    (its sentences in a row are one text), every other part as text by construction (``literal``; code in its fence).
+    A None (the answer goes on, nothing new) passes as "". Joined, it is ``api_markdown``."""
+    for written, group in groupby(parts, key=lambda p: p is None or isinstance(p, Written)):
+        if written:
+            yield from safe_stream(("" if p is None else p.gap + p.text for p in group), html=html)  # type: ignore[union-attr]
+        else:
+            yield from (p.gap + _API[type(p)](p) for p in group if p is not None)
+
+
+def api_markdown(parts: Iterable[Part]) -> str:
+    """An answer's parts as Markdown for clients that render it (the API's /ask and /v1, MCP), stripped as the
+    answer's text is: images, links and HTML show as typed, and so does everything a document says."""
+    return "".join(api_stream(parts)).strip()
+
+
+def escaped_parts(parts: Sequence[Part]) -> list[Part]:
+    """The parts as API clients get them as data: what the model wrote as ``model_markdown`` escapes it, each
+    sentence in the context of those around it (a link may run across two); every other part as it is, its text the
+    document's or the app's, to be shown as text."""
+    out: list[Part] = []
+    for written, group in groupby(parts, key=lambda p: isinstance(p, Written)):
+        run = list(group)
+        if not written:
+            out += run
+            continue
+        joined = "".join(p.gap + p.text for p in run if isinstance(p, Written))
+        escaped, at = _escaped(joined, True), 0
+        for p in run:
+            assert isinstance(p, Written)
+            start = at + len(p.gap)
+            at = start + len(p.text)
+            out.append(replace(p, text=escaped.shown(start, at)))
+    return out

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from crag.errors import CragError, Remedy
 from crag.models import BackendInfo
+from crag.parts import Note
 from crag.steps import Knowledge
 from crag.text import language
 from crag.types import Action, TermCheck
@@ -81,14 +82,14 @@ def never_mentioned(question: str, terms: Sequence[str], scope: Sequence[str] = 
     return f"{whose_documents(scope, False)} never mention {_quoted(terms)}."
 
 
-def what_is_missing(question: str, knowledge: Knowledge, web_on: bool, scope: Sequence[str]) -> str:
+def what_is_missing(question: str, knowledge: Knowledge, web_on: bool, scope: Sequence[str]) -> Note | None:
     """Before quotes that may not answer: why there is no answer (Incorrect), or the question's terms the
-    documents never mention (Ambiguous), as a paragraph of its own."""
+    documents never mention (Ambiguous); None before quotes that answer."""
     if knowledge.action is Action.INCORRECT:
-        return no_answer(question, knowledge, web_on, scope) + "\n\n"
+        return Note(text=no_answer(question, knowledge, web_on, scope))
     if knowledge.action is Action.AMBIGUOUS and knowledge.evaluation.terms.unknown:
-        return never_mentioned(question, knowledge.evaluation.terms.unknown, scope) + "\n\n"
-    return ""
+        return Note(text=never_mentioned(question, knowledge.evaluation.terms.unknown, scope))
+    return None
 
 
 def no_answer(question: str, knowledge: Knowledge, web_on: bool, scope: Sequence[str]) -> str:

@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
 from crag.injection import injection_reason
 from crag.lexicons import alternation, words
+from crag.parts import Heading, Lead, Outline, Part, Quote
 from crag.text import HAN, content_words, fold, han_named, has_han, split_sentences, stem, width
 from crag.tuning import TUNING
 from crag.types import Chunk, FileResult, Source, Strip
 
 # "What is this document about?", "Summarize it", "give me an overview of the manual", "what does the PDF cover".
 # The document is named as such ("the manual", "these files"), not any text ("the outline of a text box").
-_DOCUMENT = alternation("document-words", "none") + "s?"
+_DOCUMENT = alternation("document-words") + "s?"
 _THESE = r"(?:this|the|that|these|those|my|each|every|all|your)"
 _ABOUT_EN = re.compile(
     rf"\b(?:summar(?:y|ise|ize|ising|izing)|overview|outline|table of contents|gist|tl;?dr)\b"
@@ -33,7 +34,7 @@ _ABOUT_EN = re.compile(
     re.IGNORECASE,
 )
 # "这份文档主要讲了什么", "<file> 讲的是什么", "总结一下", "这个 PDF 的主要内容", "概述一下这本手册".
-_DOCUMENT_ZH = alternation("document-words-zh", "none")
+_DOCUMENT_ZH = alternation("document-words-zh")
 _ABOUT_ZH = re.compile(
     rf"(?:这|那|该|本|此)[份个篇本部些]?\s?{_DOCUMENT_ZH}?.{{0,8}}(?:讲|说|介绍|写|谈|讲述|关于|涉及)(?:了|的|些)*(?:是)?(?:什么|啥|哪些)"
     rf"|{_DOCUMENT_ZH}.{{0,8}}(?:讲|说|介绍|写|谈|讲述|关于|涉及)(?:了|的|些)*(?:是)?(?:什么|啥|哪些)"
@@ -118,20 +119,20 @@ def without_names(question: str, files: Iterable[str]) -> str:
     return " ".join(question.split())
 
 
-_LANGUAGE_ASKED = {
+_LANGUAGE_NAMED = {
     "zh": re.compile(r"\bchinese\b|中文|汉语|简体", re.IGNORECASE),
     "en": re.compile(r"\benglish\b|英文|英语", re.IGNORECASE),
 }
 
 
-def documents_asked(question: str, languages: Mapping[str, str]) -> list[str]:
+def documents_named(question: str, languages: Mapping[str, str]) -> list[str]:
     """The documents a question about whole documents is about, of ``languages`` (each file of the scope with its
     language): those it names; else those of the language it names ("the Chinese PDF"); else every one."""
     files = list(languages)
     if named := named_files(question, files, by_word=True):
         return named
-    for lang, asked in _LANGUAGE_ASKED.items():
-        if asked.search(question) and (in_it := [f for f in files if languages[f] == lang]):
+    for lang, naming in _LANGUAGE_NAMED.items():
+        if naming.search(question) and (in_it := [f for f in files if languages[f] == lang]):
             return in_it
     return files
 
@@ -201,8 +202,8 @@ _NAMES_ITSELF = re.compile(
 # A version, a date: front matter ("This manual is for R, version 4.2.2 (2022-11-10).").
 _DATED = re.compile(r"\bversion\b|\d{4}-\d{2}|(?<!\d)\d++\.\d++\.\d|版本|\d{4}\s*+年", re.IGNORECASE)
 # Front matter that says nothing of what a document is about.
-FRONT_MATTER = re.compile(alternation("front-matter", "none"), re.IGNORECASE)
-INTRODUCTION = re.compile(alternation("introduction-headings", "none"), re.IGNORECASE)
+FRONT_MATTER = re.compile(alternation("front-matter"), re.IGNORECASE)
+INTRODUCTION = re.compile(alternation("introduction-headings"), re.IGNORECASE)
 
 
 def overview(file: str, chunks: Sequence[Chunk], record: FileResult | None) -> Overview | None:
@@ -355,9 +356,9 @@ def _headings(chunks: Sequence[Chunk], title: str) -> tuple[tuple[int, str, int]
 
 
 # How an answer about whole documents reads, in the question's language.
-_SAYS = {
-    "en": "{title} ({file}, {pages} pages). What it says it is:",
-    "zh": "{title}（{file}，共 {pages} 页）。它自己的介绍：",
+_SAYS = {  # after the title
+    "en": " ({file}, {pages} pages). What it says it is:",
+    "zh": "（{file}，共 {pages} 页）。它自己的介绍：",
 }
 _OUTLINE = {
     "en": "Its outline ({how}):",
@@ -373,42 +374,42 @@ _PAGE = {"en": "p. {page}", "zh": "第 {page} 页"}
 _SEVERAL = {"en": "{count} documents. What each says it is:", "zh": "共 {count} 份文档，各自的介绍："}
 
 
-def numbered(strips: Sequence[Strip], sources: Sequence[Source]) -> list[str]:
-    """Each strip as an evidence line, “sentence” [n], with the number of the source holding its chunk."""
+def numbered(strips: Sequence[Strip], sources: Sequence[Source], gap: str = "\n") -> list[Quote]:
+    """Each strip as a quote with the number of the source holding its chunk, one under the other."""
     by_chunk = {chunk_id: s.n for s in sources for chunk_id in s.chunk_ids}
-    return [f"“{s.text}” [{by_chunk[s.chunk_id]}]" for s in strips if s.chunk_id in by_chunk]
+    quotes = [Quote(text=s.text, n=by_chunk[s.chunk_id], gap="\n") for s in strips if s.chunk_id in by_chunk]
+    return [replace(q, gap=gap) if i == 0 else q for i, q in enumerate(quotes)]
 
 
-def heading(document: Overview, language: str) -> str:
+def heading(document: Overview, language: str, gap: str = "") -> Heading:
     title = document.title or PurePosixPath(document.file).stem
-    return _SAYS[language].format(title=f"**{title}**", file=document.file, pages=document.pages)
+    detail = _SAYS[language].format(file=document.file, pages=document.pages)
+    return Heading(text=title, detail=detail, gap=gap)
 
 
-def outline_text(document: Overview, language: str) -> str:
-    """The document's outline as a list, each heading with its page; "" when none is known."""
+def outline(document: Overview, language: str) -> Outline | None:
+    """The document's outline, each heading with its page; None when none is known."""
     if not document.outline:
-        return ""
+        return None
     how = _HOW[(language, bool(document.from_bookmarks))]
-    lines = [
-        f"{'  ' * depth}- {title} ({_PAGE[language].format(page=page)})" for depth, title, page in document.outline
-    ]
-    return "\n".join([_OUTLINE[language].format(how=how), *lines])
+    entries = tuple(
+        (depth, f"{title} ({_PAGE[language].format(page=page)})") for depth, title, page in document.outline
+    )
+    return Outline(heading=_OUTLINE[language].format(how=how), entries=entries, gap="\n\n")
 
 
-def render(documents: Sequence[Overview], sources: Sequence[Source], language: str) -> str:
+def render(documents: Sequence[Overview], sources: Sequence[Source], language: str) -> list[Part]:
     """The answer about whole documents, quoted: for one, its title, what it says it is, and its outline; for
     several, one paragraph each, title and what it says it is."""
     if len(documents) == 1:
         document = documents[0]
-        parts = [
+        found = outline(document, language)
+        return [
             heading(document, language),
-            "\n".join(numbered(document.said, sources)),
-            outline_text(document, language),
+            *numbered(document.said, sources, gap="\n\n"),
+            *([found] if found else []),
         ]
-        return "\n\n".join(p for p in parts if p)
-    paragraphs = [_SEVERAL[language].format(count=len(documents))]
+    parts: list[Part] = [Lead(text=_SEVERAL[language].format(count=len(documents)))]
     for document in documents:
-        paragraphs.append(
-            "\n".join([heading(document, language), *numbered(document.said[: TUNING.overview.said_each], sources)])
-        )
-    return "\n\n".join(paragraphs)
+        parts += [heading(document, language, "\n\n"), *numbered(document.said[: TUNING.overview.said_each], sources)]
+    return parts

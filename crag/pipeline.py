@@ -43,7 +43,7 @@ from crag.overview import (
     Overview,
     asks_about_documents,
     by_title,
-    documents_asked,
+    documents_named,
     named_files,
     names_a_document,
     without_names,
@@ -98,13 +98,13 @@ read_agent = Agent(output_type=prompts.Reading, instructions=prompts.READ, retri
 _READ_TITLES = 8  # documents whose titles tell the model what the question is about: the scope's, or the closest
 
 
-def _ceiling(hit: ScoredChunk, grade: Grade, terms: TermCheck, asked: Analysis, upper: float) -> float:
+def _ceiling(hit: ScoredChunk, grade: Grade, terms: TermCheck, analysis: Analysis, upper: float) -> float:
     """The highest grade a passage may have. A near miss caps it (``TermCheck.ceiling``), but a passage the model
     read and quoted as answering may say in the documents' words what the question says in plain ones ("widescreen",
     "aspectratio=169"): then only a name or identifier it never mentions caps it. A passage only the model's words
     found is Ambiguous at most, unless the model, reading it against the question, says it answers."""
     answered = grade.trusted and grade.verdict is Verdict.ANSWERS and bool(grade.answering)
-    named = {t.text for t in asked.terms if t.strong}
+    named = {t.text for t in analysis.terms if t.strong}
     cap = terms.ceiling(upper)
     if answered and not terms.decisive and not named & set(terms.missing):
         cap = math.inf
@@ -281,23 +281,23 @@ class Pipeline:
             return []
         if history and not stands_alone(question) and not names_a_document(question, languages):
             return []
-        asked = documents_asked(question, languages)
+        wanted = documents_named(question, languages)
         # No file named, no language: perhaps a title ("the Beamer user guide", "这份安装指南").
-        if 1 < len(asked) == len(languages) and not named_files(question, asked, by_word=True):
-            asked = by_title(question, self.retriever.overviews(asked)) or asked
-        return [d for d in self.retriever.overviews(asked[:MAX_DOCUMENTS]) if d.said]
+        if 1 < len(wanted) == len(languages) and not named_files(question, wanted, by_word=True):
+            wanted = by_title(question, self.retriever.overviews(wanted)) or wanted
+        return [d for d in self.retriever.overviews(wanted[:MAX_DOCUMENTS]) if d.said]
 
-    def analyse(self, asked: str, scope: Scope) -> Analysis:
+    def analyse(self, question: str, scope: Scope) -> Analysis:
         """The question as asked, analysed once in its scope, without the files it names: "R-intro.pdf" is no term a
         passage must mention."""
-        return Analysis(without_names(asked, self.retriever.file_languages(scope)), self.retriever.term_stats(scope))
+        return Analysis(without_names(question, self.retriever.file_languages(scope)), self.retriever.term_stats(scope))
 
     def retrieve(
         self,
         queries: Sequence[str],
         k: int,
         mode: Mode,
-        asked: Analysis,
+        analysis: Analysis,
         scope: Scope = EVERYTHING,
         expansion: Expansion | None = None,
     ) -> list[ScoredChunk]:
@@ -314,30 +314,30 @@ class Pipeline:
             fused = [plain.get(h.chunk.id) or replace(h, from_model=True) for h in fuse_top(legs, [1.0] * len(legs), k)]
             # The question's own best passage is never left out, however few are kept.
             hits = fused if not hits or hits[0] in fused else [hits[0], *fused][:k]
-        return self.retriever.anchor(asked, hits, scope=scope)
+        return self.retriever.anchor(analysis, hits, scope=scope)
 
     def evaluate(
         self,
         question: str,
-        asked: Analysis,
+        analysis: Analysis,
         hits: Sequence[ScoredChunk],
         evaluator: Evaluator,
         upper: float,
         usage: RunUsage,
     ) -> Evaluation:
-        """Grades in [-1, 1] of ``question`` (as searched), capped for a near miss of the question as ``asked``: a
-        specific term that no passage of the first search mentions (below ``upper``), or that the scope's documents
-        never mention (Incorrect)."""
+        """Grades in [-1, 1] of ``question`` (as searched), capped for a near miss of the question as asked
+        (``analysis``): a specific term that no passage of the first search mentions (below ``upper``), or that the
+        scope's documents never mention (Incorrect)."""
         texts = [index_text(h.chunk) for h in hits]  # with their section headings, as they were indexed
         # Found by a term alone, or only with the words of the question before: no say on whether the question's own
         # names are mentioned ("R 里怎么删除…" after a question on R is not answered by a tlmgr page that never says R).
         found = [(t, h.from_history) for t, h in zip(texts, hits, strict=True) if not h.anchor]
-        terms = asked.near_miss([t for t, from_history in found if not from_history] or [t for t, _ in found])
+        terms = analysis.near_miss([t for t, from_history in found if not from_history] or [t for t, _ in found])
         grades = evaluator.grade(question, texts, usage)
         graded = tuple(
             replace(
                 h,
-                score=min(g.score, _ceiling(h, g, terms, asked, upper)),
+                score=min(g.score, _ceiling(h, g, terms, analysis, upper)),
                 method=g.method,
                 detail=g.detail,
                 verdict=g.verdict,

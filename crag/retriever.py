@@ -90,12 +90,12 @@ class Retriever:
             )
         reader.scoped(scope, self.settings.files_dir)
 
-    def anchor(self, asked: Analysis, hits: list[ScoredChunk], scope: Scope = EVERYTHING) -> list[ScoredChunk]:
+    def anchor(self, analysis: Analysis, hits: list[ScoredChunk], scope: Scope = EVERYTHING) -> list[ScoredChunk]:
         """``hits`` and, for each term of the question they miss, the best passage of the scope that mentions it."""
         reader = self.current()
         if reader is None:
             return hits
-        return anchor(asked, hits, lambda query, n: reader.lexical(query, n, scope))
+        return anchor(analysis, hits, lambda query, n: reader.lexical(query, n, scope))
 
     def term_stats(self, scope: Scope = EVERYTHING) -> TermStats | None:
         """Document frequencies of the scope in the index that answers now (None when nothing is built)."""
@@ -176,17 +176,17 @@ def _first(ranked: list[ScoredChunk], seen: set[str], mentioned: Callable[[str],
 
 
 def anchor(
-    asked: Analysis, hits: list[ScoredChunk], lexical: Callable[[str, int], list[ScoredChunk]]
+    analysis: Analysis, hits: list[ScoredChunk], lexical: Callable[[str, int], list[ScoredChunk]]
 ) -> list[ScoredChunk]:
     own = [h for h in hits if not h.from_history] or hits  # what the question found by its own words
-    check = asked.near_miss([index_text(h.chunk) for h in own])
+    check = analysis.near_miss([index_text(h.chunk) for h in own])
     if check.unknown or not check.missing:  # unknown: a near miss, Incorrect whatever else is found
         return hits
     seen = {h.chunk.id for h in hits}
-    by_question = lexical(asked.text, TUNING.retrieval.anchor_depth)  # searched once for all the terms
+    by_question = lexical(analysis.text, TUNING.retrieval.anchor_depth)  # searched once for all the terms
     found = []
     for term in check.missing[: TUNING.retrieval.anchored]:
-        mentioned = asked.mentioned_by(term)
+        mentioned = analysis.mentioned_by(term)
         if hit := _first(by_question, seen, mentioned) or _first(
             lexical(term, TUNING.retrieval.anchor_depth), seen, mentioned
         ):

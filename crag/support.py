@@ -15,6 +15,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from crag.parts import Written
 from crag.terms import Term, Vocabulary, is_identifier, mentions, specific_terms
 from crag.text import CJK, content_words, general_frequency, language
 from crag.tuning import TUNING
@@ -152,60 +153,79 @@ class Grounding:
         return notes
 
 
-class Grounder:
-    """A written answer held to its sources as it streams. Each sentence is let through only once whole, and only
-    when a source backs it; the citations it carries are those of the sources that back it, the model's when they do,
-    else the best one's. A sentence no source backs, one stating a name or number nothing given mentions, one in
-    another language than the question's, and one said before are cut. Framing ("Here is how:") waits for the first
-    sentence kept, so an answer nothing backs says nothing at all (``counts.grounded`` stays 0)."""
+class Units:
+    """A written answer's text cut into whole units as it streams: sentences, and code blocks whole. Its one state,
+    ``pending``, is the text not yet whole: the end of a sentence, or a code block not yet closed."""
 
-    def __init__(self, sources: Sequence[Source], given: Sequence[str], asked: str) -> None:
+    def __init__(self) -> None:
+        self.pending = ""
+
+    def feed(self, delta: str) -> tuple[str, list[tuple[str, str]]]:
+        """The next text in; out, the break the whole text starts with, then its units each with the break after it
+        (``_units``)."""
+        self.pending += delta
+        end = _whole(self.pending)
+        whole, self.pending = self.pending[:end], self.pending[end:]
+        return _units(whole)
+
+    def close(self) -> str:
+        """The rest, at the answer's end: as it is, whole or not."""
+        rest, self.pending = self.pending, ""
+        return rest
+
+
+class Grounder:
+    """A written answer held to its sources as it streams. Each sentence is let through only once whole (``Units``),
+    and only when a source backs it; the citations it carries are those of the sources that back it, the model's when
+    they do, else the best one's. A sentence no source backs, one stating a name or number nothing given mentions, one
+    in another language than the question's, and one said before are cut. Framing ("Here is how:") is ``held`` until
+    the first sentence kept, so an answer nothing backs says nothing at all (``counts.grounded`` stays 0); ``gap`` is
+    the break after the last unit let out or held, which goes before the next."""
+
+    def __init__(self, sources: Sequence[Source], given: Sequence[str], question: str) -> None:
         self.given = Given(given)
         self.sources = {}
         for s in sources:
             text = f"{s.text}\n{s.file} {s.title} {s.url} {s.section}"  # where it comes from backs a claim too
             self.sources[s.n] = (_THOUSANDS.sub("", text), Vocabulary([text]), set(content_words(text)))
-        self.language = language(asked)
+        self.language = language(question)
         self.counts = Grounding(written=True)
-        self._pending = ""  # text not yet whole: the end of a sentence, or an open code block
-        self._held: list[str] = []  # framing that states nothing, with its breaks: held until a sentence is kept
-        self._gap = ""  # the break after the last unit kept, let out before the next
+        self.units = Units()
+        self.held: list[Written] = []
+        self.gap = ""
         self._said: set[str] = set()
 
-    def feed(self, delta: str) -> str:
-        """The answer's next text in; out, the text of the sentences it completes that are kept."""
-        self._pending += delta
-        end = _whole(self._pending)
-        whole, self._pending = self._pending[:end], self._pending[end:]
-        return self._ground(whole)
+    def feed(self, delta: str) -> list[Written]:
+        """The answer's next text in; out, the sentences it completes that are kept (and framing held before them)."""
+        return self._ground(*self.units.feed(delta))
 
-    def close(self, failed: bool = False) -> str:
+    def close(self, failed: bool = False) -> list[Written]:
         """The rest, at the answer's end. An answer the model ``failed`` to end keeps its framing and the sentence
         it was writing, unjudged: the partial text is shown as far as it went, with the error."""
-        rest, self._pending = self._pending, ""
+        rest = self.units.close()
         if failed:  # the sentence it was writing, as far as it went (the answer says it is incomplete)
-            return "".join(self._held) + (self._gap + rest if rest.strip() else "")
-        return self._ground(rest)
+            return [*self.held, *([Written(text=rest, gap=self.gap)] if rest.strip() else [])]
+        return self._ground(*_units(rest))
 
-    def _ground(self, text: str) -> str:
+    def _ground(self, lead: str, units: Sequence[tuple[str, str]]) -> list[Written]:
         """The units of whole text that are kept, each after the break that ends the one before: a break is let out
         only before what follows it, so text never ends in one, and a line cut between two keeps theirs apart."""
-        out: list[str] = []
-        lead, units = _units(text)
-        self._gap += lead
+        out: list[Written] = []
+        self.gap += lead
         for unit, gap in units:
             kept = self._unit(unit)
             if kept is None:
-                if "\n" in gap and self._gap.count("\n") < gap.count("\n"):
-                    self._gap = gap
+                if "\n" in gap and self.gap.count("\n") < gap.count("\n"):
+                    self.gap = gap
                 continue
+            part = Written(text=kept.text, cited=kept.cited, gap=self.gap)
             if kept.stated or self.counts.grounded:
-                out += [*self._held, self._gap, kept.text]
-                self._held = []
+                out += [*self.held, part]
+                self.held = []
             else:  # framing waits for a sentence a source backs
-                self._held += [self._gap, kept.text]
-            self._gap = gap
-        return "".join(out)
+                self.held.append(part)
+            self.gap = gap
+        return out
 
     def _unit(self, unit: str) -> _Kept | None:
         """One sentence or code block as kept (its citations set), or None when it is cut."""
@@ -243,7 +263,7 @@ class Grounder:
             self.counts.attached += 1
             own = {max(backing, key=backing.__getitem__)}
         self.counts.grounded += 1
-        return _Kept(_cite(said, sorted(own)), True)
+        return _Kept(_cite(said, sorted(own)), True, tuple(sorted(own)))
 
     def _backing(self, terms: Sequence[Term], numbers: Sequence[str], words: Sequence[str]) -> dict[int, float]:
         """The sources that back a sentence, each with the share of its claims (or, without any, of its words) it
@@ -264,6 +284,7 @@ class Grounder:
 class _Kept:
     text: str
     stated: bool
+    cited: tuple[int, ...] = ()
 
 
 def _holds_number(plain: str, number: str) -> bool:

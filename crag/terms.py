@@ -66,7 +66,7 @@ _CONNECTORS = frozenset(words("name-connectors"))
 # A run of capitalised words, found from the start of its first word's letters ("eBay Inc" gives "Bay Inc", its
 # group): from each capital of a long word, the word would be scanned again.
 _NAME_RUN = re.compile(
-    rf"(?<![A-Za-z])[a-z]*+([A-Z][A-Za-z]++(?:\s++(?:{alternation('name-connectors', 'none')}\s++)?[A-Z][A-Za-z]++)+)"
+    rf"(?<![A-Za-z])[a-z]*+([A-Z][A-Za-z]++(?:\s++(?:{alternation('name-connectors')}\s++)?[A-Z][A-Za-z]++)+)"
 )
 _ACRONYM = re.compile(r"[A-Z][A-Za-z]*[A-Z]|[A-Z]{2,}")
 # A definition: "Debian Free Software Guidelines (DFSG)", "自由软件指导方针（DFSG）".

@@ -7,11 +7,14 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
+from functools import cached_property
 from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field
 
 from crag.errors import Remedy
+from crag.parts import Part, Suggestion, plain
+from crag.parts import suggestions as suggested
 from crag.tuning import TUNING
 
 # Layout block types, shared by every parser. Headers, footers and page numbers are kept as
@@ -256,16 +259,6 @@ class Expansion:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Suggestion:
-    """A section of the documents whose title is close to a question not answered for sure: its title's words are
-    offered to ask again with."""
-
-    title: str
-    file: str
-    page: int
-
-
-@dataclass(frozen=True, kw_only=True)
 class Trace:
     """How an answer was made, for the expander in the UI and for ``ask --json``."""
 
@@ -324,9 +317,9 @@ def cited(text: str) -> set[int]:
 
 @dataclass(frozen=True, kw_only=True)
 class Answer:
-    """One answer, its numbered sources and how it was made."""
+    """One answer: its parts (``crag.parts``), its numbered sources and how it was made."""
 
-    text: str
+    parts: tuple[Part, ...]
     backend: str
     model: str
     sources: tuple[Source, ...] = ()
@@ -334,8 +327,17 @@ class Answer:
     complete: bool = True
     error: str = ""
     kind: AnswerKind = AnswerKind.GENERATED
-    # Sections whose titles are closest to a question not answered for sure, to ask again in the documents' words
-    suggestions: tuple[Suggestion, ...] = ()
+
+    @cached_property
+    def text(self) -> str:
+        """The answer's text (``crag.parts.plain``): what the CLI prints, what a chat keeps, what is exported."""
+        return plain(self.parts).strip()
+
+    @property
+    def suggestions(self) -> tuple[Suggestion, ...]:
+        """Sections whose titles are closest to a question not answered for sure, to ask again in the documents'
+        words (its ``Suggestions`` part)."""
+        return suggested(self.parts)
 
     @property
     def action(self) -> Action | None:

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from crag.config import Settings, load_settings
+from crag.evidence import evidence_parts
+from crag.parts import Lead, Part, plain, quoted, quoted_texts, written
+from crag.types import Action, Answer, Source, Strip
 from tests.pdfs import manual_pdf
 
 # Two sentences that made one offline answer take minutes (a rule that backtracked over a long run of letters: a
@@ -92,3 +96,50 @@ def offline_kb(root: Path) -> Settings:
         web_search=False,
         ollama_url=f"http://127.0.0.1:{refused_port()}",
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# An answer's parts, as tests read them
+
+
+@dataclass(frozen=True)
+class Said:
+    """One run of a document's text an answer quotes: a quote's sentences, a code block, or a table's row."""
+
+    quote: str
+    n: int
+    faq: str = ""
+    kind: str = "quote"
+
+
+def quotes_of(parts: Iterable[Part] | Answer) -> list[Said]:
+    """What an answer (or its parts) quotes, in order; a table row by row, its header first."""
+    found = parts.parts if isinstance(parts, Answer) else parts
+    out: list[Said] = []
+    for part in quoted(found):
+        for i, text in enumerate(quoted_texts(part)):
+            out.append(Said(text, part.n, part.faq if i == 0 else "", part.kind))
+    return out
+
+
+def own_text(answer: Answer) -> str:
+    """What the model wrote, as kept, without the quotes under it."""
+    return written(answer.parts)
+
+
+def quotes_text(answer: Answer) -> str:
+    """The quotes under a written answer (or an evidence answer's whole text), as the answer's text writes them."""
+    first = next((i for i, p in enumerate(answer.parts) if isinstance(p, Lead)), len(answer.parts))
+    return plain(answer.parts[first:]).strip()
+
+
+def evidence_answer(
+    chosen: Sequence[Strip], sources: Sequence[Source], language: str, action: Action, scope: Sequence[str] = ()
+) -> str:
+    """An evidence answer's text: ``crag.parts.plain`` of its parts."""
+    return plain(evidence_parts(chosen, sources, language, action, scope))
+
+
+def streamed_text(parts: Iterable[Part | None]) -> str:
+    """What a stream of parts says, as the answer's text writes it (None: the answer goes on, nothing new)."""
+    return plain(part for part in parts if part is not None)

@@ -24,6 +24,7 @@ from crag.api.openai_compat import ChatQuestion, read_request, sources_markdown
 from crag.api.openai_schemas import ChatRequest
 from crag.config import Settings
 from crag.contract import MAX_TURNS
+from crag.parts import Note, Written
 from crag.pipeline import Pipeline
 from crag.types import Answer, Source, WebResult
 from tests.apiclient import DOC, QUESTION, hash_embedder
@@ -333,12 +334,13 @@ def test_sources_list_is_markdown_that_cannot_be_broken_by_names() -> None:
         Source(n=2, kind="web", text="y", url="https://example.org/a b", title="[Click] <here>"),
         Source(n=3, kind="local", text="z", file="unused.pdf", pages=(1,)),
     )
-    answer = Answer(text="See [1] and [2].", backend="embedded", model="m", sources=sources)
+    answer = Answer(
+        parts=(Written(text="See [1] and [2].", cited=(1, 2)),), backend="embedded", model="m", sources=sources
+    )
     assert sources_markdown(answer) == (
         "\n\n**Sources**\n\n- [1] my\\_notes \\*draft\\*.pdf, pages 3–4\n"
         "- [2] [\\[Click\\] \\<here\\>](https://example.org/a%20b)"
     )
-    assert sources_markdown(Answer(text="No citation.", backend="embedded", model="m", sources=sources[2:])).endswith(
-        "- [3] unused.pdf, page 1"
-    )
-    assert sources_markdown(Answer(text="Nothing found.", backend="embedded", model="m")) == ""
+    uncited = Answer(parts=(Written(text="No citation."),), backend="embedded", model="m", sources=sources[2:])
+    assert sources_markdown(uncited).endswith("- [3] unused.pdf, page 1")
+    assert sources_markdown(Answer(parts=(Note(text="Nothing found."),), backend="embedded", model="m")) == ""

@@ -296,15 +296,16 @@ def test_specific_terms_are_ticked_only_against_retrieved_passages() -> None:
 
 
 def test_an_evidence_answer_shows_quotes_as_block_quotes_after_their_faq_question() -> None:
-    from ui.text import evidence_markdown
+    from crag.parts import Lead, Quote
+    from ui.text import page_blocks
 
-    text = (
-        "文档中的相关内容：\n"
-        "36 如何使首段段首也缩进？ “使用 indentfirst 宏包：\\usepackage{indentfirst}” [1]\n"
-        "“*Plain* text.” [2]\n"
-        "37 如何使用“甲”命令？ “Is it? “Yes” it is.” [3]"
-    )
-    assert evidence_markdown(text).split("\n\n") == [
+    parts = [
+        Lead(text="文档中的相关内容："),
+        Quote(text="使用 indentfirst 宏包：\\usepackage{indentfirst}", n=1, faq="36 如何使首段段首也缩进？"),
+        Quote(text="*Plain* text.", n=2),
+        Quote(text="Is it? “Yes” it is.", n=3, faq="37 如何使用“甲”命令？"),
+    ]
+    assert page_blocks(parts)[0].split("\n\n") == [
         "**文档中的相关内容：**",
         "> *36 如何使首段段首也缩进？* “使用 indentfirst 宏包：\\\\usepackage\\{indentfirst\\}” \\[1\\]",
         "> “\\*Plain\\* text\\.” \\[2\\]",
@@ -314,10 +315,14 @@ def test_an_evidence_answer_shows_quotes_as_block_quotes_after_their_faq_questio
 
 def test_a_web_address_in_a_quote_links_to_that_address_without_the_closing_punctuation() -> None:
     """A quoted "…from http://binaries.html-tidy.org/.”" links to the address, not to ".../.%E2%80%9D"."""
-    from ui.text import evidence_markdown
+    from crag.parts import Lead, Quote
+    from ui.text import page_blocks
 
-    text = "From your documents:\n“It can be installed from http://binaries.html-tidy.org/.” [1]"
-    assert evidence_markdown(text).split("\n\n")[1] == (
+    parts = [
+        Lead(text="From your documents:"),
+        Quote(text="It can be installed from http://binaries.html-tidy.org/.", n=1),
+    ]
+    assert page_blocks(parts)[0].split("\n\n")[1] == (
         "> “It can be installed from <http://binaries.html-tidy.org/>\\.” \\[1\\]"
     )
 
@@ -406,6 +411,7 @@ def test_chats_with_the_same_title_are_told_apart() -> None:
 def test_each_retrieved_passage_is_labelled_with_its_number_in_the_answer() -> None:
     """The answer's [3] need not be the Retrieved table's #3: the table says which source each passage is, and
     whether the answer cites it."""
+    from crag.parts import Lead, Quote
     from crag.types import Answer, AnswerKind, Source
     from ui.answer import source_labels
 
@@ -413,9 +419,8 @@ def test_each_retrieved_passage_is_labelled_with_its_number_in_the_answer() -> N
         Source(n=1, kind="local", text="a", file="a.pdf", pages=(1,), chunk_ids=("c7",)),
         Source(n=2, kind="local", text="b", file="b.pdf", pages=(2,), chunk_ids=("c2",)),
     )
-    answer = Answer(
-        text="From your documents:\n“a” [1]", backend="embedded", model="", sources=sources, kind=AnswerKind.EVIDENCE
-    )
+    said = (Lead(text="From your documents:"), Quote(text="a", n=1, gap="\n"))
+    answer = Answer(parts=said, backend="embedded", model="", sources=sources, kind=AnswerKind.EVIDENCE)
     assert source_labels(answer) == {"c7": "[1]", "c2": "[2] (not cited)"}
 
 
@@ -431,15 +436,17 @@ def test_an_exported_answer_is_named_after_its_question() -> None:
 def test_an_answer_about_a_document_shows_its_title_in_bold_and_its_outline_as_a_list() -> None:
     """The lines the core sets itself: an ask's heading and a document's title open in bold, an outline is a list;
     the PDF's own words in them are escaped like a quote's."""
-    from ui.text import evidence_markdown
+    from crag.parts import Heading, Outline, Quote
+    from ui.text import page_blocks
 
-    text = (
-        "**1. How do I *plot*?**\n\n"
-        "**R_FAQ** (R-FAQ.pdf, 52 pages). What it says it is:\n"
-        "“R is a system.” [1]\n\n"
-        "Its outline (its bookmarks):\n- 1 Introduction (p. 5)\n  - 1.1 Legalese (p. 5)\n- 2 R Basics (p. 7)"
-    )
-    assert evidence_markdown(text).split("\n\n") == [
+    entries = ((0, "1 Introduction (p. 5)"), (1, "1.1 Legalese (p. 5)"), (0, "2 R Basics (p. 7)"))
+    parts = [
+        Heading(text="How do I *plot*?", ask=1),
+        Heading(text="R_FAQ", detail=" (R-FAQ.pdf, 52 pages). What it says it is:"),
+        Quote(text="R is a system.", n=1),
+        Outline(heading="Its outline (its bookmarks):", entries=entries),
+    ]
+    assert page_blocks(parts)[0].split("\n\n") == [
         "**1\\. How do I \\*plot\\*?**",
         "**R\\_FAQ** \\(R\\-FAQ\\.pdf, 52 pages\\)\\. What it says it is\\:",
         "> “R is a system\\.” \\[1\\]",

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from crag.asks import asks, compared
-from crag.evidence import quoted_lines
 from crag.types import Action
 from tests.fakes import chunk, pipeline
+from tests.helpers import quotes_of
 
 
 @pytest.mark.parametrize(
@@ -67,7 +67,7 @@ def test_each_ask_is_searched_graded_and_answered_on_its_own(settings) -> None:
     first, second = answer.text.split("**2. How do I reset the Quuxotron?**")
     assert first.startswith("**1. How much memory does the Zorblax need**") and "eight hundred megabytes" in first
     assert "hold its power button" in second and "eight hundred" not in second
-    numbers = [int(line["n"]) for line in quoted_lines(answer.text)]
+    numbers = [line.n for line in quotes_of(answer)]
     assert sorted(set(numbers)) == [s.n for s in answer.sources] and len(answer.sources) >= 2
     assert answer.trace.notes[0] == "a question of 2 asks: each was searched, graded and answered on its own"
 

@@ -14,11 +14,13 @@ from pathlib import Path
 import pytest
 
 from crag.conversations import Conversations, Stop, UnsafeFolder, private_folder, private_history, title_of
+from crag.parts import Part, Quote
 from crag.types import Action, Answer, AnswerKind, Method, ScoredChunk, Source, TermCheck, Trace
 from tests.fakes import chunk
 
 
-def answer(text: str = "“The widget needs two cores.” [1]", complete: bool = True) -> Answer:
+def answer(*parts: Part, complete: bool = True) -> Answer:
+    """An evidence answer of these parts; by default, one quote of the widget's manual."""
     c = chunk("The widget needs two cores.")
     trace = Trace(
         question="How many cores?",
@@ -30,7 +32,7 @@ def answer(text: str = "“The widget needs two cores.” [1]", complete: bool =
     )
     source = Source(n=1, kind="local", text=c.text, file="manual.pdf", pages=(1,), chunk_ids=(c.id,), bboxes=c.bboxes)
     return Answer(
-        text=text,
+        parts=parts or (Quote(text="The widget needs two cores.", n=1),),
         backend="embedded",
         model="SmolLM2",
         sources=(source,),
@@ -136,6 +138,9 @@ def test_a_chat_stored_with_the_field_name_context_loads_whole(tmp_path: Path) -
     loaded = store.messages(conversation.id)[1].answer
     assert loaded.trace.strips[0].section == "2.2 Uninstalling", "the strip keeps what it is about"
     assert loaded.trace.retrieved[0].from_history is True, "the passage is still marked as found by the question before"
+    # Stored before answers were parts: its text is read back into them, and reads as it did.
+    assert loaded.parts == (Quote(text="Use tlmgr remove to delete a package.", n=1),)
+    assert loaded.text == "“Use tlmgr remove to delete a package.” [1]"
     store.update(message, loaded.text, loaded)
     assert store.messages(conversation.id)[1].answer == loaded, "saved again, it loads the same"
 

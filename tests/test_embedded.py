@@ -18,11 +18,13 @@ from crag.models import (
     embedded_label,
     llama_cpp_model,
 )
+from crag.parts import Written
 from crag.support import Grounder
 from crag.text import content_words, split_sentences
 from crag.types import AnswerKind, cited
 from tests.apiclient import DOC, QUESTION
 from tests.fakes import chunk, pipeline
+from tests.helpers import streamed_text
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +56,7 @@ def test_a_stopped_answer_releases_the_model_for_the_next_question(settings, rea
     keep llama.cpp locked, or the next question waits forever."""
     # Each token let through as it comes: a sentence held until whole may be the model's last, and the stop then
     # comes after the model's stream ended.
-    monkeypatch.setattr(Grounder, "feed", lambda self, delta: delta)
+    monkeypatch.setattr(Grounder, "feed", lambda self, delta: [Written(text=delta)] if delta else [])
     settings = settings.model_copy(update={"max_answer_tokens": 48, "model_search": False})  # of stopping alone
     chat = embedded_chat(settings)
     p = replace(pipeline(settings, [chunk(DOC)], [0.9]), model=llama_cpp_model(chat, chat.name))
@@ -102,7 +104,7 @@ def test_a_gguf_named_by_the_setting_writes_an_answer_held_to_its_sources(settin
     assert chat.name == "my-model" and embedded_label(settings) == "my-model.gguf"
     p = replace(pipeline(settings, [chunk(DOC)], [0.9], backend="embedded"), model=llama_cpp_model(chat, chat.name))
     with p.stream(QUESTION) as stream:
-        text = "".join(stream)
+        text = streamed_text(stream)
     answer = stream.answer
     assert answer.text == text.strip() and answer.text
     if answer.kind is AnswerKind.GENERATED:

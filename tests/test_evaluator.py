@@ -14,6 +14,7 @@ from crag.analysis import coverage, word_weights
 from crag.config import load_settings
 from crag.evaluator import LLMEvaluator, SimilarityEvaluator, calibrate
 from crag.evidence import LEADS
+from crag.parts import plain
 from crag.support import Grounder, Grounding, unsupported
 from crag.text import width
 from crag.tuning import TUNING
@@ -297,8 +298,8 @@ def grounded(answer: str, question: str, pieces: int = 1) -> tuple[str, Groundin
     """The answer as grounding lets it through, fed in ``pieces`` of about one size, as a stream comes."""
     grounder = Grounder(GROUNDING_SOURCES, [question, *(s.text for s in GROUNDING_SOURCES)], question)
     size = max(1, len(answer) // pieces)
-    out = "".join(grounder.feed(answer[i : i + size]) for i in range(0, len(answer), size))
-    return out + grounder.close(), grounder.counts
+    out = "".join(plain(grounder.feed(answer[i : i + size])) for i in range(0, len(answer), size))
+    return out + plain(grounder.close()), grounder.counts
 
 
 @pytest.mark.parametrize(

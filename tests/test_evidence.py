@@ -8,22 +8,22 @@ import pytest
 
 from crag.config import load_settings
 from crag.evidence import (
-    Asked,
+    Faq,
     aside,
-    evidence_answer,
+    evidence_parts,
     flatten,
     passages,
     pieces,
-    quoted_lines,
     select,
-    split_quotes,
 )
+from crag.legacy import stored_parts
+from crag.parts import plain
 from crag.refine import local_strips
 from crag.text import language, split_sentences, width
 from crag.tuning import TUNING
 from crag.types import Action, AnswerKind, Chunk, ScoredChunk, Source, Strip, cited
 from tests.fakes import ScriptedModel, chunk, pipeline
-from tests.helpers import ISSUE_EN, ISSUE_ZH
+from tests.helpers import ISSUE_EN, ISSUE_ZH, evidence_answer, own_text, quotes_of
 
 DOC = (
     "The widget needs two processor cores. It also needs eight hundred megabytes of memory. "
@@ -43,9 +43,9 @@ def test_an_evidence_answer_quotes_the_documents_with_citations(settings) -> Non
         settings, [chunk(DOC), chunk("Bananas are yellow fruit.", page=9, n=1)], [0.9, -0.8], model, backend="embedded"
     )
     stream = p.stream("How many processor cores does the widget need?")
-    deltas = list(stream)
+    parts = list(stream)
     answer = stream.answer
-    assert len(deltas) == 1, "quotes come whole: nothing to wait for"
+    assert None not in parts and tuple(parts) == answer.parts, "quotes come whole: nothing to wait for"
     assert answer.kind is AnswerKind.EVIDENCE and answer.action is Action.CORRECT
     lines = answer.text.splitlines()
     assert lines[0] == "From your documents:"
@@ -144,7 +144,7 @@ def test_the_small_model_writes_only_when_asked_to(settings) -> None:
     model = ScriptedModel(answer="It needs two cores [1].")
     p = pipeline(settings, [chunk(DOC)], [0.9], model, backend="embedded")
     answer = p.ask("How many processor cores does the widget need?", answer_mode="generated")
-    assert answer.kind is AnswerKind.GENERATED and split_quotes(answer.text)[0] == "It needs two cores [1]."
+    assert answer.kind is AnswerKind.GENERATED and own_text(answer) == "It needs two cores [1]."
     assert len(model.prompts) == 1
 
 
@@ -278,13 +278,18 @@ def test_the_lines_of_an_evidence_answer_read_back_as_question_quote_and_number(
     question (the benchmark must not find the key fact in it), and a quote holding a question stays a quote."""
     sources = [SOURCE]
     faq = "37 如何使用“甲”命令？用 \\jia 命令。Is it on? It is “on” by default."
-    text = evidence_answer(select([strip(faq, 0.9, (0, 0))]), sources, "zh", Action.CORRECT)
-    assert [(m["asked"], m["quote"], m["n"]) for m in quoted_lines(text)] == [
-        ("37 如何使用“甲”命令？", "用 \\jia 命令。", "1"),
-        ("Is it on?", "It is “on” by default.", "1"),
+    parts = evidence_parts(select([strip(faq, 0.9, (0, 0))]), sources, "zh", Action.CORRECT)
+    assert [(m.faq, m.quote, m.n) for m in quotes_of(parts)] == [
+        ("37 如何使用“甲”命令？", "用 \\jia 命令。", 1),
+        ("Is it on?", "It is “on” by default.", 1),
     ]
-    assert [(m["asked"], m["quote"]) for m in quoted_lines("“Is it? “Yes” it is.” [2]")] == [
-        (None, "Is it? “Yes” it is.")
+    # An answer kept before answers were parts is read back the same way.
+    assert [(m.faq, m.quote, m.n) for m in quotes_of(stored_parts(plain(parts), "evidence"))] == [
+        ("37 如何使用“甲”命令？", "用 \\jia 命令。", 1),
+        ("Is it on?", "It is “on” by default.", 1),
+    ]
+    assert [(m.faq, m.quote) for m in quotes_of(stored_parts("“Is it? “Yes” it is.” [2]", "evidence"))] == [
+        ("", "Is it? “Yes” it is.")
     ]
 
 
@@ -319,7 +324,7 @@ def test_chinese_typeset_with_western_stops_still_has_sentences_once_joined() ->
         "执行 tlmgr update --all 即可.",
         "版本 2.4 之后.",
     ]
-    assert isinstance(parts[2], Asked) and not isinstance(parts[1], Asked)
+    assert isinstance(parts[2], Faq) and not isinstance(parts[1], Faq)
 
 
 def test_a_question_that_misses_documents_in_the_other_language_is_told_to_ask_in_theirs(settings) -> None:
@@ -381,9 +386,9 @@ def test_a_quote_reaches_the_sentence_with_the_number() -> None:
     )
     fact = "The default block size is 900k, set with the -9 flag."
     strips = [strip(restating, 0.9, (0, 0)), strip(fact, 0.85, (0, 1))]
-    text = evidence_answer(select(strips, "What is the default block size?"), [SOURCE], "en", Action.CORRECT)
-    assert "900k" in text
-    assert all(width(found["quote"]) <= TUNING.evidence.max_width for found in quoted_lines(text))
+    parts = evidence_parts(select(strips, "What is the default block size?"), [SOURCE], "en", Action.CORRECT)
+    assert "900k" in plain(parts)
+    assert all(width(found.quote) <= TUNING.evidence.max_width for found in quotes_of(parts))
 
 
 def test_a_long_passage_is_quoted_from_the_sentences_that_hold_the_fact_never_cut_inside_one() -> None:
@@ -427,8 +432,7 @@ def test_strips_trimmed_at_their_joint_are_not_quoted_as_one() -> None:
     source = Source(n=1, kind="local", text=f"{first} {second}", file="m.pdf", pages=(1,), chunk_ids=("c0",))
     strips = [strip(first, 0.9, (0, 0)), strip(second, 0.85, (0, 1))]
     quotes = [
-        f["quote"]
-        for f in quoted_lines(evidence_answer(select(strips, "How do I test tex?"), [source], "en", Action.CORRECT))
+        f.quote for f in quotes_of(evidence_parts(select(strips, "How do I test tex?"), [source], "en", Action.CORRECT))
     ]
     assert quotes == ["Check that tex runs: tex --version. If it says command not found, add bin to PATH.", second]
 
@@ -543,26 +547,26 @@ def test_a_quote_never_ends_inside_an_expression() -> None:
     fact = "Use read.table to read a file of data with a header line; it returns a data frame of the fields. " * 3
     aside = "It takes many options (see e.g."
     rest = "the help page of the reader, which lists all of the arguments in full and explains them. " * 8
-    text = evidence_answer(
+    parts = evidence_parts(
         select([strip(f"{fact}{aside} {rest})", 0.9, (0, 0))], "How do I read a file with a header line?"),
         [SOURCE],
         "en",
         Action.CORRECT,
     )
-    [quote] = [q["quote"] for q in quoted_lines(text)]
+    [quote] = [q.quote for q in quotes_of(parts)]
     assert quote.endswith("a data frame of the fields.") and "(see e.g." not in quote
     # The chunk ended inside a call: the quote stops a sentence before it.
     cut = "Commas between the fields are read with read.table. To read it, call read.table(file, header"
-    text = evidence_answer(select([strip(cut, 0.9, (0, 0))], "How are commas read?"), [SOURCE], "en", Action.CORRECT)
-    assert [q["quote"] for q in quoted_lines(text)] == ["Commas between the fields are read with read.table."]
+    parts = evidence_parts(select([strip(cut, 0.9, (0, 0))], "How are commas read?"), [SOURCE], "en", Action.CORRECT)
+    assert [q.quote for q in quotes_of(parts)] == ["Commas between the fields are read with read.table."]
     # A bracket nothing closes is no expression: "[" named as an operator does not cut the quote short.
     filler = "Partial matching of names applies when extracting elements by name with the dollar operator. " * 8
     stray = f"{filler}Note that [ always requires an exact match of the name. The empty string matches no element."
     [quote] = select([strip(stray, 0.9, (0, 0))], "Does [ require an exact match of the name?")
     assert "Note that [ always requires an exact match of the name." in quote.text
     zh = '用 read.table 读取数据文件。比如执行 read.table("a.txt", header'
-    text = evidence_answer(select([strip(zh, 0.9, (0, 0))], "怎样读取数据文件？"), [SOURCE], "zh", Action.CORRECT)
-    assert [q["quote"] for q in quoted_lines(text)] == ["用 read.table 读取数据文件。"]
+    parts = evidence_parts(select([strip(zh, 0.9, (0, 0))], "怎样读取数据文件？"), [SOURCE], "zh", Action.CORRECT)
+    assert [q.quote for q in quotes_of(parts)] == ["用 read.table 读取数据文件。"]
 
 
 TABLE = (
@@ -586,7 +590,7 @@ def test_a_quoted_table_is_a_table_with_its_header_row(settings) -> None:
     )
     assert table in answer.text and "<br>" not in answer.text and "**" not in answer.text
     assert "“The bin/linux directory of a CRAN site contains the following packages:” [1]" in answer.text
-    rows = [q["quote"] for q in quoted_lines(answer.text) if q.kind == "table"]
+    rows = [q.quote for q in quotes_of(answer) if q.kind == "table"]
     assert rows[0] == "|  | CPU | Versions | Provider |" and "| Debian | i386/amd64 |" in rows[1]
     assert cited(answer.text) == {1}
     # Chinese text around a table, and a table bigger than a strip: every piece keeps the header row.
@@ -601,10 +605,10 @@ def test_a_quoted_table_is_a_table_with_its_header_row(settings) -> None:
 def test_glyphs_that_are_not_text_are_never_quoted() -> None:
     """Private-use code points and U+FFFD (a symbol font's characters) are dropped from a quote, runs of them too, even
     from text an older index still holds; real symbols stay."""
-    text = evidence_answer(
+    parts = evidence_parts(
         select([strip("The sum \ufffd \ufffd\ufffd of squares → ∑ is \ue000\U000f0001small. 它很小。", 0.9, (0, 0))]),
         [SOURCE],
         "en",
         Action.CORRECT,
     )
-    assert [q["quote"] for q in quoted_lines(text)] == ["The sum of squares → ∑ is small.它很小。"]
+    assert [q.quote for q in quotes_of(parts)] == ["The sum of squares → ∑ is small.它很小。"]

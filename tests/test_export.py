@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from crag.conversations import Message
 from crag.export import answer_markdown, conversation_markdown
+from crag.parts import Lead, Quote, Written
 from crag.types import Answer, Source, Trace
 from tests.test_conversations import answer
 
@@ -16,15 +17,22 @@ def test_an_answer_exports_as_markdown_with_its_sources() -> None:
     assert "### Sources" in text and "[1] manual.pdf, page 1: “The widget needs two cores.”" in text
     assert "*your documents: relevant (CRAG action: correct) · quoted from the sources: no model wrote this*" in text
     assert "SmolLM2" not in text, "the embedded model wrote none of it"
-    quotes = answer_markdown("How many cores?", answer("From your documents:\n“Two cores.” [1]\n“Or three.” [1]"))
+    said = (
+        Lead(text="From your documents:"),
+        Quote(text="Two cores.", n=1, gap="\n"),
+        Quote(text="Or three.", n=1, gap="\n"),
+    )
+    quotes = answer_markdown("How many cores?", answer(*said))
     assert "From your documents:\n\n“Two cores.” [1]\n\n“Or three.” [1]\n" in quotes, "a paragraph each"
     uncited = answer_markdown(
-        "How many cores?", Answer(text="Two.", backend="ollama", model="qwen3", sources=answer().sources)
+        "How many cores?",
+        Answer(parts=(Written(text="Two."),), backend="ollama", model="qwen3", sources=answer().sources),
     )
     assert "### Given to the model, not cited" in uncited
     trace = Trace(question="How many cores?", standalone_question="How many cores?", unsupported=("TURBO_MODE",))
     invented = answer_markdown(
-        "How many cores?", Answer(text="Two cores [1].", backend="ollama", model="qwen3", sources=(), trace=trace)
+        "How many cores?",
+        Answer(parts=(Written(text="Two cores [1].", cited=(1,)),), backend="ollama", model="qwen3", trace=trace),
     )
     assert "Two cores [1].\n\n> The model's answer named “TURBO_MODE”, which no source given to it mentions" in invented
 
@@ -34,7 +42,9 @@ def test_a_source_exports_with_the_page_number_its_document_prints() -> None:
     text = answer_markdown("How many cores?", answer(), printed=lambda s: printed.get(s.file, ""))
     assert "[1] manual.pdf, page 1 (printed 33): “The widget needs two cores.”" in text
     web = Source(n=2, kind="web", text="Two cores.", url="https://example.com/faq", title="Widget FAQ")
-    both = replace(answer("“Two cores.” [1] “Two.” [2]"), sources=(*answer().sources, web))
+    both = replace(
+        answer(Quote(text="Two cores.", n=1), Quote(text="Two.", n=2, gap="\n")), sources=(*answer().sources, web)
+    )
     assert "[2] Widget FAQ <https://example.com/faq>: “Two cores.”" in answer_markdown("q", both, printed=lambda s: "")
 
 

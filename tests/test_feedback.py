@@ -24,6 +24,7 @@ from crag.feedback import (
     replay_of,
     targets,
 )
+from crag.parts import Lead, Quote
 from crag.tuning import TUNING
 from crag.types import Action, Answer, AnswerKind, Method, ScoredChunk, Source, TermCheck, ThresholdsFrom, Trace
 from tests.fakes import chunk
@@ -52,7 +53,7 @@ def an_answer(
     )
     source = Source(n=1, kind="local", text=chunks[0].text, file="manual.pdf", pages=(1,), chunk_ids=("c0",))
     return Answer(
-        text="From your documents:\n“The widget needs two cores.” [1]",
+        parts=(Lead(text="From your documents:"), Quote(text="The widget needs two cores.", n=1, gap="\n")),
         backend="embedded",
         model="SmolLM2",
         sources=(source,),

@@ -27,6 +27,17 @@ def test_every_list_loads_with_entries_and_no_comment_or_blank_line() -> None:
         assert found, name
         assert all(e == e.strip() and e and not e.startswith("#") for e in found), name
         assert len(set(found)) == len(found), f"{name} repeats an entry"
+        assert lexicons.matching(name) in lexicons.MATCHES, f"{name} declares how its entries are matched"
+
+
+def test_a_list_that_declares_no_matching_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lexicons, "_text", lambda name: "# Words.\nlicence\n")
+    lexicons.matching.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="declares no '# match:' line"):
+            lexicons.matching("undeclared")
+    finally:
+        lexicons.matching.cache_clear()
 
 
 def test_a_list_is_read_once() -> None:
@@ -41,12 +52,15 @@ def test_a_list_is_read_once() -> None:
         ("word", "licensee", False),
         ("start", "licensee", True),
         ("start", "sublicence", False),
-        ("none", "sublicence", True),
+        ("anywhere", "sublicence", True),
         ("word", "本文档采用许可证", True),  # Chinese runs on without spaces: matched anywhere
     ],
 )
-def test_alternation_edges(edges: lexicons.Edges, text: str, matches: bool) -> None:
-    assert bool(re.search(lexicons.alternation("licence", edges), text, re.IGNORECASE)) is matches
+def test_alternation_edges(edges: lexicons.Match, text: str, matches: bool) -> None:
+    pattern = lexicons.alternative(lexicons.entries("licence"), edges)
+    assert bool(re.search(pattern, text, re.IGNORECASE)) is matches
+    if edges == lexicons.matching("licence"):  # the list's own declaration
+        assert bool(re.search(lexicons.alternation("licence"), text, re.IGNORECASE)) is matches
 
 
 def test_an_entry_of_several_words_takes_any_whitespace() -> None:

@@ -26,6 +26,7 @@ from crag.ingest import sync
 from crag.models import PACKAGED_GGUF, local_embedder
 from crag.pipeline import Pipeline
 from crag.types import AnswerKind
+from tests.helpers import streamed_text
 from tests.pdfs import manual_pdf
 from tests.test_api_openai import serving_app
 from tests.test_cli import run_cli
@@ -130,7 +131,7 @@ def test_a_model_server_that_dies_mid_answer(index: Path, tmp_path: Path, real_m
     assert answer.complete is False and answer.kind is AnswerKind.GENERATED
     assert answer.error.startswith("The model stopped before the answer was complete")
     assert answer.error.endswith("check the model server and ask again.")
-    assert answer.text and answer.text == "".join(deltas).strip()
+    assert answer.text and answer.text == streamed_text(deltas).strip()
     assert answer.sources, "the sources it was given are still listed"
 
 

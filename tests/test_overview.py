@@ -10,7 +10,7 @@ import pytest
 
 from crag.config import Settings
 from crag.ingest import sync
-from crag.overview import asks_about_documents, documents_asked, named_files, without_names
+from crag.overview import asks_about_documents, documents_named, named_files, without_names
 from crag.pipeline import Pipeline
 from crag.types import Action, AnswerKind, cited
 from tests.helpers import offline_kb
@@ -64,12 +64,12 @@ def test_a_named_file_makes_a_question_about_it_and_is_no_term_to_find() -> None
     assert without_names("How do I read a file in r intro?", files) == "How do I read a file in ?"
 
 
-def test_the_documents_asked_are_the_named_ones_else_those_of_the_language_named_else_every_one() -> None:
+def test_the_documents_named_are_the_named_ones_else_those_of_the_language_named_else_every_one() -> None:
     languages = {"a.pdf": "en", "b.pdf": "zh", "c.pdf": "zh"}
-    assert documents_asked("What is a.pdf about?", languages) == ["a.pdf"]
-    assert documents_asked("What is the Chinese PDF about?", languages) == ["b.pdf", "c.pdf"]
-    assert documents_asked("英文文档讲了什么", languages) == ["a.pdf"]
-    assert documents_asked("What are these about?", languages) == ["a.pdf", "b.pdf", "c.pdf"]
+    assert documents_named("What is a.pdf about?", languages) == ["a.pdf"]
+    assert documents_named("What is the Chinese PDF about?", languages) == ["b.pdf", "c.pdf"]
+    assert documents_named("英文文档讲了什么", languages) == ["a.pdf"]
+    assert documents_named("What are these about?", languages) == ["a.pdf", "b.pdf", "c.pdf"]
 
 
 TITLE_PAGE = (

@@ -442,7 +442,7 @@ def test_function_built_patterns_are_recorded_where_they_are_built() -> None:
 def test_the_walk_finds_patterns_inside_data_and_the_rules_of_each_package() -> None:
     """The walk reaches patterns held in a tuple of dataclasses (the asides) and in every package's text rules."""
     found = set(collect().values())
-    assert {"crag.evidence.ASIDES[2].found", "crag.evidence.LINE", "crag.terms._NAME_RUN", "ui.text.HOST"} <= found
+    assert {"crag.evidence.ASIDES[2].found", "crag.legacy.LINE", "crag.terms._NAME_RUN", "ui.text.HOST"} <= found
     assert any(where.startswith("crag.injection.") for where in found)
 
 

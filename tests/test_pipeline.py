@@ -14,12 +14,12 @@ from pydantic_ai.usage import RunUsage
 from crag import prompts
 from crag.config import load_settings
 from crag.evaluator import Evaluator, Grade, Grading
-from crag.evidence import quoted_lines, split_quotes
 from crag.models.loops import own_event_loop
 from crag.steps import decide_action
 from crag.text import BadQuestion, quote
 from crag.types import Action, AnswerKind, Drop, Method, WebResult, cited
 from tests.fakes import FakeSearcher, FixedEvaluator, ScriptedModel, WordRetriever, chunk, pipeline
+from tests.helpers import own_text, quotes_of, quotes_text, streamed_text
 
 DOC = (
     "The widget needs two processor cores. It also needs eight hundred megabytes of memory. "
@@ -35,7 +35,7 @@ WEB = WebResult(
 
 def own(answer) -> str:
     """A written answer's own words, without the quotes under them."""
-    return split_quotes(answer.text)[0]
+    return own_text(answer)
 
 
 @pytest.fixture
@@ -64,11 +64,11 @@ def test_correct_refines_local_knowledge_only(settings) -> None:
     steps: list[str] = []
     p = pipeline(settings, [chunk(DOC), chunk("Bananas are yellow fruit.", page=9, n=1)], [0.9, -0.8], model, searcher)
     stream = p.stream("How many cores does the widget need?", on_step=steps.append)
-    text = "".join(stream)
+    text = streamed_text(stream)
     answer = stream.answer
     assert text.strip() == answer.text and own(answer) == "It needs two cores [1]."
     # Under the model's words, what they rest on in the sources' own: a small model may misread them.
-    assert split_quotes(answer.text)[1].startswith("From your documents:\n“The widget needs two processor cores.")
+    assert quotes_text(answer).startswith("From your documents:\n“The widget needs two processor cores.")
     assert answer.action is Action.CORRECT
     assert searcher.queries == [], "Correct never searches the web"
     assert [s.kind for s in answer.sources] == ["local"]
@@ -203,7 +203,7 @@ def test_an_answer_its_sources_do_not_back_is_replaced_by_their_quotes(settings)
     p = pipeline(settings, [chunk(DOC)], [0.9], ScriptedModel(answer=essay))
     answer = p.ask("What does the widget need?", web=False)
     assert answer.kind is AnswerKind.EVIDENCE and "Melbourne" not in answer.text
-    assert quoted_lines(answer.text) and answer.cited_sources
+    assert quotes_of(answer) and answer.cited_sources
     assert any("said nothing its sources back: the sources are quoted instead" in n for n in answer.trace.notes)
 
 
@@ -274,7 +274,7 @@ def test_model_dying_mid_stream_keeps_the_partial_answer(settings) -> None:
     p.model = FunctionModel(stream_function=dies)
     p.backend = p.backend.__class__("ollama", "qwen3:4b", "test")
     stream = p.stream("How many cores does the widget need?")
-    assert "".join(stream).startswith("The widget needs")
+    assert streamed_text(stream).startswith("The widget needs")
     answer = stream.answer
     assert not answer.complete and answer.text.startswith("The widget needs")
     assert "connection reset by peer" in answer.error and "ollama serve" in answer.error

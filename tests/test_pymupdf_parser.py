@@ -12,7 +12,7 @@ import pymupdf
 import pytest
 
 from crag.config import cpu_threads
-from crag.evidence import evidence_answer, quoted_lines, select
+from crag.evidence import evidence_parts, select
 from crag.ingest.base import PDFError
 from crag.ingest.chunking import chunk_blocks
 from crag.ingest.pymupdf import (
@@ -27,9 +27,12 @@ from crag.ingest.pymupdf import (
     render_page,
 )
 from crag.ingest.spans import box_text, note_marks
+from crag.parts import Part
+from crag.parts import plain as text_of_parts
 from crag.refine import local_strips, number_sources
 from crag.text import join_lines, language
 from crag.types import Action, ScoredChunk
+from tests.helpers import quotes_of
 from tests.pdfs import (
     CODE,
     ZH_CODE,
@@ -274,14 +277,14 @@ def test_the_page_numbers_a_manual_prints_are_read_from_its_page_labels(tmp_path
     assert printed_pages(plain, [1, 2]) == ""  # no labels: the PDF's numbers are the printed ones
 
 
-def _evidence(parsed, question: str) -> str:
+def _evidence(parsed, question: str) -> list[Part]:
     """The evidence answer a question gets from every chunk of a parsed file, all graded relevant."""
     graded = [
         ScoredChunk(chunk=c, score=0.9) for c in chunk_blocks(parsed, "code.pdf", "0" * 16, lambda t: len(t.split()))
     ]
     strips = [replace(s, kept=True) for s in local_strips(graded)]
     chosen = select(strips, question)
-    return evidence_answer(chosen, number_sources(strips, graded, chosen), language(question), Action.CORRECT)
+    return evidence_parts(chosen, number_sources(strips, graded, chosen), language(question), Action.CORRECT)
 
 
 def test_code_set_in_a_monospaced_font_is_quoted_as_code_with_its_lines(tmp_path: Path, parser: PyMuPDFParser) -> None:
@@ -290,12 +293,13 @@ def test_code_set_in_a_monospaced_font_is_quoted_as_code_with_its_lines(tmp_path
     quoted before it. Flattened, "sep = "," ) summary(df)" ran on as one line."""
     parsed = parser.parse(code_pdf(tmp_path / "code.pdf"))
     assert [b.text for b in parsed.blocks if b.type == "code"] == ["\n".join(CODE), "\n".join(ZH_CODE)]
-    text = _evidence(parsed, "How do I read a file with a header line and commas between the fields?")
+    parts = _evidence(parsed, "How do I read a file with a header line and commas between the fields?")
+    text = text_of_parts(parts)
     assert "\n".join(["```", *CODE, "```", "[1]"]) in text
     assert "the fields, you can type:” [1]\n\n```" in text
-    [code] = [q for q in quoted_lines(text) if q["quote"].startswith("df <-")]
-    assert code["quote"] == "\n".join(CODE) and code["n"] == "1"
-    zh = _evidence(parsed, "怎样升级全部宏包？")
+    [code] = [q for q in quotes_of(parts) if q.quote.startswith("df <-")]
+    assert code.quote == "\n".join(CODE) and code.n == 1 and code.kind == "code"
+    zh = text_of_parts(_evidence(parsed, "怎样升级全部宏包？"))
     assert "\n".join(["```", *ZH_CODE, "```"]) in zh and "“要升级全部宏包，先升级 tlmgr 自身，再执行以下命令：”" in zh
 
 

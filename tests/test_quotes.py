@@ -1,12 +1,14 @@
-"""Quoted code and tables: written into an evidence answer, read back, and shown alike by the answer, the sources
-panel and the export."""
+"""Quoted code and tables: made into an evidence answer's parts, and shown alike by the answer, the sources panel and
+the export."""
 
 from __future__ import annotations
 
-from crag.evidence import evidence_answer, select
+from crag.evidence import evidence_parts, select
 from crag.export import answer_markdown
-from crag.quotes import answer_parts, quoted_blocks, quoted_lines, split_quotes
+from crag.legacy import split_quotes, stored_parts
+from crag.parts import Code, Lead, Quote, Table, Written, plain, quoted
 from crag.types import Action, Answer, AnswerKind, Source, Strip, cited
+from tests.helpers import quotes_of
 
 CODE = "> x <- c(1, 2)\n> x[2]\n[1] 2"
 TABLE = "|Option|Meaning|\n|---|---|\n|-d|decompress|\n|-k|keep the input files|"
@@ -14,37 +16,47 @@ STRIP = f"To pick the second element, index it:\n\n{CODE}\n\nThe options are the
 SOURCE = Source(n=1, kind="local", text=STRIP, file="m.pdf", pages=(1,), chunk_ids=("c0",))
 
 
-def answer_text() -> str:
+def answer_parts() -> list:
     strip = Strip(text=STRIP, score=0.9, kept=True, kind="local", file="m.pdf", pages=(1,), chunk_id="c0")
-    return evidence_answer(select([strip], "How do I pick the second element?"), [SOURCE], "en", Action.CORRECT)
+    return evidence_parts(select([strip], "How do I pick the second element?"), [SOURCE], "en", Action.CORRECT)
 
 
-def test_code_and_a_table_are_written_as_blocks_and_read_back_whole() -> None:
-    text = answer_text()
+def test_code_and_a_table_are_made_as_blocks_whole() -> None:
+    parts = answer_parts()
+    text = plain(parts)
     assert "```\n> x <- c(1, 2)\n> x[ 2]\n[ 1] 2\n```\n[1]" in text, "code's own [n] is no citation"
     assert "| Option | Meaning |\n| --- | --- |\n| -d | decompress |\n| -k | keep the input files |\n\n[1]" in text
     assert cited(text) == {1}
-    blocks = quoted_blocks(text)
-    assert [(b.kind, b.n) for b in blocks] == [("prose", "1"), ("code", "1"), ("prose", "1"), ("table", "1")]
-    assert blocks[1].quote == "> x <- c(1, 2)\n> x[ 2]\n[ 1] 2"
-    rows = [q["quote"] for q in quoted_lines(text) if q.kind == "table"]
+    assert [(type(p), p.n) for p in quoted(parts)] == [(Quote, 1), (Code, 1), (Quote, 1), (Table, 1)]
+    assert isinstance(parts[0], Lead) and quoted(parts)[1].text == "> x <- c(1, 2)\n> x[ 2]\n[ 1] 2"
+    assert quoted(parts)[3].header == ("Option", "Meaning")
+    rows = [q.quote for q in quotes_of(parts) if q.kind == "table"]
     assert rows == ["| Option | Meaning |", "| -d | decompress |", "| -k | keep the input files |"]
+
+
+def test_an_answer_kept_as_text_before_parts_reads_back_into_them() -> None:
+    """A chat kept before answers were parts holds their text alone: it is read back into the same parts."""
+    parts = answer_parts()
+    text = plain(parts)
+    assert [(type(p), p.n) for p in quoted(stored_parts(text, "evidence"))] == [(type(p), p.n) for p in quoted(parts)]
+    assert plain(stored_parts(text, "evidence")) == text
     written = f"Index it with x[2] [1].\n\n{text}"
     assert split_quotes(written) == ("Index it with x[2] [1].", text)
-    assert sum(isinstance(p, str) for p in answer_parts(text)) == 3  # the lead and the two lines of prose
+    read = stored_parts(written, "generated")
+    assert read[0] == Written(text="Index it with x[2] [1].") and plain(read) == written
 
 
 def test_the_answer_the_sources_panel_and_the_export_show_the_same_blocks() -> None:
-    from ui.answer import quotes_markdown
     from ui.sources import shown_quotes
+    from ui.text import page_blocks
 
-    text = answer_text()
-    markdown = quotes_markdown(text)
+    parts = answer_parts()
+    [markdown] = page_blocks(parts)
     assert "```\n> x <- c(1, 2)\n> x[ 2]\n[ 1] 2\n```\n\n\\[1\\]" in markdown
     assert "| Option | Meaning |\n| --- | --- |\n| \\-d | decompress |" in markdown
     assert "> “To pick the second element, index it\\:” \\[1\\]" in markdown
-    answer = Answer(text=text, backend="embedded", model="m", sources=(SOURCE,), kind=AnswerKind.EVIDENCE)
-    assert shown_quotes(SOURCE, answer) == quoted_blocks(text)
+    answer = Answer(parts=tuple(parts), backend="embedded", model="m", sources=(SOURCE,), kind=AnswerKind.EVIDENCE)
+    assert shown_quotes(SOURCE, answer) == quoted(parts)
     exported = answer_markdown("How do I pick the second element?", answer)
     assert "```\n> x <- c(1, 2)\n> x[ 2]\n[ 1] 2\n```\n[1]" in exported
     assert "| -d | decompress |\n| -k | keep the input files |" in exported

@@ -13,9 +13,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from crag.analysis import Analysis
-from crag.evidence import aside, evidence_answer, flatten, pieces, quotable, select
+from crag.evidence import aside, evidence_parts, flatten, pieces, quotable, select
 from crag.followups import elliptical, rewrite_problem
 from crag.injection import injection_reason
+from crag.parts import plain
 from crag.refine import decompose
 from crag.support import Grounder, unsupported
 from crag.terms import Vocabulary, mentions, specific_terms
@@ -92,7 +93,7 @@ def test_an_evidence_answer_is_made_from_any_strips(parts: list[str], question: 
     chosen = select(strips, question)
     assert len(chosen) <= TUNING.evidence.max_strips
     source = Source(n=1, kind="local", text=" ".join(parts), file="m.pdf", pages=(1,), chunk_ids=("c0",))
-    assert isinstance(evidence_answer(chosen, [source], "zh", Action.CORRECT), str)
+    assert isinstance(plain(evidence_parts(chosen, [source], "zh", Action.CORRECT)), str)
 
 
 @SETTINGS
@@ -151,12 +152,12 @@ def test_grounding_lets_the_same_text_through_however_the_stream_is_cut(
     ]
     given = [question, ISSUE_ZH, ISSUE_EN]
     whole = Grounder(sources, given, question)
-    expected = whole.feed(answer) + whole.close()
+    expected = plain(whole.feed(answer) + whole.close())
     streamed, at = Grounder(sources, given, question), 0
     out = []
     for cut in cuts:
-        out.append(streamed.feed(answer[at : at + cut]))
+        out.append(plain(streamed.feed(answer[at : at + cut])))
         at += cut
-    out += [streamed.feed(answer[at:]), streamed.close()]
+    out += [plain(streamed.feed(answer[at:])), plain(streamed.close())]
     assert "".join(out) == expected and streamed.counts == whole.counts
     assert set(cited(expected)) <= {1, 2}

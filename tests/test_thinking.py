@@ -14,11 +14,10 @@ import pytest
 
 from crag.config import load_settings
 from crag.evaluator import LLMEvaluator
-from crag.evidence import split_quotes
 from crag.models import BackendInfo, build_chat_model
 from crag.types import Action
 from tests.fakes import chunk, pipeline
-from tests.helpers import http_server
+from tests.helpers import http_server, own_text
 
 THOUGHT = "Okay, the user asks about the widget. Let me think step by step about the passages."
 DOC = "The widget needs two processor cores. It also needs eight hundred megabytes of memory."
@@ -120,7 +119,7 @@ def test_grading_condensing_and_answering_survive_a_thinking_model(qwen3: Qwen3,
 
     assert answer.action is Action.CORRECT and answer.trace.retrieved[0].method == "llm", "the grade parsed"
     assert answer.trace.standalone_question == "How much memory does the widget need?", "the rewrite parsed"
-    assert split_quotes(answer.text)[0] == "The widget needs eight hundred megabytes of memory [1]."
+    assert own_text(answer) == "The widget needs eight hundred megabytes of memory [1]."
     assert "think" not in answer.text and "step by step" not in answer.text
     assert answer.trace.expansions[0].keywords == ("memory",), "the model's search words parsed"
     assert len(qwen3.requests) == 4  # condense, read, grade, answer
@@ -133,5 +132,5 @@ def test_thinking_can_be_left_on(qwen3: Qwen3, tmp_path, real_models) -> None:
     p = pipeline(settings, [chunk(DOC)], [0.9])
     p.model = model
     answer = p.ask("How much memory does the widget need?")
-    assert split_quotes(answer.text)[0] == "The widget needs eight hundred megabytes of memory [1]."
+    assert own_text(answer) == "The widget needs eight hundred megabytes of memory [1]."
     assert "reasoning_effort" not in qwen3.requests[-1], "the server's default: qwen3 thinks"

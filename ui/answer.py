@@ -6,35 +6,35 @@ Document and web text is shown with ``st.text``, ``st.code`` and tables, never a
 
 from __future__ import annotations
 
-import re
+from collections.abc import Iterator
+from itertools import groupby
 from pathlib import Path
 
 import altair as alt
 import pandas as pd
 import streamlit as st
 
-from crag.blocks import markdown_table, table_rows
 from crag.conversations import Conversations
 from crag.errors import CragError
 from crag.export import answer_markdown, follows_up
 from crag.feedback import NOTE_CHARS, WRONG_WORDS, Label, Rating, Wrong, rating_words
 from crag.messages import unsupported_message
 from crag.models import PACKAGED_LABEL
-from crag.quotes import Quote, answer_parts
+from crag.parts import Part, Suggestions, Written
 from crag.text import pages_label
-from crag.types import NOT_WRITTEN, Answer, AnswerKind, ScoredChunk, Source, ThresholdsFrom, Trace
+from crag.types import NOT_WRITTEN, Answer, ScoredChunk, Source, ThresholdsFrom, Trace
 from crag.websearch import OFF_REASON
 from ui import state
 from ui.sources import printed_pages, sources_panel
 from ui.text import (
     ACTIONS,
     action_reason,
-    evidence_markdown,
     export_name,
-    md_coded,
     md_escape,
     no_images,
-    page_markdown,
+    page_blocks,
+    page_part,
+    page_stream,
     remedy_text,
     shorten,
 )
@@ -42,54 +42,23 @@ from ui.text import (
 ZONE_COLORS = {"Correct": "#21a366", "Ambiguous": "#f0a020", "Incorrect": "#e0443e"}
 
 
-def text(content: str, kind: AnswerKind) -> None:
-    """The answer's text: quotes escaped and set as quotes, a model's Markdown with its images and links as typed,
-    our messages as is."""
-    if kind is AnswerKind.EVIDENCE:
-        st.markdown(quotes_markdown(content))
-    elif kind is AnswerKind.NO_ANSWER:
-        st.markdown(md_coded(content))
-    else:  # the model's text, then the quotes it rests on, set as quotes
-        from crag.evidence import split_quotes  # as evidence_markdown does: with the first answer, not the first page
-
-        for section in ASK_HEADING.split(content):  # a question of several asks: each its text and its quotes
-            if not section.strip():
-                continue
-            written, quotes = split_quotes(section)
-            st.markdown(page_markdown(written))
-            if quotes:
-                st.markdown(quotes_markdown(quotes))
+def text(answer: Answer) -> None:
+    """The answer's text, part by part (``ui.text.page_blocks``): what the model wrote as its Markdown with images and
+    links as typed, quotes set as quotes, code as code, tables as tables, the app's own words as text."""
+    for block in page_blocks(answer.parts):
+        st.markdown(block)
 
 
-ASK_HEADING = re.compile(r"^(?=\*\*\d++\. )", re.MULTILINE)  # "**2. How do I…**" (``crag.pipeline``)
-
-
-def quotes_markdown(text: str) -> str:
-    """``evidence_markdown``, with the code an answer quotes set as code and its tables as tables, each block's
-    citation under it."""
-    out: list[str] = []
-    lines: list[str] = []
-    for part in answer_parts(text):
-        if isinstance(part, Quote):
-            out += [evidence_markdown("\n".join(lines))] if lines else []
-            out.append(block_markdown(part))
-            lines = []
+def live(parts: Iterator[Part | None]) -> None:
+    """An answer's parts on the page as they are made: what the model writes streamed as it comes
+    (``ui.text.page_stream``), each other part set as it comes."""
+    for written, group in groupby(parts, key=lambda p: p is None or isinstance(p, Written)):
+        if written:
+            st.write_stream(page_stream(p.gap + p.text if isinstance(p, Written) else "" for p in group))
         else:
-            lines.append(part)
-    out += [evidence_markdown("\n".join(lines))] if lines else []
-    return "\n\n".join(out)
-
-
-def block_markdown(block: Quote) -> str:
-    """Quoted code in a fence, which shows it as typed (a fence longer than any run of backticks in it); a quoted
-    table as a table, every cell escaped. The question it answers before it, its citation under it."""
-    asked = f"*{md_escape(block.asked)}*\n\n" if block.asked else ""
-    if block.kind == "code":
-        fence = "`" * max([3, *(len(run) + 1 for run in re.findall(r"`+", block.quote))])
-        body = f"{fence}\n{block.quote}\n{fence}"
-    else:
-        body = markdown_table([[md_escape(cell) or " " for cell in row] for row in table_rows(block.quote) or []])
-    return f"{asked}{body}\n\n\\[{block.n}\\]"
+            for part in group:
+                if part is not None and not isinstance(part, Suggestions):
+                    st.markdown(page_part(part))
 
 
 def render(

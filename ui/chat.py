@@ -25,13 +25,14 @@ from crag.conversations import Conversations, Message, Stop, title_of
 from crag.errors import CragError
 from crag.feedback import THUMBS, generation_of
 from crag.models.loops import own_event_loop
+from crag.parts import Part
 from crag.scope import UnknownScope
 from crag.text import MAX_QUESTION_CHARS, clean_question
 from crag.types import Answer, AnswerKind
 from ui import state
 from ui.scope import ALL, choose
 from ui.settings import WEB_LABEL
-from ui.text import ACTIONS, error_text, gist, md_escape, page_stream, stage_label, stop_of, stopped, user_stopped
+from ui.text import ACTIONS, error_text, gist, md_escape, page_markdown, stage_label, stop_of, stopped, user_stopped
 
 if TYPE_CHECKING:
     import crag.pipeline
@@ -108,7 +109,7 @@ def replay(
 def fold_label(message: Message) -> str:
     """The line a folded answer shows: its badge, its rating, what it says first, and that it stopped short when it
     did. A long chat is scanned by it for what to trust."""
-    label = md_escape(gist(message.content)) or "The answer"
+    label = md_escape(gist(message.answer.parts if message.answer else ())) or "The answer"
     action = message.answer.action if message.answer else None
     marks = [f":{ACTIONS[action].color}-background[{ACTIONS[action].icon} {ACTIONS[action].label}]"] if action else []
     marks += [THUMBS[message.rating.rating]] if message.rating else []
@@ -121,8 +122,10 @@ def replay_answer(
 ) -> None:
     from ui import answer as answer_ui  # charts and tables: loaded with the first answer shown, not the first page
 
-    if message.content:
-        answer_ui.text(message.content, message.answer.kind if message.answer else AnswerKind.GENERATED)
+    if message.answer is not None:
+        answer_ui.text(message.answer)
+    elif message.content:  # an answer stopped before its end: the text it had said, as the model's Markdown
+        st.markdown(page_markdown(message.content))
     if message.answer is not None:
         answer_ui.render(
             message.answer,
@@ -162,14 +165,14 @@ def ask(
         state.open_chat(chat)  # the new chat's scope is its own from now on
         relist(chat)  # the sidebar was drawn before this chat existed
     history = () if alone else tuple((m.role, m.content) for m in previous if m.content and m.complete)
-    asked_before = "" if alone else next((m.content for m in reversed(previous) if m.role == "user"), "")
+    question_before = "" if alone else next((m.content for m in reversed(previous) if m.role == "user"), "")
     store.add(chat, "user", question)
     with st.chat_message("user"):
         st.text(question)
     with st.chat_message("assistant"):
         reply = store.add(chat, "assistant", "", complete=False)
         with own_event_loop():  # the session's loop may be held by the answer a new question stopped
-            LiveAnswer(store, chat, reply, question).answer(settings, loading, options, history, asked_before)
+            LiveAnswer(store, chat, reply, question).answer(settings, loading, options, history, question_before)
 
 
 class LiveAnswer:
@@ -196,7 +199,7 @@ class LiveAnswer:
         loading: state.Loading,
         options: dict[str, Any],
         history: tuple[tuple[str, str], ...],
-        asked_before: str,
+        question_before: str,
     ) -> None:
         stream, stored = None, False
         try:
@@ -227,7 +230,12 @@ class LiveAnswer:
                 from ui import answer as answer_ui
 
                 answer_ui.render(
-                    answer, self.question, settings.files_dir, key=self.reply, previous=asked_before, store=self.store
+                    answer,
+                    self.question,
+                    settings.files_dir,
+                    key=self.reply,
+                    previous=question_before,
+                    store=self.store,
                 )
                 tell_if_offline(answer)
         finally:
@@ -352,16 +360,16 @@ def show(
 
     try:
         if pipeline.answer_kind(answer_mode) is AnswerKind.EVIDENCE:
-            for _ in saving(stream, store, reply):  # quotes come whole, at once: set them as quotes
+            for _ in saving(stream, store, reply):  # quotes come whole, at once
                 pass
-            answer_ui.text(stream.text, stream.finished.kind)
+            answer_ui.text(stream.finished)
         else:
             written = st.empty()
             with written.container():
-                st.write_stream(page_stream(saving(stream, store, reply)))
-            if stream.answer is not None:  # set as it is replayed: the quotes under it (or instead of it) as quotes
+                answer_ui.live(saving(stream, store, reply))
+            if stream.answer is not None:  # set as it is replayed, all its parts at once
                 with written.container():
-                    answer_ui.text(stream.answer.text, stream.answer.kind)
+                    answer_ui.text(stream.answer)
     except CragError as exc:
         return error_text(exc)
     except Exception as exc:  # noqa: BLE001 - a failing model must not take the page or the history down
@@ -372,11 +380,11 @@ def show(
     return ""
 
 
-def saving(stream: crag.stream.AnswerStream, store: Conversations, reply: int) -> Iterator[str]:
+def saving(stream: crag.stream.AnswerStream, store: Conversations, reply: int) -> Iterator[Part | None]:
     """The stream, saved now and then as it goes: a crash keeps the partial answer."""
     last = time.perf_counter()
-    for delta in stream:
-        yield delta
+    for part in stream:
+        yield part
         if time.perf_counter() - last > SAVE_EVERY:
             store.update(reply, stream.text, complete=False, keep_error=True)
             last = time.perf_counter()

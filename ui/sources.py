@@ -14,13 +14,11 @@ from urllib.parse import quote, urlsplit
 
 import streamlit as st
 
-from crag.blocks import markdown_table, table_rows
 from crag.errors import CragError
-from crag.evidence import quoted_lines
-from crag.quotes import Quote, quoted_blocks, split_quotes
+from crag.parts import Code, Quoted, Table, quoted, quoted_texts
 from crag.text import pages_label
 from crag.types import Answer, AnswerKind, Source, Trace
-from ui.text import md_escape
+from ui.text import md_escape, table_markdown
 
 CLOSE_UP_MARGIN = 54.0  # points of page shown above and below the passage (about four lines)
 
@@ -79,35 +77,33 @@ def passage_boxes(source: Source, trace: Trace | None) -> tuple:
 def quoted_from(source: Source, answer: Answer) -> tuple[str, ...]:
     """What the answer took from this source, to highlight: its quotes, or the strips a model was given."""
     if answer.kind is AnswerKind.EVIDENCE:
-        return tuple(line["quote"] for line in quoted_lines(answer.text) if int(line["n"]) == source.n)
+        return tuple(text for q in quoted(answer.parts) if q.n == source.n for text in quoted_texts(q))
     strips = answer.trace.strips if answer.trace is not None else ()
     return tuple(s.text for s in strips if s.kept and s.kind == "local" and s.chunk_id in source.chunk_ids)
 
 
-def shown_quotes(source: Source, answer: Answer) -> list[Quote]:
+def shown_quotes(source: Source, answer: Answer) -> list[Quoted]:
     """What the answer quotes from this source, as the answer shows it: its sentences, its code, its tables (an
     evidence answer, or the quotes under a written one)."""
-    quotes = answer.text if answer.kind is AnswerKind.EVIDENCE else split_quotes(answer.text)[1]
-    return [q for q in quoted_blocks(quotes) if int(q.n) == source.n]
+    return [q for q in quoted(answer.parts) if q.n == source.n]
 
 
-def passage_text(source: Source, shown: Sequence[Quote]) -> None:
+def passage_text(source: Source, shown: Sequence[Quoted]) -> None:
     """The quotes the answer took from the source, set as the answer sets them (prose as text, code as code, a table
     as a table); the start of its text when the answer quotes none of it."""
     if not shown:
         st.text(source.snippet)
     for said in shown:
-        if said.kind == "code":
-            st.code(said.quote, language=None)
-        elif said.kind == "table":
-            rows = table_rows(said.quote) or []
-            st.markdown(markdown_table([[md_escape(cell) or " " for cell in row] for row in rows]))
+        if isinstance(said, Code):
+            st.code(said.text, language=said.language or None)
+        elif isinstance(said, Table):
+            st.markdown(table_markdown(said.rows))
         else:
-            st.text(f"{said.asked}\n{said.quote}" if said.asked else said.quote)
+            st.text(f"{said.faq}\n{said.text}" if said.faq else said.text)
 
 
 def local_source(
-    source: Source, boxes: tuple, quoted: tuple[str, ...], files_dir: Path, shown: Sequence[Quote] = ()
+    source: Source, boxes: tuple, quoted: tuple[str, ...], files_dir: Path, shown: Sequence[Quoted] = ()
 ) -> None:
     text, image = st.columns([2, 3], gap="medium")
     with text:
@@ -133,7 +129,7 @@ def local_source(
                     st.caption(md_escape(problem))
 
 
-def web_source(source: Source, shown: Sequence[Quote] = ()) -> None:
+def web_source(source: Source, shown: Sequence[Quoted] = ()) -> None:
     st.markdown(f"**\\[{source.n}\\]** :material/language: {md_escape(source.title or source.url)}")
     parts = urlsplit(source.url)
     if parts.scheme in ("http", "https") and parts.netloc:

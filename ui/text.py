@@ -11,13 +11,29 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Literal
+from itertools import groupby
+from typing import Any, Literal
 
 from crag.conversations import Conversation, Message, Stop
 from crag.errors import CragError, Remedy, said
 from crag.markdown import model_markdown, safe_stream
+from crag.parts import (
+    Code,
+    Heading,
+    Lead,
+    Note,
+    Outline,
+    Part,
+    Quote,
+    Suggestions,
+    Table,
+    Written,
+    plain,
+    quoted_texts,
+    table_text,
+)
 from crag.text import language
 from crag.types import Action, FileResult, Progress, TermCheck
 
@@ -186,56 +202,90 @@ def stop_of(message: Message) -> Stop | None:
     return message.stop
 
 
-def evidence_markdown(text: str) -> str:
-    """An evidence answer as Markdown: lead lines in bold, each quoted passage a block quote, the document's
-    question it answers (a FAQ) in italics before it. The quotes are document text, so every character is
-    escaped: they show exactly as the document has them."""
-    from crag.evidence import LINE  # with its word lists: loaded with the first answer shown, not the first page
+def fenced(code: Code) -> str:
+    """Quoted code in a fence, which shows it as typed (a fence longer than any run of backticks in it)."""
+    return f"{code.fence}\n{code.text}\n{code.fence}"
 
-    out = []
-    for line in (line for line in text.splitlines() if line.strip()):
-        if found := LINE.match(line.strip()):
-            asked = f"*{md_escape(found['asked'])}* " if found["asked"] else ""
-            quote = "“" + found["quote"] + f"” [{found['n']}]"
-            out.append(f"> {asked}{md_linked(quote)}")
-        elif item := OUTLINE_ITEM.match(line):  # a document's outline: "- 2 Objects (p. 7)", indented a level
-            out.append(f"{'  ' * (len(item['indent']) // 2)}- {md_escape(item['text'])}")
-        elif bold := BOLD_OPENING.match(line):  # an ask's heading, a document's title: bold, the rest plain
-            rest = (" " if bold["rest"][:1].isspace() else "") + md_escape(bold["rest"])
-            out.append(f"**{md_escape(bold['bold'])}**{rest}".rstrip())
+
+def table_markdown(rows: Sequence[Sequence[str]]) -> str:
+    """A table's rows (the header first) as a Markdown table, every cell escaped."""
+    return table_text([[md_escape(cell) or " " for cell in row] for row in rows])
+
+
+def _faq(faq: str) -> str:
+    return f"*{md_escape(faq)}*" if faq else ""
+
+
+def _block(part: Code | Table) -> str:
+    """Quoted code or a table, the document's question it answers before it, its citation under it."""
+    body = fenced(part) if isinstance(part, Code) else table_markdown(part.rows)
+    return "\n\n".join(x for x in (_faq(part.faq), body, f"\\[{part.n}\\]") if x)
+
+
+def _quote(part: Quote) -> str:
+    """A quote as a block quote, the document's question it answers (a FAQ's) in italics before it. It is document
+    text, so every character is escaped, and each web address in it links to exactly that address."""
+    faq = f"{_faq(part.faq)} " if part.faq else ""
+    return f"> {faq}{md_linked(f'“{part.text}” [{part.n}]')}"
+
+
+def _heading(part: Heading) -> str:
+    detail = (" " if part.detail[:1].isspace() else "") + md_escape(part.detail)
+    return f"**{md_escape(part.title)}**{detail}".rstrip()
+
+
+def _outline(part: Outline) -> str:
+    items = "\n".join(f"{'  ' * depth}- {md_escape(entry)}" for depth, entry in part.entries)
+    return f"**{md_escape(part.heading)}**\n\n{items}"
+
+
+# How each part the app or a document said is set on the page: as text, every character escaped (``md_escape``),
+# in bold, a block quote, a fence or a table. What the model wrote is ``page_markdown`` (``page_blocks``).
+_PAGE: dict[type, Callable[[Any], str]] = {
+    Lead: lambda part: f"**{md_escape(part.text)}**",
+    Note: lambda part: md_coded(part.text),
+    Quote: _quote,
+    Code: _block,
+    Table: _block,
+    Heading: _heading,
+    Outline: _outline,
+}
+
+
+def page_part(part: Part) -> str:
+    """A part that is not the model's writing, as the page's Markdown."""
+    return _PAGE[type(part)](part)
+
+
+def page_blocks(parts: Iterable[Part]) -> list[str]:
+    """An answer's parts as the page's Markdown blocks: what the model wrote in a row as one (``page_markdown``),
+    and the parts between, each a paragraph of its own. Suggestions are set under the answer, with their buttons."""
+    blocks: list[str] = []
+    for written, group in groupby((p for p in parts if not isinstance(p, Suggestions)), key=Written.__instancecheck__):
+        if written:
+            blocks.append(page_markdown("".join(p.gap + p.text for p in group if isinstance(p, Written))))
         else:
-            out.append(f"**{md_escape(line)}**")
-    return "\n".join(_spaced(out))
-
-
-# The lines of an answer the core sets itself (``crag.overview``, ``crag.pipeline``): an outline's items, and a line
-# that opens in bold (an ask's heading "**2. How do I…**", a document's title "**CTeX 宏集手册**（ctex.pdf…）").
-OUTLINE_ITEM = re.compile(r"^(?P<indent>\s*)- (?P<text>.+)$")
-BOLD_OPENING = re.compile(r"^\*\*(?P<bold>.+)\*\*(?P<rest>[^*]*)$")
-
-
-def _spaced(lines: list[str]) -> list[str]:
-    """Paragraphs apart, but an outline's items one under the other, as one list."""
-    out: list[str] = []
-    for line in lines:
-        listed = line.lstrip().startswith("- ") and out and out[-1].lstrip().startswith("- ")
-        out.append(line if listed else ("\n" + line if out else line))
-    return out
+            blocks.append("\n\n".join(page_part(p) for p in group))
+    return [block for block in blocks if block.strip()]
 
 
 GIST_LENGTH = 120  # characters of an earlier answer shown on its folded line
 
 
-def gist(text: str) -> str:
+def gist(parts: Iterable[Part]) -> str:
     """What an answer says first, on one short line: its first sentence, or an evidence answer's first quote with
-    its number; never the lead line above the quotes ("From your documents:"), which says nothing of the answer."""
-    from crag.evidence import LINE, is_lead  # as evidence_markdown does: with the first answer, not the first page
-
-    for line in (line.strip() for line in text.splitlines()):
-        if not line or is_lead(line):
+    its number; never a lead line above the quotes ("From your documents:"), which says nothing of the answer."""
+    for part in parts:
+        if isinstance(part, Lead | Suggestions):
             continue
-        found = LINE.match(line)
-        return shorten(f"“{found['quote']}” [{found['n']}]" if found else line, GIST_LENGTH)
+        if isinstance(part, Quote):
+            said = f"“{part.text}” [{part.n}]"
+        elif isinstance(part, Code | Table):
+            said = f"{quoted_texts(part)[0]} [{part.n}]"
+        else:
+            said = plain([replace(part, gap="")])
+        if line := next((line for line in said.splitlines() if line.strip()), ""):
+            return shorten(line, GIST_LENGTH)
     return ""
 
 

@@ -20,7 +20,7 @@ from crag.types import Answer
 def answer_json(answer: Answer, backend: BackendInfo, answer_id: str | None = None) -> dict[str, Any]:
     """The answer contract; an incomplete answer (the model failed midway) says why. ``answer_id``: the id it was
     kept under, to rate it."""
-    return AnswerOut.of(answer, backend, REMEDIES, answer_id).model_dump()
+    return AnswerOut.of(answer, backend, REMEDIES, answer_id, markdown=True).model_dump()
 
 
 Keep = Callable[[Answer], Awaitable[str | None]]  # keeps an answer to be rated; its id

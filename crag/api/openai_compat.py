@@ -44,6 +44,7 @@ from crag.api.openai_schemas import (
 from crag.api.service import Answering, Service
 from crag.contract import MAX_TURN, MAX_TURNS, AnswerOut, citations
 from crag.errors import CragError
+from crag.markdown import api_markdown
 from crag.models import BackendInfo
 from crag.scope import TOP_LEVEL, KnowledgeBase, unknown_scope
 from crag.text import clean_question, pages_label, strip_invisible
@@ -120,12 +121,12 @@ def openai_router(service: Service) -> APIRouter:
     )
     async def chat_completions(req: ChatRequest, request: Request) -> Any:
         # In a worker thread: reading the knowledge bases reads the index; the first question loads the models.
-        asked = await run_in_threadpool(read_request, req, service.knowledge_bases)
-        answering = await run_in_threadpool(service.answering, asked.question, asked.history, asked.web, asked.scope)
+        chat = await run_in_threadpool(read_request, req, service.knowledge_bases)
+        answering = await run_in_threadpool(service.answering, chat.question, chat.history, chat.web, chat.scope)
         if req.stream:
-            return event_stream(_chunks(answering, asked))
+            return event_stream(_chunks(answering, chat))
         answer = await answering.whole(request.is_disconnected)
-        return gone() if answer is None else completion(answer, answering.backend, asked)
+        return gone() if answer is None else completion(answer, answering.backend, chat)
 
     return router
 
@@ -324,7 +325,7 @@ def sources_markdown(answer: Answer) -> str:
 
 def trace(answer: Answer, backend: BackendInfo, notes: tuple[str, ...]) -> dict[str, Any]:
     """The ``crag`` field: /ask's JSON, each source with its boxes, and what of the request was not used."""
-    out = AnswerOut.of(answer, backend, REMEDIES).model_dump()
+    out = AnswerOut.of(answer, backend, REMEDIES, markdown=True).model_dump()
     out["notes"] = [*notes, *out["notes"]]
     boxes = {s.n: s.bboxes for s in answer.sources}
     for source in out["sources"]:
@@ -348,8 +349,8 @@ def _why(answer: Answer) -> str:
     return answer.error or "The answer stopped early: ask again."
 
 
-def completion(answer: Answer, backend: BackendInfo, asked: ChatQuestion) -> Json:
-    crag = trace(answer, backend, asked.notes)
+def completion(answer: Answer, backend: BackendInfo, chat: ChatQuestion) -> Json:
+    crag = trace(answer, backend, chat.notes)
     if not answer.complete:
         return error_response(ROUTE, 502, _why(answer), code="answer_incomplete", crag=crag)
     return Json(
@@ -357,14 +358,14 @@ def completion(answer: Answer, backend: BackendInfo, asked: ChatQuestion) -> Jso
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
             "created": int(time.time()),
-            "model": asked.model,
+            "model": chat.model,
             "system_fingerprint": None,
             "choices": [
                 {
                     "index": 0,
                     "message": {
                         "role": "assistant",
-                        "content": answer.text + sources_markdown(answer),
+                        "content": api_markdown(answer.parts) + sources_markdown(answer),
                         "refusal": None,
                         "citations": citation_dicts(answer),
                     },
@@ -378,11 +379,11 @@ def completion(answer: Answer, backend: BackendInfo, asked: ChatQuestion) -> Jso
     )
 
 
-async def _chunks(answering: Answering, asked: ChatQuestion) -> AsyncIterator[ServerSentEvent]:
+async def _chunks(answering: Answering, chat: ChatQuestion) -> AsyncIterator[ServerSentEvent]:
     """The answer as chat.completion.chunk events, from the answer's worker thread."""
     head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk", "created": int(time.time())}
-    head |= {"model": asked.model, "system_fingerprint": None}
-    if asked.include_usage:
+    head |= {"model": chat.model, "system_fingerprint": None}
+    if chat.include_usage:
         head["usage"] = None  # as OpenAI does: null on every chunk, the numbers on the last
 
     def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> ServerSentEvent:
@@ -398,11 +399,11 @@ async def _chunks(answering: Answering, asked: ChatQuestion) -> AsyncIterator[Se
         elif value.complete:
             if sources := sources_markdown(value):
                 yield chunk({"content": sources})
-            yield chunk({"citations": citation_dicts(value)}, "stop", crag=trace(value, answering.backend, asked.notes))
-            if asked.include_usage:
+            yield chunk({"citations": citation_dicts(value)}, "stop", crag=trace(value, answering.backend, chat.notes))
+            if chat.include_usage:
                 yield sse({**head, "choices": [], "usage": usage(value)})
         else:
             # OpenAI's own shape for a failure mid-stream: the SDK raises APIError with this message.
             error = {"message": _why(value), "type": "server_error", "param": None, "code": "answer_incomplete"}
-            yield sse({"error": {**error, "crag": trace(value, answering.backend, asked.notes)}})
+            yield sse({"error": {**error, "crag": trace(value, answering.backend, chat.notes)}})
     yield sse("[DONE]")

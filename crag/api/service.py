@@ -21,7 +21,7 @@ from crag.config import Settings, redacted_url
 from crag.errors import CragError, Remedy
 from crag.followups import History
 from crag.jobs import Builds
-from crag.markdown import outgoing, safe_stream
+from crag.markdown import api_stream
 from crag.models import (
     BackendInfo,
     Embedder,
@@ -31,6 +31,7 @@ from crag.models import (
     rebuild_offer,
     resolve_backend,
 )
+from crag.parts import Part
 from crag.pipeline import Pipeline
 from crag.scope import KnowledgeBase, knowledge_bases
 from crag.store import RebuildNeeded, open_store
@@ -103,7 +104,7 @@ class Answering:
         async for kind, value in self._items():
             if kind == "failed":
                 s = self._stream
-                yield "end", outgoing(partial(s.question, s.text, self.backend, value, s.options.scope.paths))
+                yield "end", partial(s.question, s.parts, self.backend, value, s.options.scope.paths)
             else:
                 yield kind, value
 
@@ -151,13 +152,13 @@ class Answering:
         stream = self._stream
         try:
             with stream:  # a client gone ends the model's stream here, not at garbage collection
-                for delta in safe_stream(stream, html=True):
+                for delta in api_stream(stream, html=True):
                     if self._stop.is_set():
                         return
                     if delta:  # "" only says the answer goes on (a sentence is being held)
                         put(("token", delta))
             assert stream.answer is not None  # a stream iterated to its end has its answer
-            put(("end", outgoing(for_client(stream.answer))))
+            put(("end", for_client(stream.answer)))
         except ClientGone:
             return
         except Exception as exc:  # noqa: BLE001 - reported to the client as the end of the answer
@@ -332,7 +333,9 @@ def upgrade(embedder: str) -> str | None:
     return f"{offer} {REMEDIES[Remedy.FULL_REBUILD]}" if offer else None
 
 
-def partial(question: str, text: str, backend: BackendInfo, exc: Exception, scope: tuple[str, ...] = ()) -> Answer:
+def partial(
+    question: str, parts: Sequence[Part], backend: BackendInfo, exc: Exception, scope: tuple[str, ...] = ()
+) -> Answer:
     """The answer so far, marked incomplete, with the error: what a stream ends with when the pipeline raised."""
     if isinstance(exc, CragError):
         message = error_message(exc)
@@ -341,7 +344,7 @@ def partial(question: str, text: str, backend: BackendInfo, exc: Exception, scop
         message = f"The answer stopped early ({type(exc).__name__}); see the server log, then ask again."
     trace = Trace(question=question, standalone_question=question, scope=scope)
     return Answer(
-        text=text.strip(),
+        parts=tuple(parts),
         backend=backend.name,
         model=backend.model,
         sources=(),

@@ -55,13 +55,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from crag import parts
 from crag.bench.corpus import default_cache_dir, fetch_corpus
 from crag.bench.model import MODELS, llama_server
 from crag.bench.model import fetch as fetch_model
 from crag.bench.retrieval import HOLDOUT, NEWCOMER, QUESTIONS, Question, load_questions
 from crag.calibration import grid
 from crag.config import Settings, load_settings
-from crag.evidence import flatten, quoted_lines, split_quotes
+from crag.evidence import flatten
 from crag.ingest import sync
 from crag.pipeline import Pipeline
 from crag.refine import injection_reason
@@ -88,7 +89,7 @@ def has_key_fact(answer: str, strings: Sequence[str]) -> bool:
 def quoted(answer: Answer) -> str:
     """What the answer says of its own: the quotes of an evidence answer, or all of a written one."""
     if answer.kind is AnswerKind.EVIDENCE:
-        return "\n".join(found["quote"] for found in quoted_lines(answer.text))
+        return "\n".join(text for part in parts.quoted(answer.parts) for text in parts.quoted_texts(part))
     return answer.text
 
 
@@ -100,14 +101,14 @@ def citation_problems(answer: Answer) -> list[str]:
         problems.append(f"cites {sorted(missing)}, which are not sources")
     if any(s.n not in cited(answer.text) for s in answer.cited_sources):
         problems.append("shows a source as cited that the text does not cite")
-    written, quotes = split_quotes(answer.text) if answer.kind is AnswerKind.GENERATED else ("", answer.text)
+    written = parts.written(answer.parts) if answer.kind is AnswerKind.GENERATED else ""
     problems += _citations_without_terms(written, answer.sources)
     if answer.kind is not AnswerKind.NO_ANSWER:
         # Pipes aside: a source joins its strips, and a table among them makes its other strips' pipes look like
         # table markup, which a quote of those strips alone keeps.
         by_n = {s.n: norm(flatten(s.text)).replace("|", "") for s in answer.sources}
-        for found in quoted_lines(quotes):
-            quote, n = found["quote"], int(found["n"])
+        said = [(text, part.n) for part in parts.quoted(answer.parts) for text in parts.quoted_texts(part)]
+        for quote, n in said:
             for sentence in split_sentences(quote.replace("［", "[").replace("］", "]")):
                 if norm(sentence).replace("|", "") not in by_n.get(n, ""):
                     problems.append(f"quoted sentence not in source [{n}]: {sentence[:60]}")

@@ -32,7 +32,7 @@ from crag.bench.retrieval import Question, load_questions
 from crag.calibration import Thresholds, best_fit, fit
 from crag.config import Settings, load_settings
 from crag.feedback import Rating, Wrong, rerun, targets
-from crag.quotes import quoted_lines
+from crag.parts import row_line
 from crag.types import Action
 
 FIT = 40  # questions asked and rated to fit on
@@ -54,10 +54,21 @@ def rate(question: Question, out: dict[str, Any]) -> tuple[Rating, tuple[Wrong, 
     action = out["action"]
     if not question.in_kb:
         return (Rating.UP, ()) if action == "incorrect" else (Rating.DOWN, (Wrong.BADGE, Wrong.ANSWER))
-    said = "\n".join(q.quote for q in quoted_lines(out["answer"])) if out["kind"] == "evidence" else out["answer"]
+    said = quoted_text(out["parts"]) if out["kind"] == "evidence" else out["answer"]
     if has_key_fact(said, question.must_contain):
         return (Rating.UP, ()) if action != "incorrect" else (Rating.DOWN, (Wrong.BADGE,))
     return Rating.DOWN, (Wrong.ANSWER, Wrong.BADGE) if action == "correct" else (Wrong.ANSWER,)
+
+
+def quoted_text(parts: Sequence[dict[str, Any]]) -> str:
+    """What an answer's parts (the contract's) quote: each quote's sentences, each code block, each table's rows."""
+    said: list[str] = []
+    for part in parts:
+        if part["kind"] in ("quote", "code"):
+            said.append(part["text"])
+        elif part["kind"] == "table":
+            said += [row_line(row) for row in [part["header"], *part["rows"]]]
+    return "\n".join(said)
 
 
 def right(question: Question, out: dict[str, Any]) -> bool:

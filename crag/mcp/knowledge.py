@@ -19,7 +19,6 @@ from crag.config import Settings
 from crag.errors import CragError, Remedy
 from crag.followups import History
 from crag.ingest.pymupdf import clean, open_pdf, printed_pages
-from crag.markdown import outgoing
 from crag.models import close_event_loop
 from crag.pipeline import Pipeline
 from crag.scope import Scope, knowledge_bases, missing, unknown_scope
@@ -81,10 +80,10 @@ class ToolBackend:
             return self._answer(question, (), scope=scope or (), top_k=k, use_model=False)
 
     def ask(self, question: str, scope: Sequence[str] | None, history: History) -> Answer:
-        """The CRAG answer, made as the app makes it, its text with images and links shown as typed: a client may
-        render it, and a document could have dictated an image's address."""
+        """The CRAG answer, made as the app makes it (``crag.mcp.outputs.ask_out`` sets it as Markdown a client may
+        render, with images and links shown as typed: a document could have dictated an image's address)."""
         with self._admit():
-            return outgoing(self._answer(question, history, scope=scope or ()))
+            return self._answer(question, history, scope=scope or ())
 
     def _answer(self, question: str, history: History, **options: Unpack[Overrides]) -> Answer:
         try:

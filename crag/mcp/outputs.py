@@ -157,7 +157,7 @@ def ask_out(answer: Answer, backend: BackendInfo, printed: Printed) -> AskOut:
         )
         for c in citations(answer)
     ]
-    out = AnswerOut.of(answer, backend, REMEDIES)
+    out = AnswerOut.of(answer, backend, REMEDIES, markdown=True)
     return AskOut(**out.model_dump(), citations=cited, warnings=warnings(answer))
 
 
