@@ -114,8 +114,9 @@ class Retriever:
         return reader.file_languages(scope) if reader else {}
 
     def sections(self, question: str, scope: Scope, skip: Callable[[Section], bool]) -> list[Section]:
-        """The sections of the scope whose titles are closest to the question (``crag.sections``); [] when nothing is
-        built. The generation's section index is built on first need, with the embedder that grades."""
+        """The sections of the scope closest to the question (``crag.sections``): by their titles and first lines,
+        and by the passages under them a deeper search finds; [] when nothing is built. The generation's section
+        index is built on first need, with the embedder that grades."""
         try:
             reader = self.current()
         except RebuildNeeded:
@@ -126,7 +127,9 @@ class Retriever:
             reader.generation.id, lambda: SectionIndex(sections(reader.chunks, reader.manifest), self.embedder)
         )
         view = reader.scoped(scope)
-        return index.closest(question, self.embedder.embed([question])[0], view.files if view else None, skip)
+        files = view.files if view else None
+        found = [h.chunk for h in self.retrieve(question, TUNING.suggestions.pool, scope=scope)]
+        return index.closest(question, self.embedder.embed([question])[0], files, skip, found)
 
     def overviews(self, files: Sequence[str]) -> list[Overview]:
         """What each of these documents is (title, opening sentences, outline), for the ones the index holds."""

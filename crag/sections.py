@@ -27,7 +27,8 @@ _SUGGESTIONS = TUNING.suggestions
 _LEAD_CHARS = 200  # of a section's first lines, read with its title by BM25
 # A section's number, or a title that names no section: "2.3 ", "A.1 ", "第三章 ", "Contents", "Index".
 _NUMBER = re.compile(
-    r"^\s*(?:(?:chapter|section|appendix)\s+)?(?:\d+(?:\.\d+)*\.?|[A-Z]\.(?:\d+\.?)*|[IVX]+\.)\s+|^第.{1,3}[章节部篇]\s*",
+    r"^\s*(?:(?:chapter|section|appendix|part)\s+)?(?:\d+(?:\.\d+)*\.?|[A-Z]\.(?:\d+\.?)*|[IVX]+\.?(?=\s+[A-Z]))\s+"
+    r"|^第.{1,3}[章节部篇]\s*",
     re.IGNORECASE,
 )
 _NO_SECTION = re.compile(r"^(?:table of )?contents$|^index$|^目\s*录$|^索\s*引$|^preface$|^前\s*言$", re.IGNORECASE)
@@ -47,15 +48,17 @@ def ask_words(title: str) -> str:
 
 
 def sections(chunks: Sequence[Chunk], manifest: Sequence[FileResult]) -> list[Section]:
-    """Each file's sections: its PDF bookmarks, or, for a file without, the headings its passages sit under."""
+    """Each file's sections: its PDF bookmarks, and the headings its passages sit under where the bookmarks end (the
+    index keeps their top levels only: a manual's "Logscale" is a heading four levels down)."""
     by_file: dict[str, list[Chunk]] = {}
     for chunk in chunks:
         by_file.setdefault(chunk.file, []).append(chunk)
     outlines = {m.file: m.outline for m in manifest}
     found: list[Section] = []
     for file, held in by_file.items():
-        marks = outlines.get(file) or ()
-        pairs = [(title, page) for _, title, page in marks] if marks else _headings(held)
+        marks = [(title, page) for _, title, page in outlines.get(file) or ()]
+        named = {" ".join(ask_words(title).split()).casefold() for title, _ in marks}
+        pairs = marks + [(t, p) for t, p in _headings(held) if " ".join(ask_words(t).split()).casefold() not in named]
         found += [
             Section(file=file, title=" ".join(title.split()), page=page, lead=_lead(held, title, page))
             for title, page in dict.fromkeys(pairs)
@@ -93,7 +96,13 @@ class SectionIndex:
     def __init__(self, found: Sequence[Section], embedder: Embedder) -> None:
         self.sections = list(found)
         titles = [ask_words(s.title) for s in self.sections]
-        self.vectors = _unit(np.asarray(embedder.embed(titles), dtype=np.float32)) if titles else np.zeros((0, 1))
+        # A manual's title is often a bare command ("Logscale"): embedded with its first lines, it means what they say.
+        said = [f"{t}: {s.lead}" for t, s in zip(titles, self.sections, strict=True)]
+        self.vectors = _unit(np.asarray(embedder.embed(said), dtype=np.float32)) if said else np.zeros((0, 1))
+        # A section by its file and title, as a passage's heading names it (the first, of a title said twice).
+        self._headed: dict[tuple[str, str], int] = {}
+        for i, (s, t) in enumerate(zip(self.sections, titles, strict=True)):
+            self._headed.setdefault((s.file, " ".join(t.split()).casefold()), i)
         self.lexical = (
             None
             if not titles
@@ -103,12 +112,18 @@ class SectionIndex:
         )
 
     def closest(
-        self, question: str, vector: Sequence[float], files: Iterable[str] | None, skip: Callable[[Section], bool]
+        self,
+        question: str,
+        vector: Sequence[float],
+        files: Iterable[str] | None,
+        skip: Callable[[Section], bool],
+        found: Sequence[Chunk] = (),
     ) -> list[Section]:
         """The sections of ``files`` (every file: None) closest to the question, best first, at most
         ``TUNING.suggestions.offered``; those ``skip`` says the answer shows already are left out. A section is
-        close when its title means much the same (cosine at least ``TUNING.suggestions.cosine``) or its title and
-        first lines share a word of the question; the two rankings are fused."""
+        close when its title and first lines mean much the same (cosine at least ``TUNING.suggestions.cosine``) or
+        share a word of the question, or when a passage under it is among those a deeper search for the question
+        ``found``, in their order; the three rankings are fused."""
         if not self.sections:
             return []
         inside = set(files) if files is not None else None
@@ -121,13 +136,19 @@ class SectionIndex:
             if self.lexical
             else []
         )
+        under = [i for c in found if (i := self._under(c)) is not None and allowed[i]]
         votes: dict[int, float] = {}
-        for ranking in (dense[: _SUGGESTIONS.pool], lexical):
+        for ranking in (dense[: _SUGGESTIONS.pool], lexical, list(dict.fromkeys(under))):
             for rank, i in enumerate(ranking, start=1):
                 votes[int(i)] = votes.get(int(i), 0.0) + 1.0 / (RRF_K + rank)
         ranked = sorted(votes, key=lambda i: (-votes[i], i))
         chosen = [self.sections[i] for i in ranked if not skip(self.sections[i])]
         return chosen[: _SUGGESTIONS.offered]
+
+    def _under(self, chunk: Chunk) -> int | None:
+        """The section a passage sits under: its deepest heading, in its file."""
+        leaf = chunk.section.split(" > ")[-1].strip()
+        return self._headed.get((chunk.file, " ".join(ask_words(leaf).split()).casefold())) if leaf else None
 
 
 def shown_by(sources: Sequence[Source]) -> Callable[[Section], bool]:

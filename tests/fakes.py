@@ -86,7 +86,8 @@ class FakeRetriever:
     def sections(self, question: str, scope: Scope, skip: Callable[[Section], bool]) -> list[Section]:
         """As the index offers them: the scope's sections closest to the question, by the fake embedder."""
         index = SectionIndex(sections(self.held(scope), []), self.embedder)
-        return index.closest(question, self.embedder.embed([question])[0], None, skip)
+        found = [h.chunk for h in self.retrieve(question, 20, scope=scope)]
+        return index.closest(question, self.embedder.embed([question])[0], None, skip, found)
 
     def overviews(self, files: Sequence[str]) -> list[Overview]:
         return [o for f in files if (o := overview(f, [c for c in self.chunks if c.file == f], None))]

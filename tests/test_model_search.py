@@ -85,7 +85,7 @@ def test_the_models_words_find_what_the_questions_miss_and_it_is_marked(settings
     answer = p.ask(QUESTION, top_k=2, web=False)
     found = {h.chunk.text: h.from_model for h in answer.trace.retrieved}
     assert found[STAFF] and list(found.values()).count(False) == 1, "each ranking's best: the question's, the model's"
-    assert p.retriever.asked[-2:] == ["Use set-global-staff-size 16.", "set-global-staff-size"]
+    assert p.retriever.asked[1:3] == ["Use set-global-staff-size 16.", "set-global-staff-size"]
     assert answer.trace.expansions[0].keywords == ("set-global-staff-size",)
     # Found through the model's words and graded by similarity: the closest passage, never a Correct of its own.
     assert answer.action is Action.AMBIGUOUS
@@ -259,10 +259,16 @@ def test_an_answer_not_found_for_sure_offers_the_closest_sections_and_not_those_
     assert correct.action is Action.CORRECT and correct.suggestions == ()
 
 
-def test_sections_come_from_bookmarks_else_headings_and_their_numbers_are_not_asked() -> None:
+def test_sections_come_from_bookmarks_and_from_the_headings_below_them_and_their_numbers_are_not_asked() -> None:
+    """The index keeps a PDF's top bookmarks only: the headings its passages sit under go on where they stop."""
     marked = FileResult(file="beamer.pdf", status="indexed", outline=((1, "2.3 Navigation symbols", 12),))
     found = sections(GUIDE, [marked])
-    assert [(s.title, s.page) for s in found] == [("2.3 Navigation symbols", 12)]
+    assert [(s.title, s.page) for s in found] == [
+        ("2.3 Navigation symbols", 12),
+        ("3.1 Aspect ratio", 20),
+        ("4 Themes", 30),
+        ("5 Overlays", 40),
+    ], "a heading named as a bookmark is one section"
     assert found[0].lead == "The navigation bar shows small icons."
     headings = sections(GUIDE, [])
     assert [ask_words(s.title) for s in headings] == ["Navigation symbols", "Aspect ratio", "Themes", "Overlays"]
@@ -285,6 +291,9 @@ def test_the_closest_sections_by_words_and_meaning_and_those_shown_are_left_out(
     assert index.closest(question, embed([question])[0], ["other.pdf"], shown_by(nothing)) == []
     unrelated = "What is the capital of Australia?"
     assert index.closest(unrelated, embed([unrelated])[0], None, shown_by(nothing)) == []
+    # A section whose words the question shares nothing of, but under which a deeper search found a passage.
+    deeper = index.closest(unrelated, embed([unrelated])[0], None, shown_by(nothing), [GUIDE[1]])
+    assert [ask_words(s.title) for s in deeper] == ["Aspect ratio"]
 
 
 def test_a_section_is_offered_with_its_document_and_page_by_every_edge(settings) -> None:
