@@ -46,6 +46,7 @@ class Grade:
     detail: str = ""  # see ScoredChunk.detail: the LLM's structured output mode, or why it fell back
     verdict: Verdict | None = None  # the LLM grader's
     answering: str = ""  # the sentence the LLM grader copied as the one that answers
+    similarity: float | None = None  # beside the LLM grader's verdict: the similarity grade it rests a partial one on
 
     @property
     def trusted(self) -> bool:
@@ -195,11 +196,15 @@ def grader_agent(k: int) -> Agent[Any, Any]:
     return _graders[k]
 
 
-def verdict_grade(verdict: Verdict, quoted: bool) -> float:
-    """A verdict as a grade: "answers" is Correct only with a sentence of the passage that answers to show for it."""
-    if verdict is Verdict.ANSWERS:
-        return _VERDICTS.answers if quoted else _VERDICTS.unquoted
-    return _VERDICTS.partly if verdict is Verdict.PARTLY else _VERDICTS.no
+def verdict_grade(verdict: Verdict, quoted: bool, similarity: float) -> float:
+    """A verdict as a grade. "Answers" with a sentence of the passage that answers to show for it is Correct, "not" is
+    Incorrect; a partial verdict ("partly", or "answers" with nothing to show) takes the similarity grade, below
+    Correct: a small model says "partly" of passages on any topic, and similarity tells those apart."""
+    if verdict is Verdict.ANSWERS and quoted:
+        return _VERDICTS.answers
+    if verdict is Verdict.NO:
+        return _VERDICTS.no
+    return min(similarity, _VERDICTS.partial_ceiling)
 
 
 def holds_quote(text: str, quote: str) -> bool:
@@ -241,9 +246,10 @@ class LLMEvaluator(Evaluator):
             log.warning("the LLM grader failed: %r", exc)
             return self._fallback(question, texts, f"grader failed: {type(exc).__name__}")
         usage.incr(result.usage)
-        return Grading(self._grades(result.output, texts, result.mode or ""))
+        similar = [g.score for g in self.fallback.grade(question, texts).grades]
+        return Grading(self._grades(result.output, texts, result.mode or "", similar))
 
-    def _grades(self, output: Any, texts: Sequence[str], mode: str) -> list[Grade]:
+    def _grades(self, output: Any, texts: Sequence[str], mode: str, similar: Sequence[float]) -> list[Grade]:
         """The verdicts as grades. The quoted sentence is the answering one of the passage that holds it: the one the
         model named, else the first it said answers."""
         verdicts = [Verdict(getattr(output, f"passage_{i}")) for i in range(1, len(texts) + 1)]
@@ -252,7 +258,14 @@ class LLMEvaluator(Evaluator):
         named = output.quoted_from - 1
         answering = named if named in holding else next((i for i in holding if verdicts[i] is Verdict.ANSWERS), -1)
         return [
-            Grade(verdict_grade(v, i == answering), Method.LLM, mode, v, quote if i == answering else "")
+            Grade(
+                verdict_grade(v, i == answering, similar[i]),
+                Method.LLM,
+                mode,
+                v,
+                quote if i == answering else "",
+                similar[i],
+            )
             for i, v in enumerate(verdicts)
         ]
 

@@ -342,6 +342,7 @@ class Pipeline:
                 detail=g.detail,
                 verdict=g.verdict,
                 answering=g.answering,
+                similarity=g.similarity,
             )
             for h, g in zip(hits, grades.grades, strict=True)
         )

@@ -192,10 +192,9 @@ class Verdicts:
 
     answers: float = 0.9
     """A passage the model says answers, and from which it copied a sentence that answers. Dev split."""
-    unquoted: float = 0.0
-    """A passage the model says answers without a sentence of it to show: it may, so Ambiguous. Dev split."""
-    partly: float = 0.0
-    """On the question's subject without stating the answer: Ambiguous. Dev split."""
+    partial_ceiling: float = 0.5
+    """A partial verdict ("partly", or "answers" without a sentence of the passage to show) takes the passage's
+    similarity grade, at most this: below the upper threshold, never Correct. Dev split."""
     no: float = -0.9
     """Not about the question: Incorrect when no passage is more. Dev split."""
     excerpt_chars: int = 480

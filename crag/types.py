@@ -123,6 +123,7 @@ class ScoredChunk:
     from_model: bool = False
     verdict: Verdict | None = None  # the LLM grader's: answers, partly, or not
     answering: str = ""  # the sentence the LLM grader quoted as the one that answers
+    similarity: float | None = None  # beside the LLM grader's verdict: the similarity grade a partial one rests on
 
     @property
     def graded_by(self) -> str:

@@ -127,15 +127,21 @@ def test_llm_grader_grades_all_chunks_in_one_request() -> None:
 
 def test_an_answer_the_model_cannot_show_in_its_passage_is_only_ambiguous() -> None:
     """A small model says "answers" of anything: a passage is Correct only with a sentence of its own that answers.
-    The quote is the passage's that holds it, whichever number the model gave."""
-    invented = grader(verdicts("answers", "no", quote="Widgets run on four cores.", quoted_from=1)).grade("q", TEXTS)
-    assert [g.score for g in invented.grades] == [TUNING.verdicts.unquoted, TUNING.verdicts.no]
+    The quote is the passage's that holds it, whichever number the model gave. A partial verdict takes the similarity
+    grade, below Correct: a small model says "partly" of passages on any topic."""
+    question = "How many processor cores does the widget need?"
+    similar = [g.score for g in SimilarityEvaluator(HashEmbedder()).grade(question, TEXTS).grades]
+    partial = [min(s, TUNING.verdicts.partial_ceiling) for s in similar]
+    assert partial[0] > partial[1], "the widget's page is closer than the bananas'"
+    said = verdicts("answers", "no", quote="Widgets run on four cores.", quoted_from=1)
+    invented = grader(said).grade(question, TEXTS)
+    assert [g.score for g in invented.grades] == [partial[0], TUNING.verdicts.no]
     assert invented.grades[0].answering == "", "a sentence its passage does not hold is nobody's"
     misnumbered = grader(verdicts("answers", "answers", quote="the widget needs two processor cores", quoted_from=2))
-    graded = misnumbered.grade("q", TEXTS).grades
-    assert [g.score for g in graded] == [TUNING.verdicts.answers, TUNING.verdicts.unquoted]
-    partly = grader(verdicts("partly", "no")).grade("q", TEXTS).grades
-    assert [g.score for g in partly] == [TUNING.verdicts.partly, TUNING.verdicts.no]
+    graded = misnumbered.grade(question, TEXTS).grades
+    assert [g.score for g in graded] == [TUNING.verdicts.answers, partial[1]]
+    partly = grader(verdicts("partly", "partly")).grade(question, TEXTS).grades
+    assert [g.score for g in partly] == partial and all(g.similarity is not None for g in partly)
 
 
 def test_the_grader_reads_the_sentences_closest_to_the_question_not_the_whole_passage() -> None:

@@ -261,6 +261,7 @@ def run_questions(pipeline: Pipeline, questions: Sequence[Question], progress: b
                         "verdict": g.verdict.value if g.verdict else None,
                         "quoted": bool(g.answering),
                         "model": g.from_model,
+                        "similarity": g.similarity,
                     }
                     for g in trace.retrieved
                 ],
