@@ -28,6 +28,7 @@ refuse rather than half-understand.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -527,6 +528,12 @@ def _load(index_dir: Path, built: Built, archive: Path) -> _Loaded:
 
 
 def _disagreement(chunks: list[Chunk], vectors: np.ndarray, records: list[FileResult], built: Built) -> str:
+    # A record names a file of the files folder, as a member's name does: never one outside it ("../widget.pdf"),
+    # which placing or syncing would reach.
+    if bad := next((r.file for r in records if not safe_name(r.file) or not r.file.lower().endswith(".pdf")), None):
+        return f"a file is named {bad!r}, outside the files folder or no PDF"
+    if any(not safe_name(c.file) for c in chunks):
+        return "a passage names a file outside the files folder"
     if vectors.dtype != np.float32 or vectors.shape != (len(chunks), built.dimension):
         return f"{vectors.shape} vectors for {len(chunks)} passages of {built.dimension} dimensions"
     if len(chunks) != built.chunks or len({c.id for c in chunks}) != len(chunks):
@@ -586,21 +593,43 @@ def _commit(
         raise
 
 
-def _place(files_dir: Path, folder: _Folder) -> tuple[str, ...]:
+def _place(files_dir: Path, folder: _Folder, archive: Path) -> tuple[str, ...]:
     """The archive's PDFs moved into the files folder, with the modification times their records have (so a sync
-    need not read them again); never over a file that is there."""
-    placed = []
+    need not read them again); never over a file that is there. Done before the commit: a PDF that cannot be put in
+    its place (a file where its folder should be, a full disk) refuses the import, and those put already are taken
+    back, so that no record says a PDF is there that is not. Returns what was put: the PDFs, and the folders made
+    for them ("name/")."""
+    placed: list[str] = []
     by_file = {r.file: r for r in folder.records}
-    for name, staged in folder.place.items():
-        target = files_dir / name
-        if target.exists():
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(staged, target)
-        if mtime := by_file[name].mtime_ns:
-            os.utime(target, ns=(mtime, mtime))
-        placed.append(name)
+    try:
+        for name, staged in folder.place.items():
+            target = files_dir / name
+            if target.exists():
+                continue
+            made = [p for p in target.parents if p.is_relative_to(files_dir) and p != files_dir and not p.exists()]
+            placed += [p.relative_to(files_dir).as_posix() + "/" for p in made]  # taken back after its PDFs
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(staged, target)
+            placed.append(name)
+            if mtime := by_file[name].mtime_ns:
+                os.utime(target, ns=(mtime, mtime))
+    except OSError as exc:
+        _unplace(files_dir, placed)
+        raise _refused(
+            archive, f"its PDFs cannot be put into {files_dir} ({exc.strerror or exc}): check that folder."
+        ) from None
     return tuple(placed)
+
+
+def _unplace(files_dir: Path, placed: Sequence[str]) -> None:
+    """Take back what an import put into the files folder (none was there before it): its PDFs, then the folders it
+    made for them ("name/"), deepest first."""
+    for name in sorted(placed, key=lambda n: (n.endswith("/"), -n.count("/"))):
+        with contextlib.suppress(OSError):  # gone already, or a folder the user has put a file into since
+            if name.endswith("/"):
+                (files_dir / name).rmdir()
+            else:
+                (files_dir / name).unlink(missing_ok=True)
 
 
 def _chunking_note(settings: Settings, built: Built, embedder: Embedder) -> tuple[str, ...]:
@@ -645,8 +674,12 @@ def import_archive(
             aside = _extract(zf, manifest, index_dir, pdf_dir, archive, report)
             loaded = _load(index_dir, built, archive)
             folder = _folder(settings.files_dir, loaded, pdf_dir, archive)
-            generation = _commit(store, embedder, built, loaded, folder, report)
-            placed = _place(settings.files_dir, folder)
+            placed = _place(settings.files_dir, folder, archive)
+            try:
+                generation = _commit(store, embedder, built, loaded, folder, report)
+            except BaseException:
+                _unplace(settings.files_dir, placed)
+                raise
             aside += _labels(settings, index_dir / LABELS)
     report(Progress(stage="done"))
     return Imported(
@@ -655,7 +688,7 @@ def import_archive(
         embedder=embedder.name,
         files=generation.files,
         chunks=generation.chunks,
-        placed=placed,
+        placed=tuple(name for name in placed if not name.endswith("/")),  # the PDFs, not the folders made for them
         differs=tuple(folder.differs),
         absent=tuple(folder.absent),
         extra=tuple(folder.extra),

@@ -52,8 +52,8 @@ READ = (
     "user's words and language, its subject carried over from the other asks; answer, two or three sentences as the "
     "documents would answer it, with the exact commands, options, functions and terms a manual on the subject uses; "
     "keywords, three to six words or identifiers the passage that answers would hold. Write answer and keywords in "
-    "the language you are told. Keep one ask unless the question plainly asks two different things: \"How do I "
-    "install R, and how do I update its packages?\" is two asks, \"How do I install R and RStudio?\" is one."
+    'the language you are told. Keep one ask unless the question plainly asks two different things: "How do I '
+    'install R, and how do I update its packages?" is two asks, "How do I install R and RStudio?" is one.'
 )
 
 

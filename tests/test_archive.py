@@ -232,7 +232,23 @@ def link_info(name: str) -> zipfile.ZipInfo:
     return info
 
 
+def a_record_outside_the_folder(members: dict[str, bytes], manifest: dict) -> None:
+    """A file of the index renamed "../widget.pdf" in its record and its passages, the hashes made to agree: placing
+    or syncing it would reach a file beside the files folder."""
+    records = json.loads(members["index/manifest.json"])
+    name = next(r["file"] for r in records if r["status"] == "indexed")
+    for r in records:
+        r["file"] = "../widget.pdf" if r["file"] == name else r["file"]
+    members["index/manifest.json"] = json.dumps(records).encode()
+    lines = [json.loads(line) for line in members["index/chunks.jsonl"].decode().splitlines()]
+    for c in lines:
+        c["file"] = "../widget.pdf" if c["file"] == name else c["file"]
+    members["index/chunks.jsonl"] = "".join(json.dumps(c) + "\n" for c in lines).encode()
+    relisted(members, manifest)
+
+
 REFUSALS = {
+    "a record outside the folder": (a_record_outside_the_folder, None, "outside the files folder"),
     "a byte changed": (a_byte_changed, None, "does not match its hash"),
     "a newer format": (a_newer_version, None, "newer version of this app"),
     "vectors cut, hashes redone": (vectors_cut, None, "its parts disagree"),
@@ -316,6 +332,21 @@ def test_a_disk_that_fills_during_the_import_leaves_nothing_half_written(
     monkeypatch.undo()
     assert answers(answering) == before and leftovers(answering) == []
     assert sorted(p.name for p in answering.files_dir.iterdir()) == ["sprocket.pdf"]
+
+
+def test_a_pdf_that_cannot_be_placed_refuses_the_import_and_nothing_is_committed(
+    exported: tuple[Settings, Path, Path], answering: Settings
+) -> None:
+    """A file where a folder of the archive's PDFs must go: the import is refused before it commits, the PDFs it put
+    already are taken back, and the next sync finds the knowledge base that answered."""
+    _, _, whole = exported
+    before, generation = answers(answering), open_store(answering).active()
+    (answering.files_dir / "projects").write_text("not a folder")
+    with pytest.raises(ArchiveRefused, match="cannot be put into"):
+        import_archive(answering, whole, embedder_for=hash_embedder_for)
+    assert open_store(answering).active() == generation and answers(answering) == before
+    assert sorted(p.name for p in answering.files_dir.iterdir()) == ["projects", "sprocket.pdf"]
+    assert leftovers(answering) == []
 
 
 def test_the_archive_lists_every_member_with_its_hash(exported: tuple[Settings, Path, Path]) -> None:
