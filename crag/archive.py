@@ -128,6 +128,7 @@ class Exported:
     pdfs: int  # PDFs inside
     size: int  # bytes
     left_out: tuple[str, ...] = ()  # PDFs of the index not put in, each with why
+    ratings: int = 0  # rated answers inside, with the questions and turns they were asked with
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -258,9 +259,12 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def export_archive(settings: Settings, target: Path, *, with_files: bool = False) -> Exported:
-    """Write the generation that answers into ``target`` as one archive (with its PDFs: ``with_files``). The archive
-    appears whole or not at all: it is written beside ``target`` under a hidden name, then renamed."""
+def export_archive(
+    settings: Settings, target: Path, *, with_files: bool = False, with_ratings: bool = False
+) -> Exported:
+    """Write the generation that answers into ``target`` as one archive (with its PDFs: ``with_files``; with the
+    users' ratings of its answers, which hold their questions and conversations: ``with_ratings``, never by default).
+    The archive appears whole or not at all: it is written beside ``target`` under a hidden name, then renamed."""
     reader = open_store(settings).reader()
     if reader is None:
         raise ArchiveRefused("Nothing to export: the knowledge base is not built yet. Build it first.")
@@ -271,7 +275,7 @@ def export_archive(settings: Settings, target: Path, *, with_files: bool = False
         with zipfile.ZipFile(part, "w", allowZip64=True) as zf:
             out = _ArchiveWriter(zf)
             out.index(reader)
-            out.labels(chats_file(settings))
+            ratings = out.labels(chats_file(settings)) if with_ratings else 0
             pdfs, left_out = out.pdfs(settings.files_dir, reader.manifest) if with_files else (0, ())
             out.finish(reader.generation)
         with part.open("rb") as fh:
@@ -287,7 +291,9 @@ def export_archive(settings: Settings, target: Path, *, with_files: bool = False
         raise
     held = sum(1 for m in reader.manifest if m.status in HELD)
     size = target.stat().st_size
-    return Exported(path=target, files=held, chunks=len(reader.chunks), pdfs=pdfs, size=size, left_out=left_out)
+    return Exported(
+        path=target, files=held, chunks=len(reader.chunks), pdfs=pdfs, size=size, left_out=left_out, ratings=ratings
+    )
 
 
 # ---------------------------------------------------------------------------------------------

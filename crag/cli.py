@@ -86,6 +86,11 @@ def _parser() -> argparse.ArgumentParser:
     export = commands.add_parser("export", help="write the knowledge base into one archive file, to move it")
     export.add_argument("archive", type=Path, help="the file to write, e.g. kb.crag")
     export.add_argument("--with-files", action="store_true", help="put the PDFs in too")
+    export.add_argument(
+        "--with-ratings",
+        action="store_true",
+        help="put in the ratings of its answers too, with the questions and conversations they were asked in",
+    )
     export.add_argument("--force", action="store_true", help="replace the file if it exists")
     export.add_argument("--files", type=Path, help="folder of PDFs (default: CRAG_FILES_DIR)")
     export.add_argument("--db", type=Path, help="index folder (default: CRAG_CHROMA_DIR)")
@@ -345,9 +350,10 @@ def _export(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if args.archive.exists() and not args.force:
         raise CragError(f"{args.archive} exists already: choose another name, or add --force to replace it.")
-    out = export_archive(settings, args.archive, with_files=args.with_files)
+    out = export_archive(settings, args.archive, with_files=args.with_files, with_ratings=args.with_ratings)
     pdfs = f", {out.pdfs} PDFs" if args.with_files else " (without the PDFs: --with-files adds them)"
-    print(f"Wrote {out.path}: {out.files} files, {out.chunks} passages{pdfs}; {out.size / 1e6:.1f} MB.")
+    ratings = f", {out.ratings} rated answers" if args.with_ratings else ""
+    print(f"Wrote {out.path}: {out.files} files, {out.chunks} passages{pdfs}{ratings}; {out.size / 1e6:.1f} MB.")
     for line in out.left_out:
         print(f"note: left out {line}", file=sys.stderr)
     return 0

@@ -422,8 +422,12 @@ def test_the_ratings_of_a_knowledge_base_travel_with_it(tmp_path: Path) -> None:
     chats = Conversations(chats_file(source))
     answer_id = chats.record(QUESTIONS[0], [], answer)
     chats.rate_answer(answer_id, Rating.DOWN, [Wrong.BADGE], "not this page")
+    private = tmp_path / "without.crag"
+    assert export_archive(source, private).ratings == 0, "a user's questions leave only when asked to"
+    with zipfile.ZipFile(private) as zf:
+        assert not [n for n in zf.namelist() if n.startswith("feedback/")]
     archive = tmp_path / "kb.crag"
-    export_archive(source, archive)
+    assert export_archive(source, archive, with_ratings=True).ratings == 1
     here = kb(tmp_path / "here")
     imported = import_archive(here, archive, embedder_for=hash_embedder_for)
     assert any("1 rating(s)" in note for note in imported.notes)

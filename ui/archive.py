@@ -36,9 +36,15 @@ def render(settings: Settings, built: bool) -> None:
                 key="export_with_files",
                 help="Without them, answers still cite each file and page, but show no page images.",
             )
+            with_ratings = st.toggle(
+                "With my ratings",
+                key="export_with_ratings",
+                help="The 👍 👎 of its answers, with the questions and the conversation before each: whoever opens "
+                "the file reads them.",
+            )
             st.download_button(
                 "Download the knowledge base",
-                data=lambda: exported(settings, with_files),  # made when clicked, in a thread of its own
+                data=lambda: exported(settings, with_files, with_ratings),  # made when clicked, in a thread of its own
                 file_name=f"{settings.files_dir.name or 'knowledge-base'}-{time.strftime('%Y%m%d')}.crag",
                 mime="application/zip",
                 on_click="ignore",
@@ -57,12 +63,12 @@ def render(settings: Settings, built: bool) -> None:
             start(settings, upload)
 
 
-def exported(settings: Settings, with_files: bool) -> bytes:
+def exported(settings: Settings, with_files: bool, with_ratings: bool) -> bytes:
     from crag.archive import export_archive
 
     with tempfile.TemporaryDirectory(prefix="crag-export-") as folder:
         target = Path(folder) / "kb.crag"
-        export_archive(settings, target, with_files=with_files)
+        export_archive(settings, target, with_files=with_files, with_ratings=with_ratings)
         return target.read_bytes()
 
 
