@@ -34,7 +34,7 @@ from crag.models import Embedder, NoStructuredOutput, run_structured
 from crag.terms import TermStats
 from crag.text import cjk_share, content_words, join_sentences, split_sentences, width
 from crag.tuning import TUNING
-from crag.types import Method, Verdict
+from crag.types import Method, Verdict, trusted_grade
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class Grade:
 
     @property
     def trusted(self) -> bool:
-        return self.method.trusted
+        return trusted_grade(self.method, self.verdict, self.answering)
 
 
 @dataclass(frozen=True)
@@ -211,7 +211,7 @@ def holds_quote(text: str, quote: str) -> bool:
     """Whether ``text`` holds the sentence a model says it copied from it: most of the sentence's words, in any
     order (a small model drops a word or a bracket as it copies)."""
     words = content_words(quote)
-    if not words:
+    if len(words) < _VERDICTS.quote_min_words:  # "device", "the output": a word shows no answer
         return False
     held = set(content_words(text))
     return sum(w in held for w in words) >= _VERDICTS.quote_words * len(words)

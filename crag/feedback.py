@@ -196,7 +196,9 @@ def replay_of(trace: Trace) -> Replay:
         return Replay.CAPPED
     if trigger is not trace.action:
         return Replay.FIXED  # a question of several asks, or one read another way: its action is its own
-    return Replay.CAPPED if trace.terms.missing else Replay.FREE
+    # A missing term caps the grades below Correct, unless the model showed a passage answers (``crag.pipeline``): an
+    # answer that was Correct had no cap that held.
+    return Replay.CAPPED if trace.terms.missing and trace.action is not Action.CORRECT else Replay.FREE
 
 
 def answering_sentence(answer: Answer) -> str:

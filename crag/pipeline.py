@@ -269,8 +269,13 @@ class Pipeline:
 
     def suggest(self, question: str, scope: Scope, sources: Sequence[Source]) -> tuple[Suggestion, ...]:
         """The sections of the scope whose titles are closest to a question not answered for sure, to ask again in
-        the documents' own words; those the answer's sources show already are left out."""
-        return tuple(suggestion(s) for s in self.retriever.sections(question, scope, shown_by(sources)))
+        the documents' own words; those the answer's sources show already are left out. They only add to an answer
+        made already: when they cannot be had (an embedder gone meanwhile), the answer stands without them."""
+        try:
+            return tuple(suggestion(s) for s in self.retriever.sections(question, scope, shown_by(sources)))
+        except Exception:  # noqa: BLE001 - the answer is made and streamed: it must not fail for its offers
+            log.warning("no sections could be offered", exc_info=True)
+            return ()
 
     def documents(self, question: str, scope: Scope, history: History = ()) -> list[Overview]:
         """What each document a question about whole documents asks of is ("What is this document about?",

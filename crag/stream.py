@@ -642,7 +642,7 @@ class AnswerStream:
         )
         # Not found for sure: the sections whose titles are closest, to ask again in the documents' words.
         unsure = knowledge.action is not Action.CORRECT and not knowledge.documents and not made.error
-        suggested = p.suggest(self.question, o.scope, sources) if unsure else ()
+        suggested = p.suggest(knowledge.question, o.scope, sources) if unsure else ()
         return Answer(
             parts=(*self.parts, *([Suggestions(items=suggested)] if suggested else [])),
             backend=p.backend.name,

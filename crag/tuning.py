@@ -202,6 +202,9 @@ class Verdicts:
     (a 1.5B model reads five whole passages in minutes on 2 cores, five excerpts in seconds). Hand-set."""
     quote_words: float = 0.8
     """The share of a quoted sentence's words its passage must hold for the quote to be the passage's own. Hand-set."""
+    quote_min_words: int = 3
+    """Words of meaning a quote holds at least to show an answer: a word or two ("device") is found in any passage.
+    Hand-set."""
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from functools import cached_property
@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, Field
 
 from crag.errors import Remedy
-from crag.parts import Part, Suggestion, plain
+from crag.parts import QUOTED, Part, Suggestion, Written, plain
 from crag.parts import suggestions as suggested
 from crag.tuning import TUNING
 
@@ -105,6 +105,16 @@ def method_of(graded: str) -> tuple[Method | None, str]:
     return (Method(name), detail) if name in Method.__members__.values() else (None, "")
 
 
+def trusted_grade(method: Method | None, verdict: Verdict | None, answering: str) -> bool:
+    """Whether a grade says that a passage answers or does not (``Method.trusted``), not only that it is on the topic.
+    A model's partial verdict ("partly", or "answers" with no sentence of the passage to show for it) rests on the
+    similarity grade, and is held to the question's terms as that grade is. A grade stored before verdicts is the
+    model's own."""
+    if method is None or not method.trusted:
+        return False
+    return verdict is None or verdict is Verdict.NO or (verdict is Verdict.ANSWERS and bool(answering))
+
+
 @dataclass(frozen=True, kw_only=True)
 class ScoredChunk:
     """A chunk with a score: a retrieval score, or the evaluator's relevance in [-1, 1]."""
@@ -132,7 +142,7 @@ class ScoredChunk:
     @property
     def trusted(self) -> bool:
         """Whether its grade says it answers (``Method.trusted``); a retrieval score says nothing of the kind."""
-        return self.method is not None and self.method.trusted
+        return trusted_grade(self.method, self.verdict, self.answering)
 
 
 class Action(StrEnum):
@@ -316,6 +326,18 @@ def cited(text: str) -> set[int]:
     return {int(n) for group in CITATION.findall(text) for n in re.split(r"[,，]", group)}
 
 
+def citations(parts: Sequence[Part]) -> set[int]:
+    """The sources an answer cites: those its model's sentences cite, and those of what it quotes. A heading, an
+    outline or a note holds a document's words or the app's: a "[2]" there ("Appendix [2]") cites nothing."""
+    numbers: set[int] = set()
+    for part in parts:
+        if isinstance(part, Written):
+            numbers |= set(part.cited) or cited(part.text)
+        elif isinstance(part, QUOTED):
+            numbers.add(part.n)
+    return numbers
+
+
 @dataclass(frozen=True, kw_only=True)
 class Answer:
     """One answer: its parts (``crag.parts``), its numbered sources and how it was made."""
@@ -348,7 +370,7 @@ class Answer:
     def cited_sources(self) -> tuple[Source, ...]:
         """The sources the text cites. Only these are shown as citations; a number that names no
         source cites nothing."""
-        numbers = cited(self.text)
+        numbers = citations(self.parts)
         return tuple(s for s in self.sources if s.n in numbers)
 
     @property

@@ -84,9 +84,10 @@ class FakeRetriever:
         return {f: document_language([c.text for c in held if c.file == f]) for f in {c.file for c in held}}
 
     def sections(self, question: str, scope: Scope, skip: Callable[[Section], bool]) -> list[Section]:
-        """As the index offers them: the scope's sections closest to the question, by the fake embedder."""
+        """As the index offers them: the scope's sections closest to the question, by the fake embedder. Its deeper
+        search is no search of the answer's: ``asked`` does not record it."""
         index = SectionIndex(sections(self.held(scope), []), self.embedder)
-        found = [h.chunk for h in self.retrieve(question, 20, scope=scope)]
+        found = [h.chunk for h in self.lexical(question, 20, scope)]
         return index.closest(question, self.embedder.embed([question])[0], None, skip, found)
 
     def overviews(self, files: Sequence[str]) -> list[Overview]:

@@ -64,6 +64,27 @@ def test_a_pdf_dropped_into_the_watched_folder_waits_then_is_indexed_without_a_c
     until(at, lambda at: file_statuses(at).get("widget.pdf") == "🗑️ removed")
 
 
+def test_a_sync_that_ends_while_the_page_is_drawn_redraws_it(
+    watched_app: AppTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Files list read the watcher before the sync ended: the page must know it is behind, or the list stays
+    without the file the sync removed until something else moves."""
+    from ui import watching
+
+    listed, drawn = watching.listed, []
+
+    def sync_ends_meanwhile(settings, files):
+        shown = listed(settings, files)
+        drawn.append(state.watcher(settings).state.version)
+        if len(drawn) == 1:
+            state.watcher(settings)._set()  # the state moves once, after the list read it (a sync ends)
+        return shown
+
+    monkeypatch.setattr(watching, "listed", sync_ends_meanwhile)
+    watched_app.run()
+    assert len(drawn) >= 2 and drawn[-1] == drawn[0] + 1, "drawn again, with the state the sync left"
+
+
 def test_a_link_that_loops_is_listed_as_failed_with_why(watched_app: AppTest, files: Path) -> None:
     os.symlink("loop.pdf", files / "loop.pdf")
     at = until(watched_app, lambda at: file_statuses(at).get("loop.pdf") == "❌ failed")

@@ -384,3 +384,21 @@ def test_an_everyday_word_the_documents_never_use_is_evidence_not_a_veto(
     lead, quote = answer.text.splitlines()[:2]
     assert lead in (LEADS[("en", "closest")], LEADS[("zh", "closest")]) and quote.endswith("” [1]")
     assert "never mention" not in answer.text and "没有提到" not in answer.text
+
+
+def test_a_partial_verdict_rests_on_similarity_and_is_not_trusted_as_an_answer() -> None:
+    """Only what the model shows answers (a sentence of the passage) or says does not is its own word; "partly", or
+    "answers" with nothing to show, takes the similarity grade and is held to the question's terms as that is."""
+    said = verdicts("answers", "partly", quote="The widget needs two processor cores.", quoted_from=1)
+    shown, partial = grader(said).grade("How many processor cores does the widget need?", TEXTS).grades
+    assert shown.trusted and not partial.trusted
+    unshown, no = grader(verdicts("answers", "no")).grade("q", TEXTS).grades
+    assert not unshown.trusted and no.trusted
+
+
+def test_a_word_or_two_is_no_sentence_that_answers() -> None:
+    from crag.evaluator import holds_quote
+
+    passage = "Ghostscript writes the output device's file: gs -sDEVICE=pdfwrite -o out.pdf in.ps."
+    assert not holds_quote(passage, "device") and not holds_quote(passage, "the output")
+    assert holds_quote(passage, "Ghostscript writes the output device's file")

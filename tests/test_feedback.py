@@ -286,6 +286,9 @@ def test_how_a_stored_action_replays_under_other_thresholds() -> None:
     assert replay_of(demoted) is Replay.CAPPED
     missing = replace(an_answer((0.54,), A).trace, terms=TermCheck(("R",), ("R",)))  # type: ignore[arg-type]
     assert replay_of(missing) is Replay.CAPPED
+    # A word the passages miss, the cap lifted by the model's shown answer: Correct, nothing held it.
+    shown = replace(free, terms=TermCheck(("widescreen",), ("widescreen",)))
+    assert replay_of(shown) is Replay.FREE
     decisive = replace(free, action=I, terms=TermCheck(("X",), ("X",), ("X",), decisive=True))
     assert replay_of(decisive) is Replay.FIXED
     document = replace(free, retrieved=tuple(replace(g, method=Method.DOCUMENT) for g in free.retrieved))

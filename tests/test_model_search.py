@@ -379,3 +379,28 @@ def test_the_questions_own_best_passage_is_kept_however_few_are_graded(settings)
     answer = p.ask(QUESTION, top_k=1, web=False)
     [kept] = answer.trace.retrieved
     assert not kept.from_model and kept.chunk.text in (SCORE, PAPER)
+
+
+def test_an_answer_stands_when_its_sections_cannot_be_offered(settings) -> None:
+    p = pipeline(settings, GUIDE, [0.1, -0.9, -0.9, -0.9], backend="embedded")
+
+    def broken(*args, **kwargs):
+        raise ConnectionError("the embedder went away")
+
+    p.retriever.sections = broken
+    answer = p.ask("How do I hide the navigation icons and the overlays?", web=False)
+    assert answer.complete and answer.action is Action.AMBIGUOUS and answer.suggestions == ()
+
+
+def test_a_follow_ups_sections_are_sought_with_the_question_it_stands_for(settings) -> None:
+    """ "And the overlays?" names no section: the question the conversation makes of it does."""
+    settings = settings.model_copy(update={"model_search": False})
+    standalone = {"Standalone": {"question": "How do I hide the overlays?"}}
+    model = ScriptedModel(answer="Not said [1].", structured=standalone)
+    p = pipeline(settings, GUIDE, [0.1, -0.9, -0.9, -0.9], model)
+    sought: list[str] = []
+    sections = p.retriever.sections
+    p.retriever.sections = lambda question, *rest: sought.append(question) or sections(question, *rest)
+    history = [("user", "How do I hide the navigation icons?"), ("assistant", "Not said.")]
+    answer = p.ask("And the overlays?", history, web=False)
+    assert answer.action is Action.AMBIGUOUS and sought == ["How do I hide the overlays?"]

@@ -193,3 +193,22 @@ def test_the_api_s_answer_carries_its_parts_beside_its_text(settings) -> None:
     assert out["parts"][0] == {"kind": "written", "text": "It needs eight hundred megabytes [1].", "cited": [1]}
     assert [x["kind"] for x in out["parts"][1:]] == ["lead", "quote"] and out["parts"][2]["n"] == 1
     assert out["answer"].startswith("It needs eight hundred megabytes [1].\n\nFrom your documents:\n“")
+
+
+def test_a_number_in_a_heading_or_an_outline_cites_nothing() -> None:
+    """Only the model's sentences and what is quoted cite: "Appendix [2]" in an outline is a document's words."""
+    from crag.parts import Heading, Outline, Quote
+    from crag.types import Answer, Source
+
+    sources = tuple(Source(n=n, kind="local", text="t", file="a.pdf", pages=(n,)) for n in (1, 2))
+    answer = Answer(
+        parts=(
+            Heading(text="scan[2].pdf", detail=" (1 page)"),
+            Quote(text="What it says.", n=1, gap="\n"),
+            Outline(heading="Outline:", entries=((0, "Appendix [2] (p. 9)"),), gap="\n\n"),
+        ),
+        backend="embedded",
+        model="m",
+        sources=sources,
+    )
+    assert [s.n for s in answer.cited_sources] == [1]

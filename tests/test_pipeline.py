@@ -427,7 +427,8 @@ def searched_again(settings, query: str, backend: str = "ollama"):
 
 def test_an_ambiguous_question_is_searched_again_in_the_documents_words(settings) -> None:
     p, model, answer = searched_again(settings, "set-global-staff-size staff size")
-    assert p.retriever.asked == ["How do I make the score print smaller?", "set-global-staff-size staff size"]
+    # The question, then its words as the model rewrote them (and the question again, for the sections offered).
+    assert p.retriever.asked[:2] == ["How do I make the score print smaller?", "set-global-staff-size staff size"]
     assert "Write the query in English." in model.prompts[0]
     # Found through the model's words: quoted, never a Correct of their own.
     assert answer.action is Action.AMBIGUOUS and [h.chunk.text for h in answer.trace.retrieved][:1] == [STAFF]
@@ -446,7 +447,7 @@ def test_passages_found_again_that_grade_no_better_are_not_used(settings) -> Non
 
 def test_offline_no_one_waits_for_a_search_again(settings) -> None:
     p, model, answer = searched_again(settings, "set-global-staff-size staff size", backend="embedded")
-    assert p.retriever.asked == ["How do I make the score print smaller?"]
+    assert set(p.retriever.asked) == {"How do I make the score print smaller?"}
     assert not any("searched again" in n for n in answer.trace.notes)
 
 

@@ -11,7 +11,7 @@ import streamlit as st
 from crag.config import Settings
 from crag.errors import CragError
 from ui import chat as talk
-from ui import conversations, sidebar, state
+from ui import conversations, sidebar, state, watching
 from ui import scope as scopes
 from ui import settings as answer_settings
 from ui.text import md_escape
@@ -66,6 +66,7 @@ def run(settings: Settings, options: dict[str, Any]) -> None:
     loading = state.models(settings)
     if state.reopen_if_rebuilt(loading.pipeline):  # a full rebuild moved the index to another embedder
         loading = state.models(settings)
+    watching.remember(settings)  # before anything it changes is read: a sync that ends meanwhile redraws the page
     # The index is opened (and checked) by the pipeline's loading: the first page lists it without opening it.
     kb = state.index_contents(settings, verify=loading.pipeline is not None)
     with st.sidebar:

@@ -78,6 +78,13 @@ def ago(seconds: float) -> str:
     return f"{seconds // 3600} h ago"
 
 
+def remember(settings: Settings) -> None:
+    """Note the watcher's state this page is drawn with, before the index and the Files list are read: a state that
+    moves while they are drawn (a sync ends between the two) then redraws the page, as any later move does."""
+    if (watcher := state.watcher(settings)) is not None:
+        st.session_state.watch_seen = watcher.state.version
+
+
 def line(settings: Settings) -> Callable[[], None]:
     """The watcher's line under the Files list, with what went wrong. Returns what to call once the page is drawn:
     the same line as a fragment that looks every second, and redraws the whole page when the watcher's state moved
@@ -89,7 +96,6 @@ def line(settings: Settings) -> Callable[[], None]:
             "base** after adding, changing or removing PDFs."
         )
         return lambda: None
-    st.session_state.watch_seen = watcher.state.version  # what this page is drawn with
     slot = st.empty()
     with slot.container():
         follow(settings, live=False)
