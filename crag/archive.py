@@ -206,13 +206,13 @@ class _ArchiveWriter:
                     with self.member(f"index/bm25/{path.name}", Kind.LEXICAL) as out, path.open("rb") as fh:
                         shutil.copyfileobj(fh, out, BLOCK)
 
-    def labels(self, chats: Path) -> int:
+    def labels(self, settings: Settings) -> int:
         """The ratings kept beside the index, when there are any: they travel with the knowledge base they rate."""
-        if not chats.is_file():
-            return 0
-        from crag.conversations import Conversations
+        from crag.conversations import Conversations, chats_file
 
-        labels = Conversations(chats).export_labels()
+        if not chats_file(settings).is_file():
+            return 0
+        labels = Conversations(chats_file(settings)).export_labels()
         if not labels["labels"]:
             return 0
         with self.member(LABELS, Kind.LABELS) as out:
@@ -275,7 +275,7 @@ def export_archive(
         with zipfile.ZipFile(part, "w", allowZip64=True) as zf:
             out = _ArchiveWriter(zf)
             out.index(reader)
-            ratings = out.labels(chats_file(settings)) if with_ratings else 0
+            ratings = out.labels(settings) if with_ratings else 0
             pdfs, left_out = out.pdfs(settings.files_dir, reader.manifest) if with_files else (0, ())
             out.finish(reader.generation)
         with part.open("rb") as fh:
@@ -490,17 +490,12 @@ def _extract(
     return tuple(f"{name}: a kind of member this version does not use, left aside." for name in aside)
 
 
-def chats_file(settings: Settings) -> Path:
-    """Where the chats and their ratings are kept beside the index."""
-    return settings.chroma_dir / "conversations.sqlite3"
-
-
 def _labels(settings: Settings, staged: Path) -> tuple[str, ...]:
     """The archive's ratings, added to this installation's: a rating it holds already is replaced only by a newer
     one. Ratings that cannot be read are left aside, with a note: the index they rate is imported all the same."""
     if not staged.is_file():
         return ()
-    from crag.conversations import Conversations
+    from crag.conversations import Conversations, chats_file
     from crag.feedback import BadLabels
 
     try:

@@ -208,6 +208,20 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fitted(settings: Settings, scope: Sequence[str]) -> dict[str, Any]:
+    """The thresholds a fit applied to the scope answers with, as on the page (the settings' when the ratings cannot
+    be read, and stderr says why)."""
+    from crag.conversations import Conversations, chats_file, fitted_overrides
+
+    if not chats_file(settings).is_file():
+        return {}
+    try:
+        return fitted_overrides(Conversations(chats_file(settings)), settings, scope)
+    except CragError as exc:
+        print(f"The thresholds fitted to this scope could not be read: {exc}", file=sys.stderr)
+        return {}
+
+
 def _ask(args: argparse.Namespace) -> int:
     from crag.contract import AnswerOut
     from crag.messages import unsupported_message
@@ -218,7 +232,9 @@ def _ask(args: argparse.Namespace) -> int:
     pipeline = Pipeline.from_settings(settings)
     stages: list[str] = []
     web = False if args.no_web else None
-    with pipeline.stream(args.question, on_step=stages.append, web=web, scope=_scope(args, settings)) as stream:
+    scope = _scope(args, settings)
+    fitted = _fitted(settings, scope.paths)
+    with pipeline.stream(args.question, on_step=stages.append, web=web, scope=scope, **fitted) as stream:
         if args.json:
             for _ in stream:
                 pass
@@ -408,11 +424,11 @@ def _evaluate_parser(commands: Any) -> None:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from crag.conversations import Conversations
+    from crag.conversations import Conversations, chats_file
     from crag.feedback import scope_key
 
     settings = _settings(args)
-    store = Conversations(settings.chroma_dir / "conversations.sqlite3")
+    store = Conversations(chats_file(settings))
     asked = [scope_key(_scope(args, settings).paths)] if args.scope else None
     scopes = asked or [scope for scope, _ in store.rated_scopes()]
     if not scopes:

@@ -31,7 +31,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
 
@@ -40,6 +40,9 @@ from crag.errors import CragError
 from crag.feedback import NOTE_CHARS, Answered, Label, Rating, Wrong, answered, labels_from_json, labels_json, scope_key
 from crag.parts import Suggestion, Suggestions
 from crag.types import Answer, method_of
+
+if TYPE_CHECKING:
+    from crag.config import Settings
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -643,6 +646,29 @@ def _load(stored: str) -> Answer:
 
 def _dump(answer: Answer | None) -> str | None:
     return _ANSWER.dump_json(answer).decode() if answer is not None else None
+
+
+def chats_file(settings: Settings) -> Path:
+    """Where the chats and their ratings are kept: beside the index (``private_history`` is the page's way out when
+    that folder cannot be written)."""
+    return settings.chroma_dir / "conversations.sqlite3"
+
+
+def fitted_overrides(store: Conversations, settings: Settings, scope: Sequence[str]) -> dict[str, Any]:
+    """The thresholds a fit applied to ``scope`` answers with, as ``Pipeline.stream`` keywords: {} without one (the
+    settings' answer). Every edge asks this way (the page, the API, MCP, ``crag ask``): the same scope gets the same
+    thresholds. A store that cannot be read leaves the settings' thresholds, and the log says why."""
+    from crag.calibration import answering, overrides
+    from crag.scope import Scope
+
+    try:
+        applied = store.applied(Scope.of(scope).paths)
+    except (CragError, sqlite3.Error) as exc:
+        log.warning("the thresholds fitted to %s could not be read: %s", list(scope), exc)
+        return {}
+    if applied is None:
+        return {}
+    return overrides(*answering(Thresholds(settings.lower_threshold, settings.upper_threshold), applied))
 
 
 def _not_writable(path: Path, why: str) -> str:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from crag.archive import MANIFEST, ArchiveRefused, chats_file, export_archive, import_archive, sha256_of
+from crag.archive import MANIFEST, ArchiveRefused, export_archive, import_archive, sha256_of
 from crag.config import Settings, load_settings
-from crag.conversations import Conversations
+from crag.conversations import Conversations, chats_file
 from crag.feedback import Rating, Wrong
 from crag.ingest import sync
 from crag.models import EmbedderUnavailable

@@ -81,3 +81,32 @@ def test_a_conversation_exports_as_one_file_with_every_answer_and_its_sources() 
     assert "## And on Windows?\n\n*A follow-up to: How many cores?*" in text
     assert "## Explain everything.\n\nIt is\n\n> You stopped this answer" in text
     assert text.count("no model wrote this") == 2, "every answer says how it was made"
+
+
+def test_an_exported_answer_loads_nothing_a_document_or_a_model_put_in_it() -> None:
+    """Opened in any Markdown viewer, the file shows a document's image, link or HTML as text; the model's own
+    Markdown (emphasis) stays; a web source stays a link to follow."""
+    from markdown_it import MarkdownIt
+
+    image = "![x](https://evil.example/p.png)"
+    source = Source(
+        n=1,
+        kind="local",
+        file="<img src=y>.pdf",
+        pages=(2,),
+        text=f"Two cores {image}.",
+        section=f"Setup {image}",
+    )
+    web = Source(n=2, kind="web", url="https://example.org/a b", title=f"FAQ {image}", text="x")
+    quoted = answer_markdown(f"Cores {image}?", answer(Quote(text=f"Two cores {image}.", n=1)))
+    written = Answer(
+        parts=(Written(text=f"**Two** cores [1] {image} <img src=z> [2].", cited=(1, 2)),),
+        backend="ollama",
+        model="qwen3",
+        sources=(source, web),
+    )
+    for text in (quoted, answer_markdown("Cores?", written)):
+        html = MarkdownIt("commonmark").render(text)
+        assert "evil.example" in html and "<img" not in html
+    html = MarkdownIt("commonmark").render(answer_markdown("Cores?", written))
+    assert "<strong>Two</strong>" in html and '<a href="https://example.org/a%20b">' in html

@@ -6,6 +6,7 @@ The transports (stdio, Streamable HTTP on a real ``crag serve``) with real PDFs 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -106,6 +107,38 @@ def test_ask_cites_file_and_page_with_the_app_warnings(settings: Settings) -> No
     text = result.content[0].text
     assert text.startswith("It needs eight hundred megabytes [1].") and "Quux-9 chip" not in text
     assert "[1] manual.pdf, page 5: “" in text and "Warning: The model's answer named" in text
+
+
+def test_ask_shows_what_a_document_says_and_its_names_as_text(settings: Settings) -> None:
+    """The tool's text is Markdown: an image a passage, a heading or a file name holds shows as text, loading
+    nothing, as on the page."""
+    from markdown_it import MarkdownIt
+
+    hostile = "The widget needs 800 MB ![x](https://evil.example/p.png) of memory."
+    heading = "Memory ![y](https://evil.example/h.png)"
+    model = ScriptedModel(answer="It needs eight hundred megabytes [1].")
+    other = replace(chunk("Memory is sold in modules of 8 GB.", file="<img src=x>.pdf", page=9, n=1), section=heading)
+    fake = pipeline(settings, [chunk(hostile, file="<img src=x>.pdf"), other], [0.1, -0.9], model, backend="embedded")
+    result = call(fake, settings, "ask", question=QUESTION)
+    out, text = result.structured_content, result.content[0].text
+    assert out["suggestions"] and out["citations"], "a section offered, a passage cited"
+    html = MarkdownIt("commonmark").render(text)
+    assert "evil.example" in text and "<img" not in html and "evil.example/p.png" in html
+
+
+def test_search_and_ask_answer_with_the_thresholds_fitted_to_their_scope(settings: Settings) -> None:
+    """A fit applied on the page (or with ``crag evaluate --apply``) answers MCP's questions too."""
+    from crag.calibration import Thresholds
+    from crag.conversations import Conversations, chats_file
+
+    fake = pipeline(settings, [chunk(DOC)], [0.3], backend="embedded")  # Ambiguous under the settings' 0.55
+    assert call(fake, settings, "search", question=QUESTION).structured_content["action"] == "ambiguous"
+    Conversations(chats_file(settings)).apply_thresholds(
+        [], Thresholds(-0.5, 0.25), Thresholds(-0.8, 0.55), 20, 0.9, 0.6
+    )
+    for tool in ("search", "ask"):
+        fake.evaluators["similarity"] = FixedEvaluator([0.3])
+        assert call(fake, settings, tool, question=QUESTION).structured_content["action"] == "correct", tool
 
 
 def test_ask_takes_the_conversation_for_a_follow_up(settings: Settings) -> None:

@@ -28,7 +28,7 @@ import crag.files
 import crag.store
 from crag import first_imports
 from crag.config import Settings, load_settings
-from crag.conversations import Conversations, HistoryUnavailable, private_history
+from crag.conversations import Conversations, HistoryUnavailable, chats_file, private_history
 from crag.errors import CragError
 from crag.jobs import Builds
 from crag.store import Generation
@@ -60,7 +60,7 @@ def _conversations(path: str) -> Conversations:
 
 def conversations(settings: Settings) -> Conversations:
     """The store every session shares. Raises ``HistoryUnavailable`` when it cannot be written."""
-    return _conversations(str(settings.chroma_dir / "conversations.sqlite3"))
+    return _conversations(str(chats_file(settings)))
 
 
 def temporary_conversations() -> Conversations:

@@ -15,9 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from crag.api.http import INVALID, ApiError
 from crag.api.schemas import ErrorOut
-from crag.calibration import Thresholds, answering, overrides
 from crag.config import Settings
-from crag.conversations import Conversations, HistoryUnavailable, NotRatable
+from crag.conversations import Conversations, HistoryUnavailable, NotRatable, chats_file, fitted_overrides
 from crag.feedback import NOTE_CHARS, Label, Rating, Wrong, generation_of
 from crag.followups import History
 from crag.types import Answer
@@ -39,25 +38,19 @@ class Chats:
         with self._lock:
             if self._store is None:
                 try:
-                    self._store = Conversations(self.settings.chroma_dir / "conversations.sqlite3")
+                    self._store = Conversations(chats_file(self.settings))
                 except HistoryUnavailable as exc:
                     raise ApiError(503, str(exc), code="history_unavailable") from None
             return self._store
 
     def thresholds(self, scope: Sequence[str]) -> dict[str, Any]:
-        """The thresholds that answer ``scope``, as ``Pipeline.stream`` keywords: a fit applied to it, else none
-        (the settings' answer). A store that cannot be read leaves the settings' thresholds, and the log says why."""
-        from crag.scope import Scope
-
-        s = self.settings
+        """The thresholds that answer ``scope``, as ``Pipeline.stream`` keywords (``fitted_overrides``)."""
         try:
-            applied = self.store().applied(Scope.of(scope).paths)
-        except (ApiError, HistoryUnavailable) as exc:
+            store = self.store()
+        except ApiError as exc:
             log.warning("the thresholds fitted to %s could not be read: %s", list(scope), exc)
             return {}
-        if applied is None:
-            return {}
-        return overrides(*answering(Thresholds(s.lower_threshold, s.upper_threshold), applied))
+        return fitted_overrides(store, self.settings, scope)
 
     def record(self, question: str, history: History, answer: Answer) -> str | None:
         """Keep an answer of /ask to be rated; its id, or None when answers are not kept (the setting, or an answer

@@ -151,7 +151,7 @@ def run(root: Path) -> dict[str, Any]:
     from fastapi.testclient import TestClient
 
     from crag.api import create_app
-    from crag.conversations import Conversations
+    from crag.conversations import Conversations, chats_file
 
     settings = load_settings(
         files_dir=root / "Files",
@@ -167,7 +167,7 @@ def run(root: Path) -> dict[str, Any]:
     (settings.files_dir / SCOPE).mkdir(parents=True, exist_ok=True)
     build(settings, {f"{SCOPE}/{name}": path for name, path in pdfs.items()})
     fit_set, held = deal(load_questions())
-    store = Conversations(settings.chroma_dir / "conversations.sqlite3")
+    store = Conversations(chats_file(settings))
     with TestClient(create_app(settings), base_url="http://127.0.0.1") as client:
         return measure(client, store, settings, fit_set, held)
 

@@ -7,24 +7,27 @@ the app shows (an unknown scope lists the knowledge bases); the server turns the
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Unpack
+from typing import Any
 
 from crag.config import Settings
+from crag.conversations import Conversations, chats_file, fitted_overrides
 from crag.errors import CragError, Remedy
 from crag.followups import History
 from crag.ingest.pymupdf import clean, open_pdf, printed_pages
 from crag.models import close_event_loop
 from crag.pipeline import Pipeline
 from crag.scope import Scope, knowledge_bases, missing, unknown_scope
-from crag.steps import Overrides
 from crag.store import Generation, open_store
 from crag.types import Answer, AnswerKind, FileResult
+
+log = logging.getLogger(__name__)
 
 PipelineSource = Callable[[], Pipeline]
 ForClient = Callable[[Answer], Answer]
@@ -62,6 +65,7 @@ class ToolBackend:
         self._for_client = for_client or (lambda answer: answer)
         self._admit = admit
         self._pipeline: Pipeline | None = None
+        self._chats: Conversations | None = None
         self._lock = threading.Lock()
 
     def pipeline(self) -> Pipeline:
@@ -77,15 +81,29 @@ class ToolBackend:
         """The graded evidence, with no model call on any action: the similarity evaluator grades, the answer quotes,
         no second search in the model's words, no web."""
         with self._admit():
-            return self._answer(question, (), scope=scope or (), top_k=k, use_model=False)
+            return self._answer(question, (), scope or (), top_k=k, use_model=False)
 
     def ask(self, question: str, scope: Sequence[str] | None, history: History) -> Answer:
         """The CRAG answer, made as the app makes it (``crag.mcp.outputs.ask_out`` sets it as Markdown a client may
         render, with images and links shown as typed: a document could have dictated an image's address)."""
         with self._admit():
-            return self._answer(question, history, scope=scope or ())
+            return self._answer(question, history, scope or ())
 
-    def _answer(self, question: str, history: History, **options: Unpack[Overrides]) -> Answer:
+    def _fitted(self, scope: Sequence[str]) -> dict[str, Any]:
+        """The thresholds a fit applied to the scope (on the page, or with ``crag evaluate --apply``), as the page
+        and the API answer with them; none when the ratings cannot be read (the log says why)."""
+        with self._lock:
+            if self._chats is None:
+                try:
+                    self._chats = Conversations(chats_file(self.settings))
+                except CragError as exc:
+                    log.warning("the thresholds fitted to %s could not be read: %s", list(scope), exc)
+                    return {}
+        return fitted_overrides(self._chats, self.settings, scope)
+
+    def _answer(self, question: str, history: History, scope: Sequence[str], **options: Any) -> Answer:
+        """``options``: ``Overrides`` keywords, besides the thresholds fitted to the scope."""
+        options = {**self._fitted(scope), **options, "scope": scope}
         try:
             answer = self.pipeline().ask(question, history, **options)
         finally:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from crag.contract import AnswerOut, CitationOut, TermsOut, citations
 from crag.errors import Remedy
+from crag.markdown import literal
 from crag.messages import unsupported_message
 from crag.models import BackendInfo
 from crag.text import pages_label
@@ -162,20 +163,22 @@ def ask_out(answer: Answer, backend: BackendInfo, printed: Printed) -> AskOut:
 
 
 def ask_text(out: AskOut) -> str:
+    """The answer as Markdown (it is written so already), with what the documents and the web say, and their names,
+    as text: a client that renders it shows no image or link a document put there."""
     made = NOT_WRITTEN.get(AnswerKind(out.kind), f"written by {out.model}")
     lines = [out.answer, "", f"CRAG action: {out.action or 'none'}; {made}."]
     if out.citations:
         lines += ["", "Sources:"]
     for c in out.citations:
         if c.kind == "web":
-            lines.append(f"[{c.n}] {c.title or c.url}: {c.url}")
+            lines.append(f"[{c.n}] {literal(c.title or c.url or '')}: {literal(c.url or '')}")
             continue
-        printed = f" (printed {c.printed_pages})" if c.printed_pages else ""
-        lines.append(f"[{c.n}] {c.file}, {pages_label(c.pages)}{printed}: “{c.quote}” {c.uri}")
+        printed = f" (printed {literal(c.printed_pages)})" if c.printed_pages else ""
+        lines.append(f"[{c.n}] {literal(c.file or '')}, {pages_label(c.pages)}{printed}: “{literal(c.quote)}” {c.uri}")
     lines += [f"Warning: {w}" for w in out.warnings]
     if out.suggestions:
         lines += ["", "Your documents may word it otherwise. The sections closest to the question (ask with a title):"]
-        lines += [f"- “{s.title}” ({s.file}, p. {s.page})" for s in out.suggestions]
+        lines += [f"- “{literal(s.title)}” ({literal(s.file)}, p. {s.page})" for s in out.suggestions]
     return "\n".join(lines)
 
 
