@@ -48,6 +48,21 @@ def test_an_answer_is_rated_changed_explained_and_unrated_under_it(
     assert saved(files)[1].rating is None, "clicking the thumb again takes the rating back"
 
 
+def test_a_rating_that_cannot_be_kept_says_why_under_its_answer(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
+    """The first thumbs of an answer fail (the store is locked): the answer stays unrated and says so, under it."""
+    from crag.conversations import HistoryUnavailable
+
+    def locked(self, *args, **kwargs):
+        raise HistoryUnavailable("The chats could not be saved: the database is locked. Try again.")
+
+    use_pipeline(monkeypatch, [0.9])
+    at = ask(app(), "How many cores does the widget need?")
+    monkeypatch.setattr(Conversations, "rate", locked)
+    at.feedback[0].set_value(1).run()
+    assert saved(files)[1].rating is None
+    assert "the database is locked" in texts(at.chat_message[1].error)
+
+
 def test_a_folded_answer_shows_its_badge_and_rating(monkeypatch: pytest.MonkeyPatch, files: Path) -> None:
     use_pipeline(monkeypatch, [0.9])
     at = ask(app(), "How many cores does the widget need?")

@@ -120,6 +120,9 @@ def render(
             type="tertiary",
             on_click="ignore",
         )
+    # A rating that could not be kept leaves the answer unrated (or rated as before): why is said under it.
+    if error := st.session_state.pop(f"{RATING_ERROR}-{key}", None):
+        st.error(md_escape(error))
     if store is not None and rated is not None:
         what_was_wrong(store, key, rated)
 
@@ -142,10 +145,10 @@ def rate(store: Conversations, message: int) -> None:
             st.session_state.pop(f"wrong-{message}", None)  # a new thumbs down starts with nothing said wrong
             st.session_state.pop(f"note-{message}", None)
     except CragError as exc:
-        st.session_state[RATING_ERROR] = str(exc)
+        st.session_state[f"{RATING_ERROR}-{message}"] = str(exc)
 
 
-RATING_ERROR = "rating_error"  # why the last rating could not be kept
+RATING_ERROR = "rating-error"  # why an answer's last rating could not be kept: said under that answer
 
 
 def explain(store: Conversations, message: int) -> None:
@@ -154,13 +157,11 @@ def explain(store: Conversations, message: int) -> None:
     try:
         store.rate(message, Rating.DOWN, wrong, st.session_state.get(f"note-{message}") or "")
     except CragError as exc:
-        st.session_state[RATING_ERROR] = str(exc)
+        st.session_state[f"{RATING_ERROR}-{message}"] = str(exc)
 
 
 def what_was_wrong(store: Conversations, message: int, rated: Label) -> None:
     """Under a thumbs down: what was wrong and a note, each kept as it changes; under either, what was kept."""
-    if error := st.session_state.pop(RATING_ERROR, None):
-        st.error(md_escape(error))
     if rated.rating is Rating.DOWN:
         st.pills(
             "What was wrong?",
