@@ -31,7 +31,7 @@ from crag import prompts
 from crag.analysis import Analysis
 from crag.asks import model_asks
 from crag.config import Settings
-from crag.evaluator import Evaluator, Grade, LLMEvaluator, SimilarityEvaluator
+from crag.evaluator import Evaluator, Grade, LLMEvaluator, SimilarityEvaluator, verdict_grade
 from crag.followups import (
     History,
     conversation_query,
@@ -114,6 +114,14 @@ def _ceiling(hit: ScoredChunk, grade: Grade, terms: TermCheck, analysis: Analysi
 
 
 Out = TypeVar("Out", bound=BaseModel)  # a structured step's output
+
+
+def _as_partial(hit: ScoredChunk) -> ScoredChunk:
+    """A passage a model's verdict calls off the question, graded as a partial verdict is (its similarity grade, below
+    Correct); any other as it is."""
+    if hit.verdict is not Verdict.NO or hit.similarity is None:
+        return hit
+    return replace(hit, score=max(hit.score, verdict_grade(Verdict.PARTLY, False, hit.similarity)))
 
 
 @dataclass(kw_only=True)
@@ -353,7 +361,13 @@ class Pipeline:
         )
         return Evaluation(graded, terms, grades.web_query)
 
-    def refine(self, question: str, graded: Sequence[ScoredChunk], lower: float) -> list[Strip]:
+    def refine(self, question: str, graded: Sequence[ScoredChunk], lower: float, unsure: bool = False) -> list[Strip]:
+        """The strips to answer with. An ``unsure`` answer (Ambiguous) quotes as its similarity grades would: a small
+        model says "no" of the very passage that answers (the paraphrase set, 1.5B: its best-graded passage by
+        similarity, 0.92 to 0.95, in 2 of 10 answers that lost the key fact), so a "no" counts as a partial verdict
+        here. The action is decided already, on the verdicts."""
+        if unsure:
+            graded = [_as_partial(g) for g in graded]
         keep = [g for g in graded if g.score >= lower or g.anchor]
         return refine(question, local_strips(keep), self.scorer, _ANSWERING.strips_kept, _ANSWERING.strip_floor)
 

@@ -95,7 +95,9 @@ class Steps(Protocol):
         upper: float,
         usage: RunUsage,
     ) -> Evaluation: ...
-    def refine(self, question: str, graded: Sequence[ScoredChunk], lower: float) -> list[Strip]: ...
+    def refine(
+        self, question: str, graded: Sequence[ScoredChunk], lower: float, unsure: bool = False
+    ) -> list[Strip]: ...
     def closest(self, question: str, graded: Sequence[ScoredChunk]) -> list[Strip]: ...
     def doc_query(self, question: str, graded: Sequence[ScoredChunk], usage: RunUsage, notes: list[str]) -> str: ...
     def search_web(self, question: str, suggested: str, usage: RunUsage, notes: list[str]) -> WebKnowledge: ...
@@ -447,7 +449,7 @@ class AnswerStream:
         strips: list[Strip] = []
         if action in (Action.CORRECT, Action.AMBIGUOUS):
             with self.run.stage("refining", "refine"):
-                strips = p.refine(question, evaluation.graded, o.lower_threshold)
+                strips = p.refine(question, evaluation.graded, o.lower_threshold, unsure=action is Action.AMBIGUOUS)
             strips, action = self._fall_back(strips, action)
         # A model's grade is trusted; a similarity grade (also the LLM grader's fallback) is checked.
         if action is Action.CORRECT and not any(g.trusted for g in evaluation.graded):

@@ -404,3 +404,21 @@ def test_a_follow_ups_sections_are_sought_with_the_question_it_stands_for(settin
     history = [("user", "How do I hide the navigation icons?"), ("assistant", "Not said.")]
     answer = p.ask("And the overlays?", history, web=False)
     assert answer.action is Action.AMBIGUOUS and sought == ["How do I hide the overlays?"]
+
+
+def test_an_unsure_answer_quotes_the_passage_a_small_model_said_no_of_as_similarity_would(settings) -> None:
+    """A 1.5B model says "no" of the very passage that answers: the action stays the verdicts' (Ambiguous), and what
+    is quoted is what the similarity grades would quote, that passage first."""
+
+    class Similar(SimilarityEvaluator):  # the similarity grades: the staff size passage is the closest
+        def grade(self, question, texts, usage=None):
+            return ByText({"staff-size": 0.9, "score": 0.2, "Paper": 0.1}).grade(question, texts)
+
+    settings = settings.model_copy(update={"model_search": False})
+    grader = verdict_grader({"staff-size": "no", "score": "partly", "Paper": "partly"})
+    grader.fallback = Similar(HashEmbedder())
+    answer = over_words(settings, ScriptedModel(answer="Not written."), grader).ask(QUESTION, web=False)
+    staff = next(h for h in answer.trace.retrieved if h.chunk.text == STAFF)
+    assert staff.verdict is Verdict.NO and staff.score == pytest.approx(-0.9), "the verdict grades it, as before"
+    assert answer.action is Action.AMBIGUOUS
+    assert "set-global-staff-size" in answer.text, "the closest passage by similarity is quoted"
