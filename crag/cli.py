@@ -208,7 +208,7 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fitted(settings: Settings, scope: Sequence[str]) -> dict[str, Any]:
+def thresholds_for(settings: Settings, scope: Sequence[str]) -> dict[str, Any]:
     """The thresholds a fit applied to the scope answers with, as on the page (the settings' when the ratings cannot
     be read, and stderr says why)."""
     from crag.conversations import Conversations, chats_file, fitted_overrides
@@ -233,7 +233,7 @@ def _ask(args: argparse.Namespace) -> int:
     stages: list[str] = []
     web = False if args.no_web else None
     scope = _scope(args, settings)
-    fitted = _fitted(settings, scope.paths)
+    fitted = thresholds_for(settings, scope.paths)
     with pipeline.stream(args.question, on_step=stages.append, web=web, scope=scope, **fitted) as stream:
         if args.json:
             for _ in stream:
