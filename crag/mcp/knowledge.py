@@ -92,6 +92,8 @@ class ToolBackend:
     def _fitted(self, scope: Sequence[str]) -> dict[str, Any]:
         """The thresholds a fit applied to the scope (on the page, or with ``crag evaluate --apply``), as the page
         and the API answer with them; none when the ratings cannot be read (the log says why)."""
+        if not chats_file(self.settings).is_file():
+            return {}  # nothing rated here yet: no store is made to be read
         with self._lock:
             if self._chats is None:
                 try:
