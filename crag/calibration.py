@@ -15,15 +15,30 @@ the labels do not support a change. Nothing changes until the user applies a fit
 
 from __future__ import annotations
 
+import logging
 import math
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from crag.errors import CragError
 from crag.feedback import Label, Rating, Replay
 from crag.tuning import TUNING
 from crag.types import Action, ThresholdsFrom
+
+if TYPE_CHECKING:
+    from crag.config import Settings
+
+
+class AppliedFits(Protocol):
+    """Where the fits applied to scopes are kept (``crag.conversations.Conversations``)."""
+
+    def applied(self, scope: Sequence[str]) -> Applied | None: ...
+
+
+log = logging.getLogger(__name__)
 
 _CAL = TUNING.calibration
 
@@ -249,3 +264,19 @@ def answering(
 def overrides(thresholds: Thresholds, source: ThresholdsFrom) -> dict[str, Any]:
     """``answering``'s outcome as ``Pipeline.stream`` keywords."""
     return {"lower_threshold": thresholds.lower, "upper_threshold": thresholds.upper, "thresholds_from": source}
+
+
+def fitted_overrides(store: AppliedFits, settings: Settings, scope: Sequence[str]) -> dict[str, Any]:
+    """The thresholds a fit applied to ``scope`` answers with, as ``Pipeline.stream`` keywords: {} without one (the
+    settings' answer). Every edge asks this way (the page, the API, MCP, ``crag ask``): the same scope gets the same
+    thresholds. A store that cannot be read leaves the settings' thresholds, and the log says why."""
+    from crag.scope import Scope
+
+    try:
+        applied = store.applied(Scope.of(scope).paths)
+    except (CragError, sqlite3.Error) as exc:
+        log.warning("the thresholds fitted to %s could not be read: %s", list(scope), exc)
+        return {}
+    if applied is None:
+        return {}
+    return overrides(*answering(Thresholds(settings.lower_threshold, settings.upper_threshold), applied))

@@ -208,22 +208,9 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def thresholds_for(settings: Settings, scope: Sequence[str]) -> dict[str, Any]:
-    """The thresholds a fit applied to the scope answers with, as on the page (the settings' when the ratings cannot
-    be read, and stderr says why)."""
-    from crag.conversations import Conversations, chats_file, fitted_overrides
-
-    if not chats_file(settings).is_file():
-        return {}
-    try:
-        return fitted_overrides(Conversations(chats_file(settings)), settings, scope)
-    except CragError as exc:
-        print(f"The thresholds fitted to this scope could not be read: {exc}", file=sys.stderr)
-        return {}
-
-
 def _ask(args: argparse.Namespace) -> int:
     from crag.contract import AnswerOut
+    from crag.conversations import thresholds_for
     from crag.messages import unsupported_message
     from crag.parts import plain
     from crag.pipeline import Pipeline

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
 
-from crag.calibration import Applied, Thresholds
+from crag.calibration import Applied, Thresholds, fitted_overrides
 from crag.errors import CragError
 from crag.feedback import NOTE_CHARS, Answered, Label, Rating, Wrong, answered, labels_from_json, labels_json, scope_key
 from crag.parts import Suggestion, Suggestions
@@ -654,21 +654,16 @@ def chats_file(settings: Settings) -> Path:
     return settings.chroma_dir / "conversations.sqlite3"
 
 
-def fitted_overrides(store: Conversations, settings: Settings, scope: Sequence[str]) -> dict[str, Any]:
-    """The thresholds a fit applied to ``scope`` answers with, as ``Pipeline.stream`` keywords: {} without one (the
-    settings' answer). Every edge asks this way (the page, the API, MCP, ``crag ask``): the same scope gets the same
-    thresholds. A store that cannot be read leaves the settings' thresholds, and the log says why."""
-    from crag.calibration import answering, overrides
-    from crag.scope import Scope
-
+def thresholds_for(settings: Settings, scope: Sequence[str]) -> dict[str, Any]:
+    """``fitted_overrides`` of the ratings kept beside the index, for a process that keeps no store open (``crag
+    ask``): none when nothing was rated there, and no store is made to be read."""
+    if not chats_file(settings).is_file():
+        return {}
     try:
-        applied = store.applied(Scope.of(scope).paths)
-    except (CragError, sqlite3.Error) as exc:
+        return fitted_overrides(Conversations(chats_file(settings)), settings, scope)
+    except CragError as exc:
         log.warning("the thresholds fitted to %s could not be read: %s", list(scope), exc)
         return {}
-    if applied is None:
-        return {}
-    return overrides(*answering(Thresholds(settings.lower_threshold, settings.upper_threshold), applied))
 
 
 def _not_writable(path: Path, why: str) -> str:

@@ -378,8 +378,7 @@ def test_an_applied_fit_answers_its_scope_and_reverts_exactly(tmp_path: Path) ->
 
 def test_crag_ask_answers_with_the_thresholds_fitted_to_its_scope(settings) -> None:
     """``crag ask`` reads the fit as the page does: for its scope only, and the settings' without a store."""
-    from crag.cli import thresholds_for
-    from crag.conversations import chats_file
+    from crag.conversations import chats_file, thresholds_for
 
     assert thresholds_for(settings, ["manuals"]) == {} and not chats_file(settings).exists(), "no store made to be read"
     Conversations(chats_file(settings)).apply_thresholds(["manuals"], Thresholds(-0.5, 0.25), DEFAULTS, 30, 0.9, 0.6)

@@ -15,8 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from crag.api.http import INVALID, ApiError
 from crag.api.schemas import ErrorOut
+from crag.calibration import fitted_overrides
 from crag.config import Settings
-from crag.conversations import Conversations, HistoryUnavailable, NotRatable, chats_file, fitted_overrides
+from crag.conversations import Conversations, HistoryUnavailable, NotRatable, chats_file
 from crag.feedback import NOTE_CHARS, Label, Rating, Wrong, generation_of
 from crag.followups import History
 from crag.types import Answer

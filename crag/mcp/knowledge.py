@@ -16,8 +16,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from crag.calibration import fitted_overrides
 from crag.config import Settings
-from crag.conversations import Conversations, chats_file, fitted_overrides
+from crag.conversations import Conversations, chats_file
 from crag.errors import CragError, Remedy
 from crag.followups import History
 from crag.ingest.pymupdf import clean, open_pdf, printed_pages
